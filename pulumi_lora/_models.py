@@ -1,0 +1,175 @@
+"""The LoRAAdapter custom resource as pydantic models: the one source of truth for its schema.
+
+The models mirror LLMKube's CRD (``inference.llmkube.dev/v1alpha1``, seed in
+``pulumi_lora/crds/loraadapter.schema.json``) field for field, pattern for pattern, so that what
+``check`` accepts the apiserver accepts too. Two rules are deliberately stricter than the schema
+and documented as such: the InferenceService and CR names must be DNS-1123 subdomains and
+namespaces DNS-1123 labels (the apiserver refuses anything else at the reference's target, so
+the schema's plain ``string`` would only defer the error to create time).
+
+Pure: no I/O, no HTTP or Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+GROUP = "inference.llmkube.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "LoRAAdapter"
+PLURAL = "loraadapters"
+ISVC_KIND = "InferenceService"
+ISVC_PLURAL = "inferenceservices"
+
+#: The SGLang handle: the CRD's pattern and length.
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: Condition reasons: the CRD's pattern (metav1.Condition).
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+#: Condition types: the CRD's pattern.
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+#: DNS-1123 subdomain (object names), a project rule beyond the schema.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: DNS-1123 label (namespaces), a project rule beyond the schema.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+AdapterName = Annotated[
+    str, StringConstraints(min_length=1, max_length=63, pattern=ADAPTER_NAME_PATTERN)
+]
+AdapterPath = Annotated[str, StringConstraints(min_length=1)]
+ObjectName = Annotated[
+    str, StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+]
+NamespaceName = Annotated[
+    str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
+]
+Reason = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)]
+ConditionType = Annotated[str, StringConstraints(max_length=316, pattern=CONDITION_TYPE_PATTERN)]
+
+
+class _Model(BaseModel):
+    """Shared config: camelCase on the wire, snake_case in Python, unknown keys refused."""
+
+    model_config = ConfigDict(
+        populate_by_name=True, extra="forbid", frozen=True, str_strip_whitespace=False
+    )
+
+
+class InferenceServiceRef(_Model):
+    """``spec.inferenceServiceRef``: the InferenceService whose pods serve the adapter."""
+
+    name: ObjectName
+    namespace: NamespaceName | None = None
+
+
+class LoRAAdapterSpec(_Model):
+    """``spec``: which adapter, from where, into which InferenceService."""
+
+    inference_service_ref: InferenceServiceRef = Field(alias="inferenceServiceRef")
+    name: AdapterName
+    path: AdapterPath
+
+    def wire(self) -> dict[str, Any]:
+        """The spec as the apiserver stores it (camelCase, no nulls)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class ConditionStatus(StrEnum):
+    """``metav1.ConditionStatus``."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class ConditionKind(StrEnum):
+    """The condition types this project writes."""
+
+    AVAILABLE = "Available"
+    LOADED = "Loaded"
+    ERROR = "Error"
+    READY = "Ready"
+    OVER_CAPACITY = "OverCapacity"
+
+
+class Condition(_Model):
+    """One ``metav1.Condition`` as the CRD constrains it."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: Reason
+    message: Annotated[str, StringConstraints(max_length=32768)] = ""
+    last_transition_time: datetime = Field(alias="lastTransitionTime")
+    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, alias="observedGeneration"
+    )
+
+    @field_validator("last_transition_time")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    def wire(self) -> dict[str, Any]:
+        """The condition as the apiserver stores it (RFC 3339, seconds, ``Z``)."""
+        data = self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        data["lastTransitionTime"] = format_time(self.last_transition_time)
+        return data
+
+
+class LoRAAdapterStatus(_Model):
+    """``status``: conditions plus the last accepted path and load time."""
+
+    conditions: list[Condition] | None = None
+    loaded_path: str | None = Field(default=None, alias="loadedPath")
+    last_loaded_at: datetime | None = Field(default=None, alias="lastLoadedAt")
+
+    def wire(self) -> dict[str, Any]:
+        """The status as the apiserver stores it."""
+        data: dict[str, Any] = {}
+        if self.conditions is not None:
+            data["conditions"] = [c.wire() for c in self.conditions]
+        if self.loaded_path is not None:
+            data["loadedPath"] = self.loaded_path
+        if self.last_loaded_at is not None:
+            data["lastLoadedAt"] = format_time(self.last_loaded_at)
+        return data
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as Kubernetes writes ``metav1.Time``."""
+    return value.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """Parse a ``metav1.Time`` string (``...Z``); None stays None."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+_FIELD_NAMES = {
+    "inferenceServiceRef": "inference_service",
+    "name": "adapter_name",
+    "path": "path",
+}
+
+
+def describe_validation_error(loc: tuple[int | str, ...], msg: str) -> str:
+    """Turn a pydantic error location into the user-facing argument name (pure helper)."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in _FIELD_NAMES:
+        parts[0] = _FIELD_NAMES[parts[0]]
+    return ".".join(parts) + ": " + msg
+
+
+def is_dns_subdomain(value: str) -> bool:
+    """True when ``value`` is a DNS-1123 subdomain of at most 253 characters."""
+    return len(value) <= 253 and re.fullmatch(DNS_SUBDOMAIN_PATTERN, value) is not None
