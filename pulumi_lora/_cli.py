@@ -1,1 +1,47 @@
-def main() -> None: ...
+"""The ``pulumi-lora`` command (also ``python -m pulumi_lora``), built on click.
+
+Subcommands import their machinery lazily so ``pulumi-lora --help`` stays fast and a missing
+optional dependency only affects the subcommand that needs it.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pulumi_lora._version import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pulumi-lora")
+def cli() -> None:
+    """LoRA adapters on SGLang in Kubernetes, as Pulumi infrastructure."""
+
+
+@cli.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": [],
+    },
+    add_help_option=False,
+)
+@click.pass_context
+def emulate(ctx: click.Context) -> None:
+    """Run the SGLang emulator; takes SGLang's launch flags (``emulate --help`` lists them)."""
+    from pulumi_lora.testing.emulator import main as emulator_main
+
+    ctx.exit(emulator_main(list(ctx.args)))
+
+
+def _mount_testbed() -> None:
+    from pulumi_lora.testing.testbed._cli import testbed_group
+
+    cli.add_command(testbed_group, "testbed")
+
+
+_mount_testbed()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
