@@ -155,21 +155,95 @@ def parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-_FIELD_NAMES = {
-    "inferenceServiceRef": "inference_service",
-    "name": "adapter_name",
-    "path": "path",
-}
+# --- the resource's arguments and the CR annotations this project owns --------------------------
 
 
-def describe_validation_error(loc: tuple[int | str, ...], msg: str) -> str:
-    """Turn a pydantic error location into the user-facing argument name (pure helper)."""
-    parts = [str(p) for p in loc]
-    if parts and parts[0] in _FIELD_NAMES:
-        parts[0] = _FIELD_NAMES[parts[0]]
-    return ".".join(parts) + ": " + msg
+class Transport(StrEnum):
+    """How the provider reaches each pod's SGLang server."""
+
+    DIRECT = "direct"  # pod IP and container port: in-cluster, or a routed pod network
+    PROXY = "proxy"  # the apiserver's pod proxy: anywhere with a kubeconfig, but no API key
+    DELEGATED = "delegated"  # apply the CR and await the in-cluster re-sync loop's status
 
 
-def is_dns_subdomain(value: str) -> bool:
-    """True when ``value`` is a DNS-1123 subdomain of at most 253 characters."""
-    return len(value) <= 253 and re.fullmatch(DNS_SUBDOMAIN_PATTERN, value) is not None
+class Policy(StrEnum):
+    """What counts as loaded (the resource's ``readiness_policy``)."""
+
+    ALL_READY_PODS = "AllReadyPods"
+    ANY_READY_POD = "AnyReadyPod"
+
+
+ANNOTATION_PREFIX = "pulumi-lora.dev/"
+#: Settings the re-sync loop must know travel as annotations (spec and status are closed).
+ANNOTATION_PINNED = ANNOTATION_PREFIX + "pinned"
+ANNOTATION_TRANSPORT = ANNOTATION_PREFIX + "transport"
+ANNOTATION_POLICY = ANNOTATION_PREFIX + "readiness-policy"
+ANNOTATION_API_KEY_SECRET = ANNOTATION_PREFIX + "api-key-secret"  # "name/key", never the key
+ANNOTATION_MANAGED_BY = ANNOTATION_PREFIX + "managed-by"
+#: Set by the provider while it swaps or deletes, so the loop does not re-apply meanwhile.
+ANNOTATION_OPERATION = ANNOTATION_PREFIX + "operation"
+
+
+class AdapterArgs(_Model):
+    """Everything one LoRAAdapter resource declares, validated before anything touches a cluster.
+
+    The CR fields carry the CRD's own rules; the rest are this project's settings, stored on the
+    CR as ``pulumi-lora.dev/*`` annotations.
+    """
+
+    adapter_name: AdapterName
+    path: AdapterPath
+    inference_service: ObjectName
+    inference_service_namespace: NamespaceName | None = None
+    namespace: NamespaceName = "default"
+    resource_name: ObjectName | None = None
+    pinned: bool = False
+    readiness_policy: Policy = Policy.ALL_READY_PODS
+    ready_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 300.0
+    transport: Transport = Transport.DIRECT
+    api_key_secret_name: ObjectName | None = None
+    api_key_secret_key: Annotated[
+        str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    ] = "api-key"  # noqa: S105 - the key's name in the Secret, not a credential
+    kube_context: str | None = None
+    kubeconfig_path: str | None = None
+
+    @property
+    def cr_name(self) -> str:
+        """The CR's name: given, else derived from the adapter name (DNS-1123 safe)."""
+        return self.resource_name or default_resource_name(self.adapter_name)
+
+    @property
+    def target_namespace(self) -> str:
+        """Where the InferenceService lives (defaults to the CR's namespace)."""
+        return self.inference_service_namespace or self.namespace
+
+    def spec(self) -> LoRAAdapterSpec:
+        """The CR's spec."""
+        return LoRAAdapterSpec(
+            inference_service_ref=InferenceServiceRef(
+                name=self.inference_service, namespace=self.inference_service_namespace
+            ),
+            name=self.adapter_name,
+            path=self.path,
+        )
+
+    def annotations(self) -> dict[str, str]:
+        """The project's annotations on the CR (never a secret value)."""
+        notes = {
+            ANNOTATION_MANAGED_BY: "pulumi",
+            ANNOTATION_PINNED: "true" if self.pinned else "false",
+            ANNOTATION_TRANSPORT: self.transport.value,
+            ANNOTATION_POLICY: self.readiness_policy.value,
+        }
+        if self.api_key_secret_name:
+            notes[ANNOTATION_API_KEY_SECRET] = (
+                f"{self.api_key_secret_name}/{self.api_key_secret_key}"
+            )
+        return notes
+
+
+def default_resource_name(adapter_name: str) -> str:
+    """A DNS-1123 CR name for an adapter handle (lowercase; ``_`` and ``.`` runs become ``-``)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", adapter_name.lower()).strip("-")
+    return name[:63].rstrip("-") or "lora"

@@ -1,0 +1,456 @@
+"""Cluster access (lightkube): credentials, the InferenceService, its pods, the CR and its status.
+
+The only module that talks to the Kubernetes API. It turns API objects into small frozen values
+(:class:`Target`, :class:`PodEndpoint`) right at the edge, so the layers above never handle
+raw API objects, and it maps lightkube's ``ApiError`` onto the project's errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, Pod, Secret
+
+from pulumi_lora._errors import ClusterError, InferenceServiceNotFound, TransportUnavailable
+from pulumi_lora._models import API_VERSION, GROUP, ISVC_KIND, ISVC_PLURAL, KIND, PLURAL, VERSION
+
+LoRAAdapterResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+InferenceServiceResource = create_namespaced_resource(GROUP, VERSION, ISVC_KIND, ISVC_PLURAL)
+
+#: Field manager for the CR's spec and annotations (server-side apply).
+SPEC_MANAGER = "pulumi-lora"
+#: Label LLMKube puts on every pod of an InferenceService.
+SERVICE_LABEL = "inference.llmkube.dev/service"
+#: The SGLang container and its port, as LLMKube's operator names them.
+SGLANG_CONTAINER = "sglang"
+HTTP_PORT_NAME = "http"
+DEFAULT_SGLANG_PORT = 30000
+
+
+# --- credentials --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeSource:
+    """Where cluster credentials come from, in pulumi-kubernetes' order of precedence.
+
+    ``kubeconfig`` is either the content of a kubeconfig (from secret Pulumi config, never stored
+    in state) or a path to one; ``context`` picks a context. When neither is set: ``KUBECONFIG``,
+    then ``~/.kube/config``, then the in-cluster service account.
+    """
+
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    def load(self) -> SingleConfig:
+        """Resolve to one cluster + user (raises ``ClusterError`` with a readable reason)."""
+        try:
+            if self.kubeconfig and _looks_like_content(self.kubeconfig):
+                config = KubeConfig.from_dict(yaml.safe_load(self.kubeconfig))
+            elif self.kubeconfig:
+                config = KubeConfig.from_file(Path(self.kubeconfig).expanduser())
+            elif os.environ.get("KUBECONFIG"):
+                config = KubeConfig.from_file(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+            else:
+                config = KubeConfig.from_env()
+            single = config.get(context_name=self.context)
+        except Exception as exc:  # lightkube raises several unrelated types here
+            where = "the given kubeconfig" if self.kubeconfig else "KUBECONFIG/~/.kube/config"
+            raise ClusterError(
+                f"cannot load cluster credentials from {where}"
+                + (f" (context {self.context!r})" if self.context else "")
+                + f": {type(exc).__name__}: {exc}"
+            ) from exc
+        if single is None:
+            raise ClusterError("the kubeconfig names no current context; set pulumi-lora:context")
+        return single
+
+
+def _looks_like_content(value: str) -> bool:
+    return "\n" in value or value.lstrip().startswith(("apiVersion", "{"))
+
+
+def make_client(source: KubeSource) -> Client:
+    """A lightkube client for ``source`` (TLS verified as the kubeconfig says: on by default)."""
+    return Client(config=source.load(), field_manager=SPEC_MANAGER)
+
+
+# --- the target ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """The InferenceService facts this project reads."""
+
+    namespace: str
+    name: str
+    runtime: str
+    replicas: int
+    extra_args: tuple[str, ...] = ()
+    sglang_adapters: tuple[Mapping[str, str], ...] = ()
+
+
+def target_from_object(obj: Mapping[str, Any]) -> Target:
+    """Pure: read a Target out of an InferenceService object."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    sglang = spec.get("sglangConfig") or {}
+    return Target(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        runtime=str(spec.get("runtime") or "llamacpp"),
+        replicas=int(spec.get("replicas", 1)),
+        extra_args=tuple(str(a) for a in spec.get("extraArgs") or ()),
+        sglang_adapters=tuple(sglang.get("loraAdapters") or ()),
+    )
+
+
+def get_target(client: Client, namespace: str, name: str) -> Target:
+    """The InferenceService, or ``InferenceServiceNotFound`` naming namespace/name."""
+    try:
+        obj = client.get(InferenceServiceResource, name, namespace=namespace)
+    except ApiError as exc:
+        if exc.status.code == 404:
+            raise InferenceServiceNotFound(namespace, name) from exc
+        raise _cluster_error(f"reading InferenceService {namespace}/{name}", exc) from exc
+    return target_from_object(as_dict(obj))
+
+
+# --- pods ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodEndpoint:
+    """One pod of the target: identity, readiness, where its SGLang listens."""
+
+    name: str
+    namespace: str
+    uid: str
+    ready: bool
+    ip: str | None
+    port: int
+    state: str
+    restart_count: int = 0
+    started_at: str | None = None
+
+
+def pod_from_object(obj: Mapping[str, Any]) -> PodEndpoint:
+    """Pure: a PodEndpoint from a Pod object (container ``sglang``, port ``http``)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    containers = spec.get("containers") or []
+    sglang = next(
+        (c for c in containers if c.get("name") == SGLANG_CONTAINER),
+        containers[0] if containers else {},
+    )
+    port = next(
+        (
+            int(p["containerPort"])
+            for p in sglang.get("ports") or []
+            if p.get("name") == HTTP_PORT_NAME
+        ),
+        DEFAULT_SGLANG_PORT,
+    )
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready_cond = conditions.get("Ready") or {}
+    ready = ready_cond.get("status") == "True" and not meta.get("deletionTimestamp")
+    container_status: Mapping[str, Any] = next(
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == SGLANG_CONTAINER), {}
+    )
+    running = (container_status.get("state") or {}).get("running") or {}
+    return PodEndpoint(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        uid=str(meta.get("uid", "")),
+        ready=ready,
+        ip=status.get("podIP"),
+        port=port,
+        state=describe_pod_state(status, bool(meta.get("deletionTimestamp"))),
+        restart_count=int(container_status.get("restartCount", 0)),
+        started_at=running.get("startedAt"),
+    )
+
+
+def describe_pod_state(status: Mapping[str, Any], terminating: bool) -> str:
+    """Pure: ``Running, Ready`` / ``Pending, not Ready (ContainersNotReady)`` for messages."""
+    phase = str(status.get("phase") or "Unknown")
+    if terminating:
+        return f"{phase}, terminating"
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    if ready and ready.get("status") == "True":
+        return f"{phase}, Ready"
+    reason = (ready or {}).get("reason")
+    return f"{phase}, not Ready" + (f" ({reason})" if reason else "")
+
+
+def list_pods(client: Client, namespace: str, service: str) -> list[PodEndpoint]:
+    """Every pod LLMKube labels as the InferenceService's, sorted by name."""
+    try:
+        pods = client.list(Pod, namespace=namespace, labels={SERVICE_LABEL: service})
+        found = [pod_from_object(as_dict(p)) for p in pods]
+    except ApiError as exc:
+        raise _cluster_error(f"listing pods of {namespace}/{service}", exc) from exc
+    return sorted(found, key=lambda p: p.name)
+
+
+def wait_for_pods(
+    client: Client, target: Target, timeout: float, poll: float = 0.25
+) -> list[PodEndpoint]:
+    """Wait until every desired replica is Ready (or the timeout); return the pods then seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = list_pods(client, target.namespace, target.name)
+        ready = sum(1 for p in pods if p.ready)
+        if (ready >= max(target.replicas, 1) and ready == len(pods)) or (
+            time.monotonic() >= deadline
+        ):
+            return pods
+        time.sleep(poll)
+
+
+# --- the CR -------------------------------------------------------------------------------------
+
+
+def adapter_manifest(
+    namespace: str,
+    name: str,
+    spec: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Pure: the CR as this project applies it (spec and its own annotations, nothing else)."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": dict(annotations),
+    }
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": dict(spec)}
+
+
+def apply_adapter(client: Client, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Server-side apply of the CR with the project's field manager; returns the stored object."""
+    meta = manifest["metadata"]
+    try:
+        obj = client.apply(
+            LoRAAdapterResource.from_dict(dict(manifest)), field_manager=SPEC_MANAGER, force=True
+        )
+    except ApiError as exc:
+        raise _cluster_error(
+            f"applying LoRAAdapter {meta['namespace']}/{meta['name']}", exc
+        ) from exc
+    return as_dict(obj)
+
+
+def apply_adapter_status(
+    client: Client, namespace: str, name: str, status: Mapping[str, Any], field_manager: str
+) -> dict[str, Any]:
+    """Server-side apply of ``status`` through the status subresource."""
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "status": dict(status),
+    }
+    try:
+        obj = client.apply(
+            LoRAAdapterResource.Status.from_dict(body),
+            field_manager=field_manager,
+            force=True,
+        )
+    except ApiError as exc:
+        raise _cluster_error(f"writing the status of LoRAAdapter {namespace}/{name}", exc) from exc
+    return as_dict(obj)
+
+
+def get_adapter(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
+    """The CR as stored, or None when it does not exist."""
+    try:
+        obj = client.get(LoRAAdapterResource, name, namespace=namespace)
+    except ApiError as exc:
+        if exc.status.code == 404:
+            return None
+        raise _cluster_error(f"reading LoRAAdapter {namespace}/{name}", exc) from exc
+    return as_dict(obj)
+
+
+def list_adapters(client: Client, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every LoRAAdapter CR (one namespace, or all when None)."""
+    try:
+        return [as_dict(o) for o in client.list(LoRAAdapterResource, namespace=namespace or "*")]
+    except ApiError as exc:
+        raise _cluster_error("listing LoRAAdapters", exc) from exc
+
+
+def delete_adapter(
+    client: Client, namespace: str, name: str, timeout: float = 60.0, poll: float = 0.2
+) -> None:
+    """Delete the CR and wait until it is really gone (a finalizer could hold it)."""
+    try:
+        client.delete(LoRAAdapterResource, name, namespace=namespace)
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise _cluster_error(f"deleting LoRAAdapter {namespace}/{name}", exc) from exc
+    deadline = time.monotonic() + timeout
+    while (obj := get_adapter(client, namespace, name)) is not None:
+        if time.monotonic() >= deadline:
+            finalizers = (obj.get("metadata") or {}).get("finalizers") or []
+            raise ClusterError(
+                f"LoRAAdapter {namespace}/{name} still exists {timeout:.0f}s after its deletion"
+                + (f"; finalizers {finalizers} hold it" if finalizers else "")
+            )
+        time.sleep(poll)
+
+
+def read_secret_value(client: Client, namespace: str, name: str, key: str) -> str:
+    """One key of a Secret, decoded. The value is returned, never logged or put in a message."""
+    try:
+        secret = client.get(Secret, name, namespace=namespace)
+    except ApiError as exc:
+        raise _cluster_error(f"reading Secret {namespace}/{name}", exc) from exc
+    data = secret.data or {}
+    if key not in data:
+        raise ClusterError(f"Secret {namespace}/{name} has no key {key!r} (keys: {sorted(data)})")
+    return base64.b64decode(data[key]).decode()
+
+
+def emit_event(
+    client: Client,
+    adapter: Mapping[str, Any],
+    *,
+    reason: str,
+    message: str,
+    warning: bool = False,
+    component: str = SPEC_MANAGER,
+) -> None:
+    """Record a Kubernetes Event on the CR; best effort (an Event is never worth a failure)."""
+    meta = adapter.get("metadata") or {}
+    now = datetime.now(UTC)
+    event = Event(
+        metadata=ObjectMeta(
+            generateName=f"{meta.get('name', 'lora')}.", namespace=meta.get("namespace")
+        ),
+        involvedObject=ObjectReference(
+            apiVersion=API_VERSION,
+            kind=KIND,
+            name=meta.get("name"),
+            namespace=meta.get("namespace"),
+            uid=meta.get("uid"),
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Warning" if warning else "Normal",
+        source=EventSource(component=component),
+        firstTimestamp=now,
+        lastTimestamp=now,
+        count=1,
+    )
+    try:
+        client.create(event)
+    except ApiError:
+        return
+
+
+# --- the apiserver's pod proxy ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProxyAccess:
+    """What an HTTP client needs to reach pods through the apiserver's proxy subresource."""
+
+    server: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    ssl_context: ssl.SSLContext | None = None
+
+    def pod_url(self, pod: PodEndpoint) -> str:
+        """Base URL of one pod's SGLang through the proxy."""
+        return (
+            f"{self.server.rstrip('/')}/api/v1/namespaces/{pod.namespace}/pods/"
+            f"{pod.name}:{pod.port}/proxy"
+        )
+
+
+def proxy_access(source: KubeSource) -> ProxyAccess:
+    """Build proxy access from the kubeconfig: token or client certificate, the cluster's CA.
+
+    Exec and auth-provider plugins are not supported here; such clusters should use the
+    delegated transport.
+    """
+    config = source.load()
+    cluster, user = config.cluster, config.user
+    headers: dict[str, str] = {}
+    if user is not None and getattr(user, "token", None):
+        headers["Authorization"] = f"Bearer {user.token}"
+    elif user is not None and (getattr(user, "exec", None) or getattr(user, "auth_provider", None)):
+        raise TransportUnavailable(
+            "the proxy transport supports token and client-certificate kubeconfigs, not exec or "
+            "auth-provider plugins; use transport 'delegated' (the in-cluster re-sync loop loads)"
+        )
+    ctx = ssl.create_default_context()
+    if getattr(cluster, "insecure", False):
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    ca_file = getattr(cluster, "certificate_auth", None)
+    ca_data = getattr(cluster, "certificate_auth_data", None)
+    if ca_file:
+        ctx.load_verify_locations(cafile=str(ca_file))
+    elif ca_data:
+        ctx.load_verify_locations(cadata=base64.b64decode(ca_data).decode())
+    if user is not None:
+        with _client_cert_files(user) as cert:
+            if cert:
+                ctx.load_cert_chain(*cert)
+    return ProxyAccess(server=str(cluster.server), headers=headers, ssl_context=ctx)
+
+
+@contextmanager
+def _client_cert_files(user: Any) -> Iterator[tuple[str, str] | None]:
+    cert_file, key_file = getattr(user, "client_cert", None), getattr(user, "client_key", None)
+    cert_data = getattr(user, "client_cert_data", None)
+    key_data = getattr(user, "client_key_data", None)
+    if cert_file and key_file:
+        yield str(cert_file), str(key_file)
+        return
+    if not (cert_data and key_data):
+        yield None
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_path, key_path = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
+        cert_path.write_bytes(base64.b64decode(cert_data))
+        key_path.write_bytes(base64.b64decode(key_data))
+        key_path.chmod(0o600)
+        yield str(cert_path), str(key_path)
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A lightkube object as a plain camelCase dict (lightkube's ``to_dict`` is untyped)."""
+    data: dict[str, Any] = obj.to_dict()
+    return data
+
+
+def _cluster_error(action: str, exc: ApiError) -> ClusterError:
+    status = exc.status
+    return ClusterError(f"{action} failed: HTTP {status.code} {status.reason}: {status.message}")
+
+
+def names(pods: Sequence[PodEndpoint]) -> list[str]:
+    """Pod names, for messages."""
+    return [p.name for p in pods]

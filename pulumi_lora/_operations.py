@@ -1,0 +1,639 @@
+"""One LoRAAdapter's lifecycle against a live cluster: create, observe, update, delete.
+
+The Pulumi provider is a thin translation of these functions. Each follows the reconcile pattern:
+observe (target, pods, what each pod serves), ask the pure core for a plan, execute it on every
+pod in parallel (each SGLang serializes its own loads), record the result in the CR's status and
+in Events, and return an :class:`AdapterState` that becomes the resource's outputs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import httpx
+from lightkube import Client
+
+from pulumi_lora import _cluster as k8s
+from pulumi_lora._errors import (
+    AdapterNotLoaded,
+    ClusterError,
+    NameCollision,
+    NoReadyPods,
+    PulumiLoRAError,
+    RuntimeMismatch,
+    TransportUnavailable,
+)
+from pulumi_lora._executor import run_sync
+from pulumi_lora._models import (
+    ANNOTATION_OPERATION,
+    AdapterArgs,
+    Condition,
+    ConditionKind,
+    ConditionStatus,
+    LoRAAdapterStatus,
+    Transport,
+    format_time,
+)
+from pulumi_lora._reconcile import (
+    Availability,
+    Desired,
+    PodAction,
+    PodOutcome,
+    PodView,
+    ReadinessPolicy,
+    build_conditions,
+    is_loaded,
+    loaded_message,
+    plan,
+    pod_program,
+    rollback_plan,
+    startup_adapters,
+    summarize,
+)
+from pulumi_lora._settings import ClientTimeouts
+from pulumi_lora._sglang import SGLangClient
+
+#: Field manager for the status this provider writes (the re-sync loop uses its own).
+STATUS_MANAGER = "pulumi-lora-provider"
+#: Supported SGLang servers (``/v1/models`` lists adapters from 0.5.5 on).
+SUPPORTED_SGLANG = ">= 0.5.5"
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """Provider-wide settings from Pulumi config (``pulumi-lora:*``), plaintext in memory only.
+
+    ``kubeconfig`` (content or path) and ``context`` are defaults for resources that set neither;
+    ``api_key`` is the SGLang API key when no Secret reference is given.
+    """
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    api_key: str | None = None
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, str]) -> ProviderConfig:
+        """Read ``pulumi-lora:kubeconfig``, ``:context`` and ``:sglangApiKey``."""
+
+        def get(key: str) -> str | None:
+            return values.get(f"pulumi-lora:{key}") or None
+
+        return cls(get("kubeconfig"), get("context"), get("sglangApiKey"))
+
+    def __repr__(self) -> str:
+        return (
+            f"ProviderConfig(kubeconfig={'set' if self.kubeconfig else None}, "
+            f"context={self.context!r}, api_key={'set' if self.api_key else None})"
+        )
+
+
+@dataclass(frozen=True)
+class PodReport:
+    """One pod's line in the outputs: what it serves, or why not."""
+
+    pod: str
+    ready: bool
+    loaded: bool
+    path: str | None = None
+    reason: str = ""
+    error: str = ""
+    since: str | None = None  # when this project last loaded it there
+
+
+@dataclass(frozen=True)
+class AdapterState:
+    """The live truth about one adapter, as outputs need it."""
+
+    uid: str
+    generation: int
+    spec: Mapping[str, Any]
+    annotations: Mapping[str, str]
+    conditions: tuple[Condition, ...] = ()
+    pods: tuple[PodReport, ...] = ()
+    loaded_path: str | None = None
+    last_loaded_at: str | None = None
+
+    def condition(self, kind: ConditionKind) -> bool:
+        """Whether condition ``kind`` is True."""
+        return any(
+            c.type == kind.value and c.status is ConditionStatus.TRUE for c in self.conditions
+        )
+
+
+@dataclass
+class Session:
+    """The I/O context of one operation: cluster client, transport, credentials."""
+
+    args: AdapterArgs
+    config: ProviderConfig
+    timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
+    _kube: Client | None = None
+
+    @property
+    def source(self) -> k8s.KubeSource:
+        """Cluster credentials: the resource's own, else the provider's, else the defaults."""
+        return k8s.KubeSource(
+            kubeconfig=self.args.kubeconfig_path or self.config.kubeconfig,
+            context=self.args.kube_context or self.config.context,
+        )
+
+    @property
+    def kube(self) -> Client:
+        """The lightkube client (built on first use: clients can't be pickled)."""
+        if self._kube is None:
+            self._kube = k8s.make_client(self.source)
+        return self._kube
+
+    # --- observation ----------------------------------------------------------------------------
+
+    def resolve_target(self) -> k8s.Target:
+        """The InferenceService; raises NotFound, or RuntimeMismatch when it isn't sglang."""
+        target = k8s.get_target(self.kube, self.args.target_namespace, self.args.inference_service)
+        if target.runtime != "sglang":
+            raise RuntimeMismatch(target.namespace, target.name, target.runtime)
+        return target
+
+    def check_collisions(self, target: k8s.Target, own_uid: str | None) -> None:
+        """Refuse a name another CR claims on this target, or a startup adapter's other path."""
+        args = self.args
+        for other in self.claims(target, own_uid):
+            meta = other["metadata"]
+            raise NameCollision(
+                args.adapter_name,
+                target.namespace,
+                target.name,
+                f"LoRAAdapter {meta['namespace']}/{meta['name']}",
+            )
+        served = startup_adapters(target.extra_args, target.sglang_adapters)
+        if args.adapter_name in served and served[args.adapter_name] != args.path:
+            raise NameCollision(
+                args.adapter_name,
+                target.namespace,
+                target.name,
+                f"the server's startup --lora-paths ({served[args.adapter_name]})",
+            )
+
+    def claims(self, target: k8s.Target, own_uid: str | None) -> list[dict[str, Any]]:
+        """Other LoRAAdapter CRs declaring the same adapter name on the same target."""
+        found = []
+        for cr in k8s.list_adapters(self.kube):
+            meta, spec = cr.get("metadata") or {}, cr.get("spec") or {}
+            ref = spec.get("inferenceServiceRef") or {}
+            same_target = (
+                ref.get("name") == target.name
+                and (ref.get("namespace") or meta.get("namespace")) == target.namespace
+            )
+            if (
+                same_target
+                and spec.get("name") == self.args.adapter_name
+                and (meta.get("uid") != own_uid)
+                and not (
+                    meta.get("name") == self.args.cr_name
+                    and meta.get("namespace") == self.args.namespace
+                )
+            ):
+                found.append(cr)
+        return found
+
+    def api_key(self, target: k8s.Target) -> str | None:
+        """The SGLang API key: from the referenced Secret (target's namespace), else config."""
+        if self.args.api_key_secret_name:
+            return k8s.read_secret_value(
+                self.kube,
+                target.namespace,
+                self.args.api_key_secret_name,
+                self.args.api_key_secret_key,
+            )
+        return self.config.api_key
+
+    def clients(
+        self, pods: Sequence[k8s.PodEndpoint], api_key: str | None
+    ) -> dict[str, SGLangClient]:
+        """One SGLang client per reachable pod, for the chosen transport."""
+        ensure_reachable(self.args, api_key)
+        if self.args.transport is Transport.PROXY:
+            access = k8s.proxy_access(self.source)
+            return {
+                p.name: SGLangClient(
+                    access.pod_url(p),
+                    extra_headers=access.headers,
+                    timeouts=self.timeouts,
+                    label=f"pod {p.name} (via apiserver proxy)",
+                    transport=httpx.HTTPTransport(verify=access.ssl_context or True),
+                )
+                for p in pods
+            }
+        return {
+            p.name: SGLangClient(
+                _pod_url(p),
+                api_key=api_key,
+                timeouts=self.timeouts,
+                label=f"pod {p.name} ({_pod_url(p)})",
+            )
+            for p in pods
+            if p.ip
+        }
+
+    def views(
+        self, pods: Sequence[k8s.PodEndpoint], clients: Mapping[str, SGLangClient]
+    ) -> tuple[list[PodView], dict[str, str]]:
+        """Read ``/v1/models`` on every Ready pod in parallel; errors per pod, not raised."""
+
+        def read(pod: k8s.PodEndpoint) -> tuple[PodView, str]:
+            client = clients.get(pod.name)
+            if not pod.ready or client is None:
+                return PodView(pod.name, pod.ready and client is not None, pod.state, pod.uid), ""
+            try:
+                listed = client.list_models()
+            except PulumiLoRAError as exc:
+                return PodView(pod.name, True, pod.state, pod.uid, None), str(exc)
+            return PodView(pod.name, True, pod.state, pod.uid, dict(listed.adapters)), ""
+
+        results = parallel(read, pods)
+        return [v for v, _ in results], {v.name: e for v, e in results if e}
+
+    # --- actions --------------------------------------------------------------------------------
+
+    def execute(
+        self,
+        desired: Desired | None,
+        actions: Sequence[PodAction],
+        clients: Mapping[str, SGLangClient],
+    ) -> list[PodOutcome]:
+        """Run every pod's program in parallel."""
+        name = self.args.adapter_name
+
+        def run(action: PodAction) -> PodOutcome:
+            client = clients.get(action.pod)
+            if client is None:
+                return PodOutcome(action.pod, loaded=False, waiting=True)
+            return run_sync(pod_program(action, desired, name), client)
+
+        return parallel(run, actions)
+
+    def write_status(
+        self,
+        cr: Mapping[str, Any],
+        availability: Availability,
+        outcomes: Sequence[PodOutcome] | None,
+        now: datetime,
+    ) -> AdapterState:
+        """Write conditions, loadedPath and lastLoadedAt to the CR; return the new state."""
+        meta = cr["metadata"]
+        stored = LoRAAdapterStatus.model_validate(cr.get("status") or {})
+        summary = None if outcomes is None else summarize(outcomes)
+        conditions = build_conditions(
+            availability=availability,
+            summary=summary,
+            policy=self.policy,
+            generation=int(meta.get("generation", 1)),
+            previous=stored.conditions or [],
+            now=now,
+        )
+        loaded = [o for o in outcomes or [] if o.loaded]
+        did_load = any(o.did_load for o in loaded)
+        status = LoRAAdapterStatus(
+            conditions=conditions,
+            loaded_path=self.args.path if loaded else stored.loaded_path,
+            last_loaded_at=now if did_load else stored.last_loaded_at,
+        )
+        k8s.apply_adapter_status(
+            self.kube, meta["namespace"], meta["name"], status.wire(), STATUS_MANAGER
+        )
+        return state_from_cr({**cr, "status": status.wire()}, reports(outcomes or [], now))
+
+    @property
+    def policy(self) -> ReadinessPolicy:
+        """The core's readiness policy for this resource."""
+        return ReadinessPolicy(self.args.readiness_policy.value)
+
+    def apply_cr(self, operation: str | None = None) -> dict[str, Any]:
+        """Server-side apply of spec and annotations (``operation`` marks a swap or delete)."""
+        notes = self.args.annotations()
+        if operation:  # omitted otherwise: server-side apply then removes it
+            notes[ANNOTATION_OPERATION] = f"{operation}@{format_time(now_utc())}"
+        manifest = k8s.adapter_manifest(
+            self.args.namespace, self.args.cr_name, self.args.spec().wire(), notes
+        )
+        return k8s.apply_adapter(self.kube, manifest)
+
+    def load_everywhere(
+        self, cr: Mapping[str, Any], target: k8s.Target, *, observe: bool
+    ) -> tuple[list[PodOutcome], list[k8s.PodEndpoint]]:
+        """Wait for the pods, then load (or swap) on every Ready one."""
+        pods = k8s.wait_for_pods(self.kube, target, self.args.ready_timeout_seconds)
+        if not any(p.ready for p in pods):
+            raise NoReadyPods(target.namespace, target.name, [f"{p.name}: {p.state}" for p in pods])
+        clients = self.clients(pods, self.api_key(target))
+        try:
+            if observe:
+                views, _ = self.views(pods, clients)
+            else:
+                views = [
+                    PodView(p.name, p.ready and p.name in clients, p.state, p.uid) for p in pods
+                ]
+            desired = Desired(self.args.adapter_name, self.args.path, self.args.pinned)
+            return self.execute(desired, plan(desired, views, desired.name), clients), pods
+        finally:
+            for client in clients.values():
+                client.close()
+
+
+# --- the lifecycle ------------------------------------------------------------------------------
+
+
+def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
+    """Apply the CR and load on every Ready pod; on failure leave no CR and no partial load."""
+    session = Session(args, config)
+    target = session.resolve_target()
+    session.check_collisions(target, own_uid=None)
+    ensure_reachable(args, session.api_key(target))
+    cr = session.apply_cr()
+    try:
+        if args.transport is Transport.DELEGATED:
+            return await_delegated(session, cr)
+        outcomes, pods = session.load_everywhere(cr, target, observe=False)
+        summary = summarize(outcomes)
+        if not is_loaded(summary, session.policy):
+            _rollback(session, target, pods, outcomes)
+            raise AdapterNotLoaded(args.adapter_name, loaded_message(summary), _advice(outcomes))
+        state = session.write_status(
+            cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc()
+        )
+        _event(session, cr, outcomes, "Loaded")
+        return state
+    except BaseException:
+        k8s.delete_adapter(session.kube, args.namespace, args.cr_name)
+        raise
+
+
+def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
+    """Re-apply the CR and swap (or load) on every Ready pod; status records any failure."""
+    session = Session(args, config)
+    cr = session.apply_cr(operation="update")
+    try:
+        target = session.resolve_target()
+        session.check_collisions(target, own_uid=cr["metadata"].get("uid"))
+        if args.transport is Transport.DELEGATED:
+            cr = session.apply_cr()
+            return await_delegated(session, cr)
+        outcomes, _ = session.load_everywhere(cr, target, observe=True)
+        state = session.write_status(
+            cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc()
+        )
+        _event(session, cr, outcomes, "Updated")
+        summary = summarize(outcomes)
+        if not is_loaded(summary, session.policy):
+            raise AdapterNotLoaded(args.adapter_name, loaded_message(summary), _advice(outcomes))
+        return state
+    except PulumiLoRAError as exc:
+        if not isinstance(exc, AdapterNotLoaded):
+            session.write_status(cr, Availability(False, exc.reason, str(exc)), None, now_utc())
+        raise
+    finally:
+        session.apply_cr()
+
+
+def observe(args: AdapterArgs, config: ProviderConfig) -> AdapterState | None:
+    """What the cluster says now (refresh): None when the CR is gone."""
+    session = Session(args, config)
+    cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    if cr is None:
+        return None
+    spec = cr.get("spec") or {}
+    live = args.model_copy(
+        update={
+            "adapter_name": spec.get("name", args.adapter_name),
+            "path": spec.get("path", args.path),
+        }
+    )
+    session = Session(live, config)
+    if args.transport is Transport.DELEGATED:
+        return state_from_cr(cr, ())
+    try:
+        target = session.resolve_target()
+    except ClusterError:
+        return state_from_cr(cr, ())
+    pods = k8s.list_pods(session.kube, target.namespace, target.name)
+    clients = session.clients(pods, session.api_key(target))
+    try:
+        views, errors = session.views(pods, clients)
+    finally:
+        for client in clients.values():
+            client.close()
+    since = (cr.get("status") or {}).get("lastLoadedAt")
+    name = live.adapter_name
+    pod_reports = tuple(
+        PodReport(
+            v.name,
+            v.ready,
+            loaded=bool(v.adapters and name in v.adapters),
+            path=(v.adapters or {}).get(name),
+            reason="Unreachable" if v.name in errors else "",
+            error=errors.get(v.name, ""),
+            since=since if v.adapters and name in v.adapters else None,
+        )
+        for v in views
+    )
+    return state_from_cr(cr, pod_reports)
+
+
+def delete(args: AdapterArgs, config: ProviderConfig) -> None:
+    """Unload from every pod (unless another CR claims the name), remove the CR, wait it's gone."""
+    session = Session(args, config)
+    cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    if cr is not None:
+        session.apply_cr(operation="delete")
+    try:
+        target = session.resolve_target()
+    except ClusterError:
+        target = None  # a vanished (or changed) target has nothing left to unload
+    if (
+        target is not None
+        and args.transport is not Transport.DELEGATED
+        and not session.claims(target, own_uid=(cr or {}).get("metadata", {}).get("uid"))
+    ):
+        pods = k8s.list_pods(session.kube, target.namespace, target.name)
+        clients = session.clients(pods, session.api_key(target))
+        try:
+            views, _ = session.views(pods, clients)
+            outcomes = session.execute(None, plan(None, views, args.adapter_name), clients)
+        finally:
+            for client in clients.values():
+                client.close()
+        ready = {v.name for v in views if v.ready}
+        failed = [o for o in outcomes if o.error and o.pod in ready]
+        if failed:
+            if cr is not None:
+                session.apply_cr()
+            raise AdapterNotLoaded(
+                args.adapter_name,
+                "; ".join(f"pod {o.pod}: {o.error}" for o in failed),
+                "the CR is kept so the delete can be retried",
+                unloading=True,
+            )
+    k8s.delete_adapter(session.kube, args.namespace, args.cr_name)
+
+
+def await_delegated(session: Session, cr: Mapping[str, Any], poll: float = 0.5) -> AdapterState:
+    """Wait for the in-cluster re-sync loop to report this generation (Loaded or Error)."""
+    meta = cr["metadata"]
+    generation = int(meta.get("generation", 1))
+    deadline = time.monotonic() + session.args.ready_timeout_seconds
+    while True:
+        live = k8s.get_adapter(session.kube, meta["namespace"], meta["name"]) or cr
+        state = state_from_cr(live, ())
+        current = {c.type: c for c in state.conditions if c.observed_generation == generation}
+        if (loaded := current.get(ConditionKind.LOADED.value)) and (
+            loaded.status is ConditionStatus.TRUE
+        ):
+            return state
+        if (error := current.get(ConditionKind.ERROR.value)) and (
+            error.status is ConditionStatus.TRUE
+        ):
+            raise AdapterNotLoaded(
+                session.args.adapter_name,
+                error.message,
+                f"reported by the re-sync loop ({error.reason})",
+            )
+        if time.monotonic() >= deadline:
+            raise AdapterNotLoaded(
+                session.args.adapter_name,
+                f"no re-sync loop reported generation {generation} within "
+                f"{session.args.ready_timeout_seconds:.0f}s",
+                "the delegated transport needs `pulumi-lora resync` running in the cluster",
+            )
+        time.sleep(poll)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def state_from_cr(cr: Mapping[str, Any], pods: Iterable[PodReport]) -> AdapterState:
+    """Pure: an AdapterState from a stored CR plus per-pod reports."""
+    meta = cr.get("metadata") or {}
+    status = LoRAAdapterStatus.model_validate(cr.get("status") or {})
+    return AdapterState(
+        uid=str(meta.get("uid", "")),
+        generation=int(meta.get("generation", 1)),
+        spec=dict(cr.get("spec") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        conditions=tuple(status.conditions or ()),
+        pods=tuple(pods),
+        loaded_path=status.loaded_path,
+        last_loaded_at=format_time(status.last_loaded_at) if status.last_loaded_at else None,
+    )
+
+
+def reports(outcomes: Sequence[PodOutcome], now: datetime) -> tuple[PodReport, ...]:
+    """Pure: per-pod lines from the outcomes of one run."""
+    return tuple(
+        PodReport(
+            o.pod,
+            ready=not o.waiting,
+            loaded=o.loaded,
+            path=o.path,
+            reason=o.reason,
+            error=o.error,
+            since=format_time(now) if o.did_load else None,
+        )
+        for o in outcomes
+    )
+
+
+def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """Map ``fn`` over ``items`` on threads (order kept); pods are independent servers."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def now_utc() -> datetime:
+    """The clock, in one place."""
+    return datetime.now(UTC)
+
+
+def ensure_reachable(args: AdapterArgs, api_key: str | None) -> None:
+    """Fail before anything is made when the transport can't carry the server's API key."""
+    if args.transport is Transport.PROXY and api_key:
+        raise TransportUnavailable(
+            "the apiserver's pod proxy strips the Authorization header, so a keyed SGLang can't "
+            "be reached through it; use transport 'delegated' (or 'direct' from inside the "
+            "cluster network)"
+        )
+
+
+def _pod_url(pod: k8s.PodEndpoint) -> str:
+    host = f"[{pod.ip}]" if pod.ip and ":" in pod.ip else pod.ip
+    return f"http://{host}:{pod.port}"
+
+
+def _rollback(
+    session: Session,
+    target: k8s.Target,
+    pods: Sequence[k8s.PodEndpoint],
+    outcomes: Sequence[PodOutcome],
+) -> None:
+    """Unload from exactly the pods this create loaded (best effort; the error says the rest)."""
+    actions = rollback_plan(outcomes)
+    if not actions:
+        return
+    clients = session.clients(
+        [p for p in pods if p.name in {a.pod for a in actions}], session.api_key(target)
+    )
+    try:
+        session.execute(None, actions, clients)
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def _advice(outcomes: Sequence[PodOutcome]) -> str:
+    """One line of what to do, from the first failure's reason."""
+    reasons = {o.reason for o in outcomes if o.error}
+    if "LoRANotEnabled" in reasons:
+        return "add --enable-lora to the InferenceService's spec.extraArgs"
+    if "IncompatibleAdapter" in reasons:
+        return (
+            "raise --max-lora-rank or widen --lora-target-modules in spec.extraArgs, or use "
+            "an adapter within them"
+        )
+    if "Unauthorized" in reasons:
+        return "check the SGLang API key (api_key_secret_name or pulumi-lora:sglangApiKey)"
+    if "InvalidAdapterPath" in reasons:
+        return "the path must be a directory with adapter_config.json inside the sglang container"
+    return f"supported SGLang versions: {SUPPORTED_SGLANG}"
+
+
+def _event(
+    session: Session, cr: Mapping[str, Any], outcomes: Sequence[PodOutcome], verb: str
+) -> None:
+    changed = [o.pod for o in outcomes if o.did_load]
+    if changed:
+        k8s.emit_event(
+            session.kube,
+            cr,
+            reason=f"Adapter{verb}",
+            message=f"{verb.lower()} {session.args.adapter_name} from "
+            f"{session.args.path} on {', '.join(changed)}",
+        )
+
+
+__all__ = [
+    "AdapterState",
+    "PodReport",
+    "ProviderConfig",
+    "create",
+    "delete",
+    "observe",
+    "update",
+]

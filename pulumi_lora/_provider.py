@@ -1,0 +1,238 @@
+"""The Pulumi dynamic provider: a thin translation between the engine and :mod:`_operations`.
+
+Facts that decide correctness here (see docs/design.md):
+* ``check`` validates with the CR's own models; every bad field is a ``CheckFailure`` naming the
+  field, the value and the rule, before anything touches a cluster.
+* ``diff`` is explicit and compares the new inputs with the *live* values recorded in the old
+  outputs, so a refresh that saw an unloaded pod or an edited CR shows as a change.
+* ``update`` and ``read`` always return the full outputs (an update without outs wipes them).
+* The instance carries no state that can't be pickled; clients are built per call, config
+  arrives through ``configure``. The class's import path is a stable API: it is pickled by
+  reference into every stack's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pulumi.dynamic import (
+    CheckFailure,
+    CheckResult,
+    ConfigureRequest,
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    ResourceProvider,
+    UpdateResult,
+)
+from pydantic import ValidationError
+
+from pulumi_lora import _operations as ops
+from pulumi_lora._models import AdapterArgs, ConditionKind, Transport
+
+#: Inputs whose change means a different CR or a different target: replace, old one first.
+REPLACE_KEYS = (
+    "adapter_name",
+    "inference_service",
+    "inference_service_namespace",
+    "namespace",
+    "resource_name",
+    "kube_context",
+    "kubeconfig_path",
+)
+#: Inputs changed in place (a path change is a swap on every pod).
+UPDATE_KEYS = (
+    "path",
+    "pinned",
+    "readiness_policy",
+    "ready_timeout_seconds",
+    "transport",
+    "api_key_secret_name",
+    "api_key_secret_key",
+)
+INPUT_KEYS = REPLACE_KEYS + UPDATE_KEYS
+#: Output-only keys (declared on the resource so the engine knows them).
+OUTPUT_KEYS = (
+    "cr_name",
+    "cr_uid",
+    "generation",
+    "conditions",
+    "loaded",
+    "available",
+    "ready",
+    "pods",
+    "loaded_path",
+    "last_loaded_at",
+)
+#: The engine's placeholder for values unknown during preview.
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+
+class LoRAAdapterProvider(ResourceProvider):
+    """Dynamic provider for one LLMKube LoRAAdapter CR and its adapter on every Ready pod."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Nothing secret is pickled into state: credentials arrive through configure().
+        self.serialize_as_secret_always = False
+        self._config = ops.ProviderConfig()
+
+    def configure(self, req: ConfigureRequest) -> None:
+        """Take ``pulumi-lora:kubeconfig``, ``:context`` and ``:sglangApiKey`` from stack config."""
+        keys = ("pulumi-lora:kubeconfig", "pulumi-lora:context", "pulumi-lora:sglangApiKey")
+        self._config = ops.ProviderConfig.from_config(
+            {k: v for k in keys if isinstance(v := req.config.get(k), str)}
+        )
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+        """Validate every input; unknown (preview) values are checked once known."""
+        given = {k: v for k, v in _inputs(news).items() if v is not None}
+        pending = frozenset(k for k, v in given.items() if _unknown(v))
+        known = {k: v for k, v in given.items() if k not in pending}
+        failures = validation_failures(known, pending)
+        if (
+            not failures
+            and known.get("transport") == Transport.PROXY.value
+            and (known.get("api_key_secret_name") or self._config.api_key)
+        ):
+            failures.append(
+                CheckFailure(
+                    "transport",
+                    "transport 'proxy' cannot carry an SGLang API key (the apiserver's "
+                    "pod proxy strips the Authorization header); use 'delegated' or 'direct'",
+                )
+            )
+        return CheckResult(news, failures)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        """Explicit diff against the live values in the old outputs (see module docstring)."""
+        replaces = [k for k in REPLACE_KEYS if _changed(olds.get(k), news.get(k))]
+        updates = [k for k in UPDATE_KEYS if _changed(olds.get(k), news.get(k))]
+        drift = live_drift(olds, news)
+        return DiffResult(
+            changes=bool(replaces or updates or drift),
+            replaces=replaces,
+            delete_before_replace=True,
+        )
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        """Apply the CR and load everywhere (nothing left behind on failure)."""
+        args = _args(props)
+        state = ops.create(args, self._config)
+        return CreateResult(id_=f"{args.namespace}/{args.cr_name}", outs=outputs(args, state))
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        """Refresh: the CR's live spec and every Ready pod's truth; gone when the CR is."""
+        args = _args(props)
+        state = ops.observe(args, self._config)
+        if state is None:
+            return ReadResult(id_="", outs={})
+        live = args.model_copy(
+            update={
+                "adapter_name": state.spec.get("name", args.adapter_name),
+                "path": state.spec.get("path", args.path),
+            }
+        )
+        outs = outputs(live, state)
+        return ReadResult(id_=id_, outs=outs, inputs=_inputs(outs))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        """Swap on every pod, re-write status, return the full outputs."""
+        args = _args(news)
+        return UpdateResult(outs=outputs(args, ops.update(args, self._config)))
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        """Unload everywhere, remove the CR, wait until it is gone."""
+        ops.delete(_args(props), self._config)
+
+
+def validation_failures(
+    values: Mapping[str, Any], pending: frozenset[str] = frozenset()
+) -> list[CheckFailure]:
+    """Every rule ``values`` break, one ``CheckFailure`` per field (pure).
+
+    ``pending`` names fields whose values are unknown during preview; they are checked once known.
+    """
+    try:
+        AdapterArgs.model_validate(dict(values))
+    except ValidationError as exc:
+        failures = []
+        for error in exc.errors():
+            field = ".".join(str(p) for p in error["loc"]) or "inputs"
+            if field in pending:
+                continue
+            value = error.get("input")
+            shown = "" if error["type"] == "missing" else f"{value!r}: "
+            failures.append(CheckFailure(field, f"{field} {shown}{error['msg']}"))
+        return failures
+    return []
+
+
+def live_drift(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
+    """Pods (or the delegated status) that don't serve the declared path: each is a change."""
+    path = news.get("path")
+    if _unknown(path):
+        return []
+    if news.get("transport") == Transport.DELEGATED.value:
+        return [] if olds.get("loaded") else ["loaded"]
+    return [
+        str(p.get("pod"))
+        for p in olds.get("pods") or []
+        if p.get("ready") and (not p.get("loaded") or p.get("path") != path)
+    ]
+
+
+def outputs(args: AdapterArgs, state: ops.AdapterState) -> dict[str, Any]:
+    """The resource's outputs: the inputs echoed (live where refresh saw them) plus the truth."""
+    outs: dict[str, Any] = args.model_dump(mode="json")
+    outs.update(
+        cr_name=args.cr_name,
+        cr_uid=state.uid,
+        generation=state.generation,
+        conditions=[
+            {
+                "type": c.type,
+                "status": c.status.value,
+                "reason": c.reason,
+                "message": c.message,
+                "since": c.wire()["lastTransitionTime"],
+                "generation": c.observed_generation,
+            }
+            for c in state.conditions
+        ],
+        loaded=state.condition(ConditionKind.LOADED),
+        available=state.condition(ConditionKind.AVAILABLE),
+        ready=state.condition(ConditionKind.READY),
+        pods=[
+            {
+                "pod": p.pod,
+                "ready": p.ready,
+                "loaded": p.loaded,
+                "path": p.path,
+                "reason": p.reason,
+                "error": p.error,
+                "since": p.since,
+            }
+            for p in state.pods
+        ],
+        loaded_path=state.loaded_path,
+        last_loaded_at=state.last_loaded_at,
+    )
+    return outs
+
+
+def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: props[k] for k in INPUT_KEYS if k in props}
+
+
+def _args(props: Mapping[str, Any]) -> AdapterArgs:
+    return AdapterArgs.model_validate({k: v for k, v in _inputs(props).items() if v is not None})
+
+
+def _unknown(value: Any) -> bool:
+    return bool(value == UNKNOWN)
+
+
+def _changed(old: Any, new: Any) -> bool:
+    return _unknown(new) or old != new

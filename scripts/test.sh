@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set everything up and run every test and quality gate (the README's test command; .ci/run calls it).
+#   bash scripts/test.sh            # provision, gates, fast tier, full tier
+#   bash scripts/test.sh --fast     # gates and fast tier only (no Go tools needed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/_phases.sh
+
+fast_only=false
+[ "${1:-}" = "--fast" ] && fast_only=true
+
+if $fast_only; then
+  phase "provision (python only)" python3 tools/provision.py --skip-go
+else
+  phase "provision (venv + real tools)" python3 tools/provision.py
+fi
+PY=.venv/bin
+phase "gate: ruff check" "$PY/ruff" check .
+phase "gate: ruff format --check" "$PY/ruff" format --check .
+phase "gate: mypy --strict" "$PY/mypy"
+phase "gate: import layers (import-linter)" "$PY/lint-imports"
+phase "tests: fast tier" "$PY/pytest" -m "not full" -q
+if ! $fast_only; then
+  phase "tests: full tier (real engine, apiserver, etcd)" "$PY/pytest" -m full -q
+fi
+phase_summary
