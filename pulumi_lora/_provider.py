@@ -107,8 +107,9 @@ class LoRAAdapterProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         """Explicit diff against the live values in the old outputs (see module docstring)."""
-        replaces = [k for k in REPLACE_KEYS if _changed(olds.get(k), news.get(k))]
-        updates = [k for k in UPDATE_KEYS if _changed(olds.get(k), news.get(k))]
+        before, after = effective_inputs(olds), effective_inputs(news)
+        replaces = [k for k in REPLACE_KEYS if _changed(before.get(k), after.get(k))]
+        updates = [k for k in UPDATE_KEYS if _changed(before.get(k), after.get(k))]
         drift = live_drift(olds, news)
         return DiffResult(
             changes=bool(replaces or updates or drift),
@@ -167,6 +168,20 @@ def validation_failures(
             failures.append(CheckFailure(field, f"{field} {shown}{error['msg']}"))
         return failures
     return []
+
+
+def effective_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Inputs with defaults applied, so an omitted setting equals its default (pure).
+
+    Values unknown during preview are kept as the engine's placeholder.
+    """
+    given = {k: v for k, v in _inputs(props).items() if v is not None}
+    pending = {k: v for k, v in given.items() if _unknown(v)}
+    try:
+        known = AdapterArgs.model_validate({k: v for k, v in given.items() if k not in pending})
+    except ValidationError:
+        return given
+    return {**known.model_dump(mode="json"), **pending}
 
 
 def live_drift(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
