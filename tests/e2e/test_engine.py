@@ -39,8 +39,11 @@ def test_up_refresh_destroy_with_a_dynamic_resource(engine: LocalEngine, tmp_pat
     target.write_text("drifted")
     refresh = stack.refresh()
     assert refresh.summary.result == "succeeded"
-    outputs = next(r for r in stack.export_stack().deployment["resources"]
-                   if r["type"] == "pulumi-python:dynamic:Resource")["outputs"]
+    outputs = next(
+        r
+        for r in stack.export_stack().deployment["resources"]
+        if r["type"] == "pulumi-python:dynamic:Resource"
+    )["outputs"]
     assert outputs["observed"] == "drifted"
     with pytest.raises(auto.errors.CommandError):
         stack.preview(expect_no_changes=True)
@@ -53,5 +56,8 @@ def test_up_refresh_destroy_with_a_dynamic_resource(engine: LocalEngine, tmp_pat
     destroyed = stack.destroy()
     assert destroyed.summary.result == "succeeded"
     assert not target.exists()
-    assert [r for r in stack.export_stack().deployment.get("resources", [])
-            if r["type"] == "pulumi-python:dynamic:Resource"] == []
+    assert [
+        r
+        for r in stack.export_stack().deployment.get("resources", [])
+        if r["type"] == "pulumi-python:dynamic:Resource"
+    ] == []

@@ -38,9 +38,17 @@ def recorder() -> Recorder:
 
 @pulumi.runtime.test
 def test_component_registers_one_dynamic_child_with_a_by_reference_provider(
-        recorder: Recorder) -> pulumi.Output[Any]:
-    sql = LoRAAdapter("sql", LoRAAdapterArgs(adapter_name="sql-lora", path="/adapters/sql",
-                                             inference_service="llama", namespace="models"))
+    recorder: Recorder,
+) -> pulumi.Output[Any]:
+    sql = LoRAAdapter(
+        "sql",
+        LoRAAdapterArgs(
+            adapter_name="sql-lora",
+            path="/adapters/sql",
+            inference_service="llama",
+            namespace="models",
+        ),
+    )
 
     def check(values: list[Any]) -> None:
         loaded, cr_name = values

@@ -10,8 +10,12 @@ from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default
 from pulumi_lora._operations import AdapterState, PodReport
 from pulumi_lora._provider import UNKNOWN, LoRAAdapterProvider, live_drift, outputs
 
-GOOD = {"adapter_name": "sql-lora", "path": "/adapters/sql", "inference_service": "llama",
-        "namespace": "models"}
+GOOD = {
+    "adapter_name": "sql-lora",
+    "path": "/adapters/sql",
+    "inference_service": "llama",
+    "namespace": "models",
+}
 
 
 def failures(**changes: Any) -> dict[str, str]:
@@ -24,34 +28,42 @@ class TestCheck:
         result = LoRAAdapterProvider().check({}, dict(GOOD))
         assert result.failures == [] and result.inputs == GOOD
 
-    @pytest.mark.parametrize(("field", "value", "rule"), [
-        ("adapter_name", "-bad", "should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]*$'"),
-        ("adapter_name", "a" * 64, "at most 63 characters"),
-        ("adapter_name", "", "at least 1 character"),
-        ("path", "", "at least 1 character"),
-        ("inference_service", "Llama_8B", "should match pattern"),
-        ("namespace", "a.b", "should match pattern"),
-        ("inference_service_namespace", "x" * 64, "at most 63 characters"),
-        ("resource_name", "UPPER", "should match pattern"),
-        ("readiness_policy", "Most", "'AllReadyPods' or 'AnyReadyPod'"),
-        ("transport", "carrier-pigeon", "'direct', 'proxy' or 'delegated'"),
-        ("ready_timeout_seconds", 0, "greater than 0"),
-        ("api_key_secret_key", "a b", "should match pattern"),
-    ])
-    def test_each_bad_field_names_field_value_and_rule(self, field: str, value: Any,
-                                                       rule: str) -> None:
+    @pytest.mark.parametrize(
+        ("field", "value", "rule"),
+        [
+            ("adapter_name", "-bad", "should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]*$'"),
+            ("adapter_name", "a" * 64, "at most 63 characters"),
+            ("adapter_name", "", "at least 1 character"),
+            ("path", "", "at least 1 character"),
+            ("inference_service", "Llama_8B", "should match pattern"),
+            ("namespace", "a.b", "should match pattern"),
+            ("inference_service_namespace", "x" * 64, "at most 63 characters"),
+            ("resource_name", "UPPER", "should match pattern"),
+            ("readiness_policy", "Most", "'AllReadyPods' or 'AnyReadyPod'"),
+            ("transport", "carrier-pigeon", "'direct', 'proxy' or 'delegated'"),
+            ("ready_timeout_seconds", 0, "greater than 0"),
+            ("api_key_secret_key", "a b", "should match pattern"),
+        ],
+    )
+    def test_each_bad_field_names_field_value_and_rule(
+        self, field: str, value: Any, rule: str
+    ) -> None:
         found = failures(**{field: value})
         assert list(found) == [field]
         assert repr(value) in found[field] and rule in found[field]
 
     def test_every_bad_field_is_reported_at_once(self) -> None:
         assert set(failures(adapter_name="-", path="", namespace="N")) == {
-            "adapter_name", "path", "namespace"}
+            "adapter_name",
+            "path",
+            "namespace",
+        }
 
     def test_missing_required_field(self) -> None:
         result = LoRAAdapterProvider().check({}, {"path": "/x", "inference_service": "s"})
         assert [(f.property, f.reason) for f in result.failures] == [
-            ("adapter_name", "adapter_name Field required")]
+            ("adapter_name", "adapter_name Field required")
+        ]
 
     def test_unknown_values_during_preview_are_not_failures(self) -> None:
         assert failures(adapter_name=UNKNOWN, path=UNKNOWN) == {}
@@ -62,12 +74,23 @@ class TestCheck:
 
 
 def state(pods: list[PodReport], loaded: bool = True) -> AdapterState:
-    cond = Condition(type="Loaded", status=ConditionStatus.TRUE if loaded else
-                     ConditionStatus.FALSE, reason="AdapterLoaded",
-                     last_transition_time="2026-12-01T00:00:00Z", observed_generation=2)
-    return AdapterState(uid="u1", generation=2, spec={}, annotations={}, conditions=(cond,),
-                        pods=tuple(pods), loaded_path="/adapters/sql",
-                        last_loaded_at="2026-12-01T00:00:00Z")
+    cond = Condition(
+        type="Loaded",
+        status=ConditionStatus.TRUE if loaded else ConditionStatus.FALSE,
+        reason="AdapterLoaded",
+        last_transition_time="2026-12-01T00:00:00Z",
+        observed_generation=2,
+    )
+    return AdapterState(
+        uid="u1",
+        generation=2,
+        spec={},
+        annotations={},
+        conditions=(cond,),
+        pods=tuple(pods),
+        loaded_path="/adapters/sql",
+        last_loaded_at="2026-12-01T00:00:00Z",
+    )
 
 
 def olds(pods: list[PodReport], **changes: Any) -> dict[str, Any]:
@@ -89,16 +112,22 @@ class TestDiff:
     def test_path_change_is_an_in_place_update(self) -> None:
         assert self.diff(olds([OK_POD]), path="/adapters/sql-v2") == (True, [])
 
-    @pytest.mark.parametrize(("field", "value"), [
-        ("adapter_name", "other"), ("inference_service", "mistral"),
-        ("inference_service_namespace", "elsewhere"), ("namespace", "ops"),
-        ("resource_name", "renamed"), ("kube_context", "prod")])
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("adapter_name", "other"),
+            ("inference_service", "mistral"),
+            ("inference_service_namespace", "elsewhere"),
+            ("namespace", "ops"),
+            ("resource_name", "renamed"),
+            ("kube_context", "prod"),
+        ],
+    )
     def test_identity_changes_replace_old_first(self, field: str, value: str) -> None:
         assert self.diff(olds([OK_POD]), **{field: value}) == (True, [field])
 
     def test_unknown_identity_during_preview_is_a_replace(self) -> None:
-        assert self.diff(olds([OK_POD]), inference_service=UNKNOWN) == (
-            True, ["inference_service"])
+        assert self.diff(olds([OK_POD]), inference_service=UNKNOWN) == (True, ["inference_service"])
 
     def test_refreshed_pod_missing_the_adapter_is_drift(self) -> None:
         gone = PodReport("p1", ready=True, loaded=False)
@@ -123,15 +152,37 @@ def test_outputs_echo_inputs_and_expose_the_truth() -> None:
     outs = outputs(AdapterArgs.model_validate(GOOD), state([OK_POD]))
     assert outs["adapter_name"] == "sql-lora" and outs["cr_name"] == "sql-lora"
     assert outs["loaded"] is True and outs["available"] is False
-    assert outs["conditions"] == [{"type": "Loaded", "status": "True", "reason": "AdapterLoaded",
-                                   "message": "", "since": "2026-12-01T00:00:00Z",
-                                   "generation": 2}]
-    assert outs["pods"] == [{"pod": "p0", "ready": True, "loaded": True,
-                             "path": "/adapters/sql", "reason": "", "error": "", "since": None}]
+    assert outs["conditions"] == [
+        {
+            "type": "Loaded",
+            "status": "True",
+            "reason": "AdapterLoaded",
+            "message": "",
+            "since": "2026-12-01T00:00:00Z",
+            "generation": 2,
+        }
+    ]
+    assert outs["pods"] == [
+        {
+            "pod": "p0",
+            "ready": True,
+            "loaded": True,
+            "path": "/adapters/sql",
+            "reason": "",
+            "error": "",
+            "since": None,
+        }
+    ]
 
 
-@pytest.mark.parametrize(("adapter", "cr"), [
-    ("sql-lora", "sql-lora"), ("SQL_Lora.v2", "sql-lora-v2"), ("__", "lora"),
-    ("A" * 63, "a" * 63)])
+@pytest.mark.parametrize(
+    ("adapter", "cr"),
+    [
+        ("sql-lora", "sql-lora"),
+        ("SQL_Lora.v2", "sql-lora-v2"),
+        ("__", "lora"),
+        ("A" * 63, "a" * 63),
+    ],
+)
 def test_default_resource_name_is_dns_safe(adapter: str, cr: str) -> None:
     assert default_resource_name(adapter) == cr

@@ -1,0 +1,32 @@
+"""SGLang's runtime-LoRA API: the pure protocol (`_protocol`) and the sync/async clients.
+
+Outcomes are values (`Loaded`, `AlreadyLoaded`, `Unloaded`, `NotLoaded`, `ModelList`, `Health`);
+failures are errors from `pulumi_lora._errors`, whose ``retryable`` and ``reason`` say what to do.
+"""
+
+from pulumi_lora._sglang._client import AsyncSGLangClient, SGLangClient
+from pulumi_lora._sglang._protocol import (
+    MAX_BODY_BYTES,
+    AlreadyLoaded,
+    Health,
+    Loaded,
+    LoadOutcome,
+    ModelList,
+    NotLoaded,
+    Unloaded,
+    UnloadOutcome,
+)
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "AlreadyLoaded",
+    "AsyncSGLangClient",
+    "Health",
+    "LoadOutcome",
+    "Loaded",
+    "ModelList",
+    "NotLoaded",
+    "SGLangClient",
+    "UnloadOutcome",
+    "Unloaded",
+]

@@ -1,0 +1,291 @@
+"""The SGLang clients: `SGLangClient` (blocking, for the Pulumi provider) and
+`AsyncSGLangClient` (asyncio, for the re-sync loop).
+
+Both are thin: `_protocol` builds every request and classifies every answer, the shared base
+class checks the settings, and the two classes differ only in how they send. httpx's exceptions
+are translated in one place, `_ClientBase._translated_httpx_errors`, into the transient branch.
+The httpx transport is the test seam (``httpx.MockTransport`` in unit tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Self
+
+import httpx
+
+from pulumi_lora._errors import (
+    ConfigurationError,
+    SGLangConnectionError,
+    SGLangError,
+    SGLangProtocolError,
+    SGLangTimeout,
+)
+from pulumi_lora._settings import ClientTimeouts
+from pulumi_lora._sglang import _protocol as protocol
+from pulumi_lora._sglang._protocol import (
+    MAX_BODY_BYTES,
+    Health,
+    LoadOutcome,
+    ModelList,
+    Peer,
+    Request,
+    UnloadOutcome,
+)
+
+__all__ = ["AsyncSGLangClient", "SGLangClient"]
+
+
+class _ClientBase:
+    """Everything but the sending: checked settings, headers, the error label, the repr."""
+
+    base_url: httpx.URL
+    timeouts: ClientTimeouts
+    _peer: Peer
+
+    def _configure(
+        self,
+        base_url: str,
+        api_key: str | None,
+        extra_headers: Mapping[str, str] | None,
+        timeouts: ClientTimeouts | None,
+        label: str | None,
+    ) -> dict[str, str]:
+        """Check and keep the settings; return the headers for the httpx client (only it holds
+        the key, so neither ``repr`` nor ``vars`` of this object shows it)."""
+        self.base_url = _checked_base_url(base_url)
+        self.timeouts = _checked_timeouts(timeouts or ClientTimeouts())
+        headers = protocol.build_headers(api_key, extra_headers)
+        self._peer = Peer(
+            label=label or str(self.base_url).rstrip("/"),
+            api_key_configured=api_key is not None,
+            secrets=protocol.credential_values(api_key, extra_headers),
+        )
+        return headers
+
+    def _timeout(self, request: Request) -> httpx.Timeout:
+        """Short connect (and pool) timeout; the route's read timeout; tiny bodies write fast."""
+        connect = self.timeouts.connect
+        return httpx.Timeout(
+            connect=connect, read=request.read_timeout, write=self.timeouts.read, pool=connect
+        )
+
+    @contextmanager
+    def _translated_httpx_errors(self, request: Request) -> Iterator[None]:
+        """Re-raise httpx's exceptions as the project's transient errors, chained ``from`` them.
+
+        The one place that knows httpx's tree. Timeouts (including a body that stalls) are
+        `SGLangTimeout`; no connection is `SGLangConnectionError`; everything else httpx can
+        raise (broken framing, a truncated body, a bad encoding, a misused stream) is
+        `SGLangProtocolError`.
+        """
+        try:
+            yield
+        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            what = f"no connection within {self.timeouts.connect:g} s"
+            raise self._error(SGLangTimeout, what, exc, request) from exc
+        except httpx.TimeoutException as exc:
+            what = f"no complete answer within {request.read_timeout:g} s"
+            raise self._error(SGLangTimeout, what, exc, request) from exc
+        except (httpx.NetworkError, httpx.ProxyError, httpx.UnsupportedProtocol) as exc:
+            raise self._error(SGLangConnectionError, "connection failed", exc, request) from exc
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpx.CookieConflict) as exc:
+            what = "the HTTP exchange broke"
+            raise self._error(SGLangProtocolError, what, exc, request) from exc
+
+    def _error(
+        self, cls: type[SGLangError], what: str, exc: Exception, request: Request
+    ) -> SGLangError:
+        """An error of ``cls`` saying ``what`` happened, in httpx's words too (secrets cut out:
+        httpx doesn't quote headers, but a proxy's message might)."""
+        detail = protocol.redact(str(exc), self._peer) or "no detail"
+        return cls(
+            f"{what} ({type(exc).__name__}: {detail})", target=self._peer.label, route=request.path
+        )
+
+    def __repr__(self) -> str:
+        key = "***" if self._peer.api_key_configured else None
+        return (
+            f"{type(self).__name__}({str(self.base_url)!r}, label={self._peer.label!r}, "
+            f"api_key={key})"
+        )
+
+
+class SGLangClient(_ClientBase):
+    """Blocking client of one SGLang server. Close it, or use it as a context manager.
+
+    ``base_url`` is the server (``http://10.0.0.5:30000``) or a proxy prefix before its routes;
+    ``api_key`` is sent as ``Authorization: Bearer``; ``extra_headers`` go on every request;
+    ``label`` (default: the URL) names the server in errors; ``transport`` replaces httpx's
+    network transport (tests). Every method raises only `SGLangError` subclasses.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        timeouts: ClientTimeouts | None = None,
+        label: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = self._configure(base_url, api_key, extra_headers, timeouts, label)
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=transport)
+
+    def load_adapter(self, name: str, path: str, *, pinned: bool = False) -> LoadOutcome:
+        """Load adapter ``name`` from ``path``: `Loaded`, or `AlreadyLoaded` (compare its path)."""
+        request = protocol.load_request(name, path, pinned=pinned, timeouts=self.timeouts)
+        status, body = self._send(request)
+        return protocol.classify_load(status, body, name=name, path=path, peer=self._peer)
+
+    def unload_adapter(self, name: str) -> UnloadOutcome:
+        """Unload adapter ``name``: `Unloaded`, or `NotLoaded` if the server doesn't have it."""
+        status, body = self._send(protocol.unload_request(name, timeouts=self.timeouts))
+        return protocol.classify_unload(status, body, name=name, peer=self._peer)
+
+    def list_models(self) -> ModelList:
+        """The base model and the loaded adapters (name → path) from ``/v1/models``."""
+        status, body = self._send(protocol.models_request(timeouts=self.timeouts))
+        return protocol.classify_models(status, body, peer=self._peer)
+
+    def health(self) -> Health:
+        """Whether ``/health`` says ready (a 503 is ``ready=False``, not an error)."""
+        status, body = self._send(protocol.health_request(timeouts=self.timeouts))
+        return protocol.classify_health(status, body, peer=self._peer)
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _send(self, request: Request) -> tuple[int, bytes]:
+        """Send ``request``; return the status and at most just over `MAX_BODY_BYTES` of body."""
+        with (
+            self._translated_httpx_errors(request),
+            self._http.stream(
+                request.method, request.path, json=request.json, timeout=self._timeout(request)
+            ) as response,
+        ):
+            return response.status_code, _read_capped(response.iter_bytes())
+
+
+class AsyncSGLangClient(_ClientBase):
+    """The asyncio twin of `SGLangClient`: same arguments and methods, awaited.
+
+    ``transport`` is an ``httpx.AsyncBaseTransport``. Close it with `aclose`, or use it as an
+    async context manager.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        timeouts: ClientTimeouts | None = None,
+        label: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = self._configure(base_url, api_key, extra_headers, timeouts, label)
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport)
+
+    async def load_adapter(self, name: str, path: str, *, pinned: bool = False) -> LoadOutcome:
+        """Load adapter ``name`` from ``path``: `Loaded`, or `AlreadyLoaded` (compare its path)."""
+        request = protocol.load_request(name, path, pinned=pinned, timeouts=self.timeouts)
+        status, body = await self._send(request)
+        return protocol.classify_load(status, body, name=name, path=path, peer=self._peer)
+
+    async def unload_adapter(self, name: str) -> UnloadOutcome:
+        """Unload adapter ``name``: `Unloaded`, or `NotLoaded` if the server doesn't have it."""
+        status, body = await self._send(protocol.unload_request(name, timeouts=self.timeouts))
+        return protocol.classify_unload(status, body, name=name, peer=self._peer)
+
+    async def list_models(self) -> ModelList:
+        """The base model and the loaded adapters (name → path) from ``/v1/models``."""
+        status, body = await self._send(protocol.models_request(timeouts=self.timeouts))
+        return protocol.classify_models(status, body, peer=self._peer)
+
+    async def health(self) -> Health:
+        """Whether ``/health`` says ready (a 503 is ``ready=False``, not an error)."""
+        status, body = await self._send(protocol.health_request(timeouts=self.timeouts))
+        return protocol.classify_health(status, body, peer=self._peer)
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _send(self, request: Request) -> tuple[int, bytes]:
+        """Send ``request``; return the status and at most just over `MAX_BODY_BYTES` of body."""
+        with self._translated_httpx_errors(request):
+            async with self._http.stream(
+                request.method, request.path, json=request.json, timeout=self._timeout(request)
+            ) as response:
+                return response.status_code, await _aread_capped(response.aiter_bytes())
+
+
+def _read_capped(chunks: Iterator[bytes]) -> bytes:
+    """Read a body, stopping just past `MAX_BODY_BYTES` (the protocol then rejects it as too big)
+    so that a huge or endless body never sits in memory."""
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            break
+    return bytes(body[: MAX_BODY_BYTES + 1])
+
+
+async def _aread_capped(chunks: AsyncIterator[bytes]) -> bytes:
+    """The asyncio twin of `_read_capped`."""
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            break
+    return bytes(body[: MAX_BODY_BYTES + 1])
+
+
+def _checked_base_url(base_url: str) -> httpx.URL:
+    """``base_url`` parsed, or a `ConfigurationError`: http(s), a host, no credentials, no query.
+
+    Credentials in the URL would bypass the header checks and end up in labels and messages.
+    """
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ConfigurationError(f"the SGLang base URL is invalid: {exc}") from exc
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ConfigurationError("the SGLang base URL must be http(s)://host[:port][/prefix]")
+    if url.userinfo:
+        raise ConfigurationError(
+            "the SGLang base URL must not carry credentials: pass api_key (SGLang's key) or "
+            "extra_headers (e.g. the apiserver's bearer token)"
+        )
+    if url.query or url.fragment:
+        raise ConfigurationError("the SGLang base URL must not have a query or a fragment")
+    return url
+
+
+def _checked_timeouts(timeouts: ClientTimeouts) -> ClientTimeouts:
+    """``timeouts`` if every field is a positive, finite number of seconds, else an error."""
+    for item in dataclasses.fields(timeouts):
+        value = getattr(timeouts, item.name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigurationError(f"ClientTimeouts.{item.name} must be a number of seconds")
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigurationError(f"ClientTimeouts.{item.name} must be positive and finite")
+    return timeouts
