@@ -29,6 +29,7 @@ from pulumi.dynamic import (
 from pydantic import ValidationError
 
 from pulumi_lora import _operations as ops
+from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._models import AdapterArgs, ConditionKind, Transport
 
 #: Inputs whose change means a different CR or a different target: replace, old one first.
@@ -111,11 +112,29 @@ class LoRAAdapterProvider(ResourceProvider):
         replaces = [k for k in REPLACE_KEYS if _changed(before.get(k), after.get(k))]
         updates = [k for k in UPDATE_KEYS if _changed(before.get(k), after.get(k))]
         drift = live_drift(olds, news)
+        if not (replaces or updates or drift):
+            drift = self._observed_drift(news)
         return DiffResult(
             changes=bool(replaces or updates or drift),
             replaces=replaces,
             delete_before_replace=True,
         )
+
+    def _observed_drift(self, news: dict[str, Any]) -> list[str]:
+        """Look at the cluster now, so a plain ``pulumi up`` heals drift no refresh recorded.
+
+        Best effort: when the cluster can't be read, the recorded outputs decide (as above).
+        """
+        try:
+            args = _args(news)
+            state = ops.observe(args, self._config)
+        except (PulumiLoRAError, ValidationError):
+            return []
+        if state is None:
+            return ["cr"]
+        if state.spec.get("path") != args.path:
+            return ["path"]
+        return live_drift(outputs(args, state), news)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         """Apply the CR and load everywhere (nothing left behind on failure)."""

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from pulumi_lora import _operations as ops
+from pulumi_lora._errors import ClusterError
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
 from pulumi_lora._operations import AdapterState, PodReport
 from pulumi_lora._provider import UNKNOWN, LoRAAdapterProvider, live_drift, outputs
@@ -101,6 +103,15 @@ OK_POD = PodReport("p0", ready=True, loaded=True, path="/adapters/sql")
 
 
 class TestDiff:
+    @pytest.fixture(autouse=True)
+    def _cluster_unreachable(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Diff's live look falls back to the recorded outputs when the cluster can't be read."""
+
+        def unreachable(*_: Any) -> None:
+            raise ClusterError("no cluster in unit tests")
+
+        monkeypatch.setattr(ops, "observe", unreachable)
+
     def diff(self, old: dict[str, Any], **news: Any) -> tuple[bool, list[str]]:
         result = LoRAAdapterProvider().diff("models/sql-lora", old, {**GOOD, **news})
         assert result.delete_before_replace is True
@@ -146,6 +157,31 @@ class TestDiff:
     def test_delegated_drift_comes_from_the_loaded_condition(self) -> None:
         old = olds([], transport="delegated", loaded=False)
         assert live_drift(old, {**GOOD, "transport": "delegated"}) == ["loaded"]
+
+
+class TestDiffLooksAtTheClusterWhenNothingElseChanged:
+    """A plain `pulumi up` must heal drift that no refresh recorded in the state."""
+
+    def diff_with_live(self, monkeypatch: pytest.MonkeyPatch, live: AdapterState | None) -> bool:
+        monkeypatch.setattr(ops, "observe", lambda *_: live)
+        result = LoRAAdapterProvider().diff("id", olds([OK_POD]), dict(GOOD))
+        return bool(result.changes)
+
+    def test_live_pod_missing_the_adapter(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        live = state([OK_POD, PodReport("p1", ready=True, loaded=False)])
+        live = AdapterState(**{**live.__dict__, "spec": {"path": "/adapters/sql"}})
+        assert self.diff_with_live(monkeypatch, live)
+
+    def test_live_cr_gone(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        assert self.diff_with_live(monkeypatch, None)
+
+    def test_live_cr_path_edited(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        live = AdapterState(**{**state([OK_POD]).__dict__, "spec": {"path": "/edited"}})
+        assert self.diff_with_live(monkeypatch, live)
+
+    def test_live_and_declared_agree(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        live = AdapterState(**{**state([OK_POD]).__dict__, "spec": {"path": "/adapters/sql"}})
+        assert not self.diff_with_live(monkeypatch, live)
 
 
 def test_outputs_echo_inputs_and_expose_the_truth() -> None:
