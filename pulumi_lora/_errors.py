@@ -22,7 +22,8 @@ and every class also says it as data, so callers need no ``isinstance`` chains:
     │       ├── EvictionImpossible, IncompleteUnload, Unauthorized, BadRequest
     │       └── UnsupportedServer
     ├── ClusterError                  Kubernetes: the target or its pods can't be used
-    │   ├── InferenceServiceNotFound, RuntimeMismatch, TransportUnavailable, NameCollision
+    │   ├── InferenceServiceNotFound, RuntimeMismatch, TransportUnavailable, NameCollision,
+    │   │   ControllerConflict
     │   └── NoReadyPods               retryable
     ├── ConfigurationError            misuse of pulumi-lora's API or settings
     └── AdapterNotLoaded              a whole operation fell short of the readiness policy
@@ -44,6 +45,7 @@ __all__ = [
     "BadRequest",
     "ClusterError",
     "ConfigurationError",
+    "ControllerConflict",
     "EvictionImpossible",
     "IncompatibleAdapter",
     "IncompleteUnload",
@@ -372,6 +374,13 @@ class NameCollision(ClusterError):
             f'adapter name "{adapter_name}" on InferenceService {namespace}/{inference_service} '
             f"is already claimed by {owner}"
         )
+
+
+class ControllerConflict(ClusterError):
+    """Another controller (LLMKube's own LoRA controller) manages the same CR; pulumi-lora is
+    exclusive per cluster and refuses to share it."""
+
+    reason = "ControllerConflict"
 
 
 # --- Misuse -------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ in Events, and return an :class:`AdapterState` that becomes the resource's outpu
 
 from __future__ import annotations
 
+import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +24,7 @@ from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
     AdapterNotLoaded,
     ClusterError,
+    ControllerConflict,
     NameCollision,
     NoReadyPods,
     PulumiLoRAError,
@@ -95,6 +98,73 @@ class ProviderConfig:
         )
 
 
+class ClientPool:
+    """Process-wide clients, shared by every operation and thread of one provider process.
+
+    A TLS context costs tens of milliseconds to build and a connection a round trip; a request
+    costs a millisecond. The engine runs many resources through one provider process, so
+    clients (and their keep-alive connections) are built once per server and kept. httpx and
+    lightkube clients are thread-safe; the dict is guarded by a lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kube: dict[k8s.KubeSource, Client] = {}
+        self._proxy: dict[k8s.KubeSource, k8s.ProxyAccess] = {}
+        self._sglang: dict[tuple[object, ...], SGLangClient] = {}
+        self._default_tls: ssl.SSLContext | None = None
+
+    def kube(self, source: k8s.KubeSource) -> Client:
+        """The lightkube client for ``source``."""
+        with self._lock:
+            if source not in self._kube:
+                self._kube[source] = k8s.make_client(source)
+            return self._kube[source]
+
+    def proxy(self, source: k8s.KubeSource) -> k8s.ProxyAccess:
+        """Access through the apiserver's pod proxy for ``source``."""
+        with self._lock:
+            if source not in self._proxy:
+                self._proxy[source] = k8s.proxy_access(source)
+            return self._proxy[source]
+
+    def sglang(
+        self,
+        url: str,
+        *,
+        api_key: str | None,
+        headers: Mapping[str, str],
+        timeouts: ClientTimeouts,
+        label: str,
+        tls: ssl.SSLContext | None,
+    ) -> SGLangClient:
+        """The SGLang client for one server and credential (the key is only a dict key here).
+
+        ``tls`` is the context to verify the server with (the cluster CA for the pod proxy);
+        None means the system's default trust store, built once per process.
+        """
+        key = (url, api_key, tuple(sorted(headers.items())), timeouts, label, id(tls))
+        with self._lock:
+            client = self._sglang.get(key)
+            if client is None:
+                if tls is None:
+                    self._default_tls = self._default_tls or ssl.create_default_context()
+                    tls = self._default_tls
+                client = SGLangClient(
+                    url,
+                    api_key=api_key,
+                    extra_headers=headers,
+                    timeouts=timeouts,
+                    label=label,
+                    transport=httpx.HTTPTransport(verify=tls),
+                )
+                self._sglang[key] = client
+            return client
+
+
+POOL = ClientPool()
+
+
 @dataclass(frozen=True)
 class PodReport:
     """One pod's line in the outputs: what it serves, or why not."""
@@ -149,7 +219,7 @@ class Session:
     def kube(self) -> Client:
         """The lightkube client (built on first use: clients can't be pickled)."""
         if self._kube is None:
-            self._kube = k8s.make_client(self.source)
+            self._kube = POOL.kube(self.source)
         return self._kube
 
     # --- observation ----------------------------------------------------------------------------
@@ -220,23 +290,26 @@ class Session:
         """One SGLang client per reachable pod, for the chosen transport."""
         ensure_reachable(self.args, api_key)
         if self.args.transport is Transport.PROXY:
-            access = k8s.proxy_access(self.source)
+            access = POOL.proxy(self.source)
             return {
-                p.name: SGLangClient(
+                p.name: POOL.sglang(
                     access.pod_url(p),
-                    extra_headers=access.headers,
+                    api_key=None,
+                    headers=access.headers,
                     timeouts=self.timeouts,
                     label=f"pod {p.name} (via apiserver proxy)",
-                    transport=httpx.HTTPTransport(verify=access.ssl_context or True),
+                    tls=access.ssl_context,
                 )
                 for p in pods
             }
         return {
-            p.name: SGLangClient(
+            p.name: POOL.sglang(
                 _pod_url(p),
                 api_key=api_key,
+                headers={},
                 timeouts=self.timeouts,
                 label=f"pod {p.name} ({_pod_url(p)})",
+                tls=None,
             )
             for p in pods
             if p.ip
@@ -323,7 +396,9 @@ class Session:
         manifest = k8s.adapter_manifest(
             self.args.namespace, self.args.cr_name, self.args.spec().wire(), notes
         )
-        return k8s.apply_adapter(self.kube, manifest)
+        cr = k8s.apply_adapter(self.kube, manifest)
+        ensure_exclusive(cr)
+        return cr
 
     def load_everywhere(
         self, cr: Mapping[str, Any], target: k8s.Target, *, observe: bool
@@ -333,18 +408,12 @@ class Session:
         if not any(p.ready for p in pods):
             raise NoReadyPods(target.namespace, target.name, [f"{p.name}: {p.state}" for p in pods])
         clients = self.clients(pods, self.api_key(target))
-        try:
-            if observe:
-                views, _ = self.views(pods, clients)
-            else:
-                views = [
-                    PodView(p.name, p.ready and p.name in clients, p.state, p.uid) for p in pods
-                ]
-            desired = Desired(self.args.adapter_name, self.args.path, self.args.pinned)
-            return self.execute(desired, plan(desired, views, desired.name), clients), pods
-        finally:
-            for client in clients.values():
-                client.close()
+        if observe:
+            views, _ = self.views(pods, clients)
+        else:
+            views = [PodView(p.name, p.ready and p.name in clients, p.state, p.uid) for p in pods]
+        desired = Desired(self.args.adapter_name, self.args.path, self.args.pinned)
+        return self.execute(desired, plan(desired, views, desired.name), clients), pods
 
 
 # --- the lifecycle ------------------------------------------------------------------------------
@@ -423,12 +492,7 @@ def observe(args: AdapterArgs, config: ProviderConfig) -> AdapterState | None:
     except ClusterError:
         return state_from_cr(cr, ())
     pods = k8s.list_pods(session.kube, target.namespace, target.name)
-    clients = session.clients(pods, session.api_key(target))
-    try:
-        views, errors = session.views(pods, clients)
-    finally:
-        for client in clients.values():
-            client.close()
+    views, errors = session.views(pods, session.clients(pods, session.api_key(target)))
     since = (cr.get("status") or {}).get("lastLoadedAt")
     name = live.adapter_name
     pod_reports = tuple(
@@ -463,12 +527,8 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
     ):
         pods = k8s.list_pods(session.kube, target.namespace, target.name)
         clients = session.clients(pods, session.api_key(target))
-        try:
-            views, _ = session.views(pods, clients)
-            outcomes = session.execute(None, plan(None, views, args.adapter_name), clients)
-        finally:
-            for client in clients.values():
-                client.close()
+        views, _ = session.views(pods, clients)
+        outcomes = session.execute(None, plan(None, views, args.adapter_name), clients)
         ready = {v.name for v in views if v.ready}
         failed = [o for o in outcomes if o.error and o.pod in ready]
         if failed:
@@ -562,6 +622,22 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
+#: LLMKube's own LoRA controller marks the CRs it manages with this finalizer.
+UPSTREAM_FINALIZER = "loraadapter.inference.llmkube.dev/finalizer"
+
+
+def ensure_exclusive(cr: Mapping[str, Any]) -> None:
+    """Refuse to share a CR with LLMKube's LoRA controller (see docs/protocol.md)."""
+    finalizers = (cr.get("metadata") or {}).get("finalizers") or []
+    if UPSTREAM_FINALIZER in finalizers:
+        meta = cr["metadata"]
+        raise ControllerConflict(
+            f"LoRAAdapter {meta['namespace']}/{meta['name']} carries {UPSTREAM_FINALIZER}: "
+            "LLMKube's own LoRA controller manages it too; disable that controller where "
+            "pulumi-lora manages adapters (see docs/protocol.md)"
+        )
+
+
 def ensure_reachable(args: AdapterArgs, api_key: str | None) -> None:
     """Fail before anything is made when the transport can't carry the server's API key."""
     if args.transport is Transport.PROXY and api_key:
@@ -590,11 +666,7 @@ def _rollback(
     clients = session.clients(
         [p for p in pods if p.name in {a.pod for a in actions}], session.api_key(target)
     )
-    try:
-        session.execute(None, actions, clients)
-    finally:
-        for client in clients.values():
-            client.close()
+    session.execute(None, actions, clients)
 
 
 def _advice(outcomes: Sequence[PodOutcome]) -> str:
