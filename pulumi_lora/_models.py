@@ -2,10 +2,12 @@
 
 The models mirror LLMKube's CRD (``inference.llmkube.dev/v1alpha1``, seed in
 ``pulumi_lora/crds/loraadapter.schema.json``) field for field, pattern for pattern, so that what
-``check`` accepts the apiserver accepts too. Two rules are deliberately stricter than the schema
+``check`` accepts the apiserver accepts too. Three rules are deliberately stricter than the schema
 and documented as such: the InferenceService and CR names must be DNS-1123 subdomains and
 namespaces DNS-1123 labels (the apiserver refuses anything else at the reference's target, so
-the schema's plain ``string`` would only defer the error to create time).
+the schema's plain ``string`` would only defer the error to create time), and a path must be
+printable characters only (server-side apply's YAML body cannot carry control characters).
+tests/e2e/test_check_vs_apiserver.py holds these rules against the real apiserver.
 
 Pure: no I/O, no HTTP or Kubernetes client.
 """
@@ -44,7 +46,10 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 AdapterName = Annotated[
     str, StringConstraints(min_length=1, max_length=63, pattern=ADAPTER_NAME_PATTERN)
 ]
-AdapterPath = Annotated[str, StringConstraints(min_length=1)]
+#: A path: non-empty (the CRD's rule) and, a project rule, printable characters only (no real
+#: container path has control characters, and server-side apply's YAML body cannot carry them).
+PATH_PATTERN = "^[\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]+$"
+AdapterPath = Annotated[str, StringConstraints(min_length=1, pattern=PATH_PATTERN)]
 ObjectName = Annotated[
     str, StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
 ]
