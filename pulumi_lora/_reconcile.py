@@ -435,7 +435,8 @@ def startup_adapters(
 ) -> dict[str, str]:
     """Adapters a server loads at start (``--lora-paths`` and ``sglangConfig.loraAdapters``).
 
-    Understands SGLang's three ``--lora-paths`` item formats: ``PATH`` (name = last path part),
+    Understands SGLang's three ``--lora-paths`` item formats: ``PATH`` (SGLang names it by the
+    whole path),
     ``NAME=PATH`` and a JSON object with ``lora_name``/``lora_path``. Used to detect a declared
     adapter whose name a server already serves from its command line with another path.
     """
@@ -463,7 +464,7 @@ def startup_adapters(
             key, value = arg.split("=", 1)
             found[key] = value
         else:
-            found[arg.rstrip("/").rsplit("/", 1)[-1]] = arg
+            found[arg] = arg
     return found
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pulumi_lora.testing.fixtures"]
+
 FULL_TIER = ("testbed", "e2e")
 
 

@@ -339,7 +339,7 @@ class TestInferenceServiceFacts:
             "64",
         ]
         assert startup_adapters(args, [{"name": "cfg", "path": "/adapters/c"}]) == {
-            "plain": "/adapters/plain/",
+            "/adapters/plain/": "/adapters/plain/",
             "named": "/adapters/n",
             "js": "/adapters/j",
             "cfg": "/adapters/c",

@@ -1,0 +1,80 @@
+"""pytest fixtures built on :class:`pulumi_lora.testing.testbed.Testbed`.
+
+Register with ``pytest_plugins = ["pulumi_lora.testing.fixtures"]`` in a ``conftest.py``:
+
+- ``testbed`` (session scope): one running testbed shared by every test of the session;
+- ``testbed_binaries`` (session scope): the located etcd, kube-apiserver and kubectl, for tests
+  that start testbeds of their own;
+- ``namespace`` (function scope): a fresh, uniquely named namespace for one test;
+- ``netns_required`` (function scope): skips a test where pods cannot get network namespaces.
+
+When a real part is missing (a binary, or network namespaces), the tests are skipped with the
+reason, except under CI (``CI=true``), where a skip would hide that the real thing did not run:
+there the test fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from typing import NoReturn
+
+import pytest
+
+from pulumi_lora.testing.testbed import (
+    BINARIES,
+    Binary,
+    BinaryNotFoundError,
+    CertificateError,
+    Testbed,
+    find_binary,
+    netns_unavailable_reason,
+)
+
+__all__ = ["missing_real_part", "namespace", "netns_required", "testbed", "testbed_binaries"]
+
+
+def missing_real_part(reason: str) -> NoReturn:
+    """Skip the current test because a real part is missing; fail instead when ``CI=true``."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: a missing real part fails instead of skipping)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def testbed_binaries() -> dict[str, Binary]:
+    """The programs a testbed runs (name → located binary with its version)."""
+    try:
+        return {name: find_binary(name) for name in BINARIES}
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Testbed]:
+    """A started testbed for the whole session, stopped (with everything it ran) at the end."""
+    bed = Testbed()
+    try:
+        bed.start()
+    except (BinaryNotFoundError, CertificateError) as exc:
+        missing_real_part(str(exc))
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
+@pytest.fixture
+def namespace(testbed: Testbed, request: pytest.FixtureRequest) -> str:
+    """A new namespace named after the test (unique per test; never deleted, see Testbed)."""
+    prefix = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40] or "test"
+    return testbed.create_namespace(prefix)
+
+
+@pytest.fixture
+def netns_required() -> None:
+    """Skip (or, under CI, fail) where pods cannot get their own network namespace."""
+    reason = netns_unavailable_reason()
+    if reason is not None:
+        missing_real_part(f"netns pods unavailable: {reason}")

@@ -1,0 +1,83 @@
+"""The local testbed cluster: real etcd + kube-apiserver, LLMKube's CRDs, emulated SGLang pods.
+
+::
+
+    from pulumi_lora.testing.testbed import Testbed
+
+    with Testbed() as tb:                      # etcd + kube-apiserver, CRDs Established
+        ns = tb.create_namespace("demo")
+        isvc = tb.deploy_inference_service(ns, "llama", replicas=2, network="loopback")
+        for pod in isvc.wait_ready(timeout=30):
+            print(pod.name, pod.url, pod.ready)
+        tb.restart_pod(ns, pod.name)           # state lost, restartCount+1, Ready after 200
+        tb.kubectl("get", "pods", "-n", ns)
+
+The binaries are the project's own builds (``python3 tools/provision.py``), found in
+``$PULUMI_LORA_BIN_DIR``, ``${PULUMI_LORA_CACHE:-~/.cache/pulumi-lora}/bin``, then ``PATH``.
+pytest users register ``pulumi_lora.testing.fixtures``; shells use ``pulumi-lora testbed up``.
+Public names are gathered here from private modules, each with its own ``__all__``.
+"""
+
+from pulumi_lora.testing.testbed._apiserver import AUDIT_POLICY
+from pulumi_lora.testing.testbed._binaries import (
+    BINARIES,
+    PROVISION_COMMAND,
+    Binary,
+    BinaryNotFoundError,
+    find_binary,
+)
+from pulumi_lora.testing.testbed._certs import CertificateError, StaticToken, new_token
+from pulumi_lora.testing.testbed._crds import CrdNotEstablishedError
+from pulumi_lora.testing.testbed._netns import (
+    BENCH_NETWORK,
+    NETNS_PREFIX,
+    NetnsError,
+    existing_namespaces,
+    netns_available,
+    netns_unavailable_reason,
+)
+from pulumi_lora.testing.testbed._pods import (
+    CONTAINER_NAME,
+    DEFAULT_EXTRA_ARGS,
+    NETNS_PORT,
+    NODE_NAME,
+    InferenceServiceHandle,
+    Network,
+    PodInfo,
+    PodNotFoundError,
+)
+from pulumi_lora.testing.testbed._process import ProcessStartError
+from pulumi_lora.testing.testbed._rest import ApiRequestError
+from pulumi_lora.testing.testbed._testbed import ADMIN_USER, Testbed, TestbedError
+
+__all__ = [
+    "ADMIN_USER",
+    "AUDIT_POLICY",
+    "BENCH_NETWORK",
+    "BINARIES",
+    "CONTAINER_NAME",
+    "DEFAULT_EXTRA_ARGS",
+    "NETNS_PORT",
+    "NETNS_PREFIX",
+    "NODE_NAME",
+    "PROVISION_COMMAND",
+    "ApiRequestError",
+    "Binary",
+    "BinaryNotFoundError",
+    "CertificateError",
+    "CrdNotEstablishedError",
+    "InferenceServiceHandle",
+    "NetnsError",
+    "Network",
+    "PodInfo",
+    "PodNotFoundError",
+    "ProcessStartError",
+    "StaticToken",
+    "Testbed",
+    "TestbedError",
+    "existing_namespaces",
+    "find_binary",
+    "netns_available",
+    "netns_unavailable_reason",
+    "new_token",
+]

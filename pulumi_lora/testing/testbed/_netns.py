@@ -1,0 +1,206 @@
+"""Per-pod network namespaces on the project's own test hosts.
+
+A real cluster gives every pod its own IP with the same container port; the apiserver's pod proxy
+refuses loopback pod IPs. So a "netns" pod gets a network namespace of its own (``ip netns add``),
+a veth pair with one end moved into it (renamed ``eth0``), and a /30 from 198.18.0.0/15, the
+range reserved for network test benches (RFC 2544): the host end takes the first address, the
+namespace end the second, which is the pod IP. Nothing outside these addresses is ever touched,
+and everything is removed again on teardown.
+
+Needs root (CAP_NET_ADMIN) and iproute2; :func:`netns_available` says whether that works here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import random
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass
+
+__all__ = [
+    "BENCH_NETWORK",
+    "NETNS_PREFIX",
+    "NetnsError",
+    "PodNetwork",
+    "allocate_pod_network",
+    "existing_namespaces",
+    "netns_available",
+    "netns_unavailable_reason",
+    "remove_testbed_networks",
+    "testbed_links",
+]
+
+_log = logging.getLogger("pulumi_lora.testing.testbed")
+
+NETNS_PREFIX = "pulumi-lora-"
+"""Every namespace the testbed creates is named ``pulumi-lora-<testbed id>-<n>``."""
+
+BENCH_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
+"""The only addresses the testbed assigns (reserved for network test benches)."""
+
+_IP_TIMEOUT = 20.0
+_lock = threading.Lock()
+_availability: tuple[bool, str] | None = None
+
+
+class NetnsError(RuntimeError):
+    """An ``ip`` command that sets up or tears down a pod network failed."""
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("ip") or "ip"
+    done = subprocess.run(
+        [exe, *args], capture_output=True, text=True, timeout=_IP_TIMEOUT, check=False
+    )
+    if check and done.returncode != 0:
+        raise NetnsError(f"ip {' '.join(args)}: {done.stderr.strip() or done.returncode}")
+    return done
+
+
+def netns_unavailable_reason() -> str | None:
+    """Why per-pod network namespaces cannot be made here, or ``None`` if they can (cached).
+
+    Tries the real thing once: creates and deletes a throw-away namespace.
+    """
+    global _availability  # noqa: PLW0603 - a process-wide, computed-once probe result
+    with _lock:
+        if _availability is None:
+            _availability = _probe()
+        ok, reason = _availability
+    return None if ok else reason
+
+
+def netns_available() -> bool:
+    """True when pods can get their own network namespace (root with iproute2 on Linux)."""
+    return netns_unavailable_reason() is None
+
+
+def _probe() -> tuple[bool, str]:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False, "network namespaces need root (CAP_NET_ADMIN); run as root to enable"
+    if shutil.which("ip") is None:
+        return False, "the `ip` command (iproute2) is not installed"
+    name = f"{NETNS_PREFIX}probe-{os.getpid()}"
+    try:
+        _ip("netns", "add", name)
+    except (NetnsError, OSError, subprocess.SubprocessError) as exc:
+        return False, f"cannot create a network namespace: {exc}"
+    _ip("netns", "del", name, check=False)
+    return True, ""
+
+
+def existing_namespaces() -> list[str]:
+    """Names of every network namespace on the host (``ip netns list``)."""
+    done = _ip("netns", "list", check=False)
+    return [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+
+
+def _addresses_in_use() -> set[ipaddress.IPv4Address]:
+    done = _ip("-o", "-4", "addr", "show", check=False)
+    used = set()
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            used.add(ipaddress.IPv4Interface(parts[parts.index("inet") + 1]).ip)
+    return used
+
+
+@dataclass
+class PodNetwork:
+    """One pod's namespace, veth pair and addresses."""
+
+    namespace: str
+    """Network namespace name (``ip netns exec NAME ...``)."""
+    host_link: str
+    """The veth end that stays on the host."""
+    host_ip: str
+    """Address of the host end."""
+    pod_ip: str
+    """Address of the namespace end: the pod IP."""
+
+    def exec_prefix(self) -> list[str]:
+        """The argv prefix that runs a command inside the namespace."""
+        return [shutil.which("ip") or "ip", "netns", "exec", self.namespace]
+
+    def teardown(self) -> None:
+        """Delete the namespace (its veth end goes with it) and the host end if it lingers.
+
+        Stop the processes inside first: a namespace with live processes outlives ``ip netns
+        del`` and keeps its veth pair.
+        """
+        _ip("netns", "del", self.namespace, check=False)
+        if _ip("link", "show", self.host_link, check=False).returncode == 0:
+            _ip("link", "del", self.host_link, check=False)
+        _log.debug("removed netns %s", self.namespace)
+
+
+def allocate_pod_network(testbed_id: str, index: int) -> PodNetwork:
+    """Create a namespace with a veth pair and a fresh /30 from :data:`BENCH_NETWORK`.
+
+    The /30 is picked at random among those whose addresses no interface holds, so testbeds that
+    run side by side (a CLI testbed and a test session) do not collide.
+    """
+    namespace = f"{NETNS_PREFIX}{testbed_id}-{index}"
+    host_link = f"vh{testbed_id}-{index}"
+    peer_link = f"vp{testbed_id}-{index}"
+    if len(host_link) > 15 or len(peer_link) > 15:
+        raise NetnsError(f"link name {host_link!r} is longer than the kernel's 15 characters")
+    with _lock:
+        used = _addresses_in_use()
+        blocks = BENCH_NETWORK.num_addresses // 4
+        for _ in range(64):
+            block = BENCH_NETWORK.network_address + 4 * random.randrange(blocks)  # noqa: S311
+            host_ip, pod_ip = block + 1, block + 2
+            if host_ip not in used and pod_ip not in used:
+                break
+        else:
+            raise NetnsError("no free /30 found in 198.18.0.0/15")
+        net = PodNetwork(namespace, host_link, str(host_ip), str(pod_ip))
+        try:
+            _ip("netns", "add", namespace)
+            _ip("link", "add", host_link, "type", "veth", "peer", "name", peer_link)
+            _ip("link", "set", peer_link, "netns", namespace)
+            _ip("addr", "add", f"{host_ip}/30", "dev", host_link)
+            _ip("link", "set", host_link, "up")
+            _ip("-n", namespace, "link", "set", peer_link, "name", "eth0")
+            _ip("-n", namespace, "addr", "add", f"{pod_ip}/30", "dev", "eth0")
+            _ip("-n", namespace, "link", "set", "eth0", "up")
+            _ip("-n", namespace, "link", "set", "lo", "up")
+        except NetnsError:
+            net.teardown()
+            raise
+    _log.debug("netns %s: pod %s via host %s (%s)", namespace, pod_ip, host_ip, host_link)
+    return net
+
+
+def testbed_links(testbed_id: str) -> list[str]:
+    """Host links (veth ends) named for the testbed ``testbed_id``."""
+    done = _ip("-o", "link", "show", check=False)
+    links = []
+    for line in done.stdout.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) > 1:
+            name = parts[1].strip().split("@", 1)[0]
+            if name.startswith((f"vh{testbed_id}-", f"vp{testbed_id}-")):
+                links.append(name)
+    return links
+
+
+def remove_testbed_networks(testbed_id: str) -> list[str]:
+    """Delete every namespace and link left by testbed ``testbed_id`` (after a hard crash).
+
+    Returns what was removed. Touches only names carrying this testbed's id.
+    """
+    removed = []
+    for name in existing_namespaces():
+        if name.startswith(f"{NETNS_PREFIX}{testbed_id}-"):
+            _ip("netns", "del", name, check=False)
+            removed.append(name)
+    for link in testbed_links(testbed_id):
+        _ip("link", "del", link, check=False)
+        removed.append(link)
+    return removed

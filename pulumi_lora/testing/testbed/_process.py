@@ -1,0 +1,172 @@
+"""Child processes of a testbed: started with their output in a log file, stopped for sure.
+
+Every child runs in its own session (process group), so a Ctrl-C in the terminal reaches the test
+runner first and the testbed stops its children in order, and so that stopping a child also stops
+anything it forked. Command lines are kept with secrets redacted, for error messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["ManagedProcess", "ProcessStartError", "free_port", "tail"]
+
+_log = logging.getLogger("pulumi_lora.testing.testbed")
+
+TAIL_LINES = 40
+"""How many trailing log lines a start failure quotes."""
+
+_DROPPED_ENV = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+class ProcessStartError(RuntimeError):
+    """A testbed component did not start or did not become ready.
+
+    The message holds the exact command line (secrets redacted) and the last lines of its log.
+    """
+
+    def __init__(self, what: str, reason: str, command: str, log_tail: str) -> None:
+        self.what = what
+        self.command = command
+        self.log_tail = log_tail
+        super().__init__(
+            f"{what} failed to start: {reason}\n"
+            f"command: {command}\n"
+            f"last {TAIL_LINES} lines of its log:\n{log_tail}"
+        )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file ("" if it does not exist)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child: ours, without proxy variables (every target is local)."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in _DROPPED_ENV}
+    env.update(extra or {})
+    return env
+
+
+class ManagedProcess:
+    """One child process with its log file, and a stop that always leaves it dead."""
+
+    def __init__(
+        self,
+        what: str,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        secrets: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.what = what
+        self.argv = list(argv)
+        self.log_path = log_path
+        self._secrets = [s for s in secrets if s]
+        self._env = child_env(env)
+        self._cwd = cwd
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.RLock()  # re-entrant: the SIGTERM teardown may interrupt us
+
+    @property
+    def command(self) -> str:
+        """The command line as a shell would show it, secrets replaced by ``<redacted>``."""
+        text = subprocess.list2cmdline(self.argv)
+        for secret in self._secrets:
+            text = text.replace(secret, "<redacted>")
+        return text
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while started (even if it has exited since), else ``None``."""
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> None:
+        """Start the process, appending its stdout and stderr to the log file."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                raise RuntimeError(f"{self.what} is already running")
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("ab") as log:
+                log.write(f"--- starting: {self.command}\n".encode())
+                log.flush()
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self._env,
+                    cwd=self._cwd,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            _log.debug("started %s pid=%d", self.what, self._proc.pid)
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        proc = self._proc
+        return proc is not None and proc.poll() is None
+
+    def returncode(self) -> int | None:
+        """The exit status once it exited, else ``None``."""
+        proc = self._proc
+        return None if proc is None else proc.poll()
+
+    def failure(self, reason: str) -> ProcessStartError:
+        """A :class:`ProcessStartError` for this process, quoting its log's tail."""
+        return ProcessStartError(self.what, reason, self.command, tail(self.log_path))
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM the process group, wait up to ``timeout``, then SIGKILL; returns the status."""
+        with self._lock:
+            proc = self._proc
+            if proc is None:
+                return None
+            if proc.poll() is None:
+                self._signal_group(proc, signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    _log.warning("%s pid=%d ignored SIGTERM; killing it", self.what, proc.pid)
+                    self._signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+            # Anything the child forked into its group goes too.
+            self._signal_group(proc, signal.SIGKILL)
+            _log.debug("stopped %s pid=%d status=%s", self.what, proc.pid, proc.returncode)
+            return proc.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL at once (a crash), and reap it."""
+        with self._lock:
+            proc = self._proc
+            if proc is None:
+                return None
+            self._signal_group(proc, signal.SIGKILL)
+            return proc.wait()
+
+    @staticmethod
+    def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)

@@ -1,0 +1,531 @@
+"""``Testbed``: a real etcd and kube-apiserver with LLMKube's CRDs, and emulated SGLang pods.
+
+::
+
+    with Testbed() as tb:
+        ns = tb.create_namespace("demo")
+        isvc = tb.deploy_inference_service(ns, "llama", replicas=2)
+        pods = isvc.wait_ready(timeout=30)
+        tb.kubectl("get", "pods", "-n", ns)
+
+Everything a testbed starts (etcd, the apiserver, one emulator per pod, network namespaces and
+veths, its temporary directory) is removed again by :meth:`Testbed.stop`, which also runs on
+``with`` exit, at interpreter exit and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import yaml
+from lightkube import Client, KubeConfig
+
+from pulumi_lora.testing.testbed._apiserver import AUDIT_POLICY, ApiServer, ApiServerFiles, Etcd
+from pulumi_lora.testing.testbed._binaries import Binary, find_binary
+from pulumi_lora.testing.testbed._certs import (
+    StaticToken,
+    generate_key_material,
+    new_token,
+    write_token_file,
+)
+from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
+from pulumi_lora.testing.testbed._netns import netns_unavailable_reason
+from pulumi_lora.testing.testbed._pods import (
+    DEFAULT_EXTRA_ARGS,
+    NODE_NAME,
+    InferenceServiceHandle,
+    Network,
+    PodPlayer,
+)
+from pulumi_lora.testing.testbed._rest import KubeRest
+
+__all__ = ["ADMIN_USER", "Testbed", "TestbedError"]
+
+_log = logging.getLogger("pulumi_lora.testing.testbed")
+
+ADMIN_USER = "testbed-admin"
+"""User name of the testbed's ``system:masters`` token."""
+
+_DIR_PREFIX = "pulumi-lora-testbed-"
+_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
+
+
+class TestbedError(RuntimeError):
+    """The testbed was used wrongly (not started, already stopped, ...)."""
+
+    __test__ = False  # not a pytest test class
+
+
+class Testbed:
+    """A local Kubernetes control plane for tests: real etcd + kube-apiserver, TLS verified.
+
+    Use it as a context manager or call :meth:`start` / :meth:`stop`. Safe to use from several
+    threads once started; the pod player runs its own threads.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        *,
+        extra_tokens: Iterable[StaticToken] = (),
+        directory: Path | None = None,
+        audit: bool = True,
+        install_crds: bool = True,
+        start_timeout: float = 90.0,
+        keep_directory: bool = False,
+        apiserver_args: Sequence[str] = (),
+    ) -> None:
+        """Prepare a testbed (nothing starts before :meth:`start`).
+
+        ``extra_tokens`` are added to the apiserver's static token file (e.g. a least-privilege
+        user for RBAC tests). ``directory`` holds certificates, logs, etcd data and the kubeconfig;
+        by default a fresh temporary directory that :meth:`stop` removes (``keep_directory`` keeps
+        it for post-mortems). ``audit`` enables a Metadata-level audit log of every request.
+        ``apiserver_args`` are appended to the apiserver's flags (feature gates, ...).
+        """
+        self.id = secrets.token_hex(3)
+        self._given_dir = directory
+        self._extra_tokens = list(extra_tokens)
+        self._audit = audit
+        self._install_crds = install_crds
+        self._start_timeout = start_timeout
+        self._keep = keep_directory
+        self._apiserver_args = tuple(apiserver_args)
+        self._lock = threading.RLock()
+        self._dir: Path | None = None
+        self._etcd: Etcd | None = None
+        self._apiserver: ApiServer | None = None
+        self._rest: KubeRest | None = None
+        self._player: PodPlayer | None = None
+        self._binaries: dict[str, Binary] = {}
+        self._admin_token = new_token()
+        self._kubeconfig: Path | None = None
+        self._audit_log: Path | None = None
+        self._started = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Testbed:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> Testbed:
+        """Start etcd and the apiserver, install the CRDs, write the kubeconfig; return self.
+
+        Raises :class:`~pulumi_lora.testing.testbed.BinaryNotFoundError` when a program is
+        missing and :class:`~pulumi_lora.testing.testbed.ProcessStartError` (with the command
+        line and the log's tail) when one does not come up. Nothing is left behind on failure.
+        """
+        with self._lock:
+            if self._started:
+                return self
+            self._binaries = {name: find_binary(name) for name in ("etcd", "kube-apiserver")}
+            self._binaries["kubectl"] = find_binary("kubectl")
+            _register(self)
+            try:
+                self._start()
+            except BaseException:
+                self.stop()
+                raise
+            self._started = True
+            return self
+
+    def _start(self) -> None:
+        if self._given_dir is not None:
+            self._given_dir.mkdir(parents=True, exist_ok=True)
+            self._dir = self._given_dir
+        else:
+            self._dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
+        directory = self._dir
+        _log.info("testbed %s starting in %s", self.id, directory)
+        keys = generate_key_material(directory)
+        token_file = directory / "tokens.csv"
+        admin = StaticToken(self._admin_token, ADMIN_USER, groups=("system:masters",))
+        write_token_file(token_file, [admin, *self._extra_tokens])
+        audit_policy = None
+        if self._audit:
+            audit_policy = directory / "audit-policy.yaml"
+            audit_policy.write_text(AUDIT_POLICY, encoding="utf-8")
+            self._audit_log = directory / "audit.log"
+        self._etcd = Etcd(self._binaries["etcd"].path, directory)
+        self._etcd.start(self._start_timeout)
+        files = ApiServerFiles(keys, token_file, audit_policy, self._audit_log)
+        secrets_ = [self._admin_token, *(t.token for t in self._extra_tokens)]
+        self._apiserver = ApiServer(
+            self._binaries["kube-apiserver"].path,
+            directory,
+            etcd_url=self._etcd.url,
+            files=files,
+            admin_token=self._admin_token,
+            secrets=secrets_,
+            extra_args=self._apiserver_args,
+        )
+        self._apiserver.start(self._start_timeout)
+        self._rest = KubeRest(self._apiserver.url, self._admin_token, self._apiserver.ssl_context())
+        self._kubeconfig = self.write_kubeconfig(directory / "kubeconfig")
+        if self._install_crds:
+            install_crds(self._rest)
+        self._create_node()
+        adapter_root = directory / "fsroot"
+        (adapter_root / "adapters").mkdir(parents=True, exist_ok=True)
+        self._player = PodPlayer(self._rest, self.id, directory / "pods", adapter_root)
+        _log.info("testbed %s ready at %s", self.id, self._apiserver.url)
+
+    def _create_node(self) -> None:
+        rest = self._require_rest()
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
+        }
+        rest.request("POST", "/api/v1/nodes", body=node, allow=(409,))
+        status = {
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            }
+        }
+        rest.merge_patch(f"/api/v1/nodes/{NODE_NAME}/status", status)
+
+    def stop(self) -> None:
+        """Stop everything this testbed started and remove its directory. Idempotent."""
+        with self._lock:
+            player, self._player = self._player, None
+            if player is not None:
+                player.close()
+            rest, self._rest = self._rest, None
+            if rest is not None:
+                rest.close()
+            apiserver, self._apiserver = self._apiserver, None
+            if apiserver is not None:
+                apiserver.stop()
+            etcd, self._etcd = self._etcd, None
+            if etcd is not None:
+                etcd.stop()
+            directory, self._dir = self._dir, None
+            if directory is not None and not self._keep and self._given_dir is None:
+                shutil.rmtree(directory, ignore_errors=True)
+            if self._started:
+                _log.info("testbed %s stopped", self.id)
+            self._started = False
+            _unregister(self)
+
+    # --- apiserver chaos ---------------------------------------------------------------------
+
+    def stop_apiserver(self) -> None:
+        """Stop the apiserver only (etcd and the pods keep running)."""
+        self._require_apiserver().stop()
+
+    def start_apiserver(self) -> None:
+        """Start the apiserver again on the same port, against the same etcd; wait for readyz."""
+        self._require_apiserver().start(self._start_timeout)
+
+    def restart_apiserver(self) -> None:
+        """Stop and start the apiserver (same port, certificates, tokens and data)."""
+        self.stop_apiserver()
+        self.start_apiserver()
+
+    # --- access ------------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        """The testbed's working directory (certificates, logs, kubeconfig, adapter root)."""
+        if self._dir is None:
+            raise TestbedError("the testbed is not started")
+        return self._dir
+
+    @property
+    def server(self) -> str:
+        """The apiserver URL, ``https://127.0.0.1:PORT``."""
+        return self._require_apiserver().url
+
+    @property
+    def admin_token(self) -> str:
+        """The ``system:masters`` bearer token (random per launch; never log it)."""
+        return self._admin_token
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        """The admin kubeconfig (CA embedded, TLS verified, token user)."""
+        if self._kubeconfig is None:
+            raise TestbedError("the testbed is not started")
+        return self._kubeconfig
+
+    @property
+    def ca_path(self) -> Path:
+        """PEM file of the CA that signed the apiserver's serving certificate."""
+        return self.directory / "certs" / "ca.crt"
+
+    @property
+    def audit_log_path(self) -> Path | None:
+        """The apiserver's JSON audit log (Metadata level), or ``None`` when audit is off."""
+        return self._audit_log
+
+    @property
+    def adapter_root(self) -> Path:
+        """The emulators' ``--emulator-fs-root``: ``/adapters/x`` is ``adapter_root/adapters/x``."""
+        return self.directory / "fsroot"
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """Component → version reported by the binary itself."""
+        return {name: binary.version for name, binary in self._binaries.items()}
+
+    @property
+    def binaries(self) -> dict[str, Path]:
+        """Component → path of the executable used."""
+        return {name: binary.path for name, binary in self._binaries.items()}
+
+    @property
+    def pids(self) -> dict[str, int | None]:
+        """Process ids of etcd and the apiserver (``None`` when stopped)."""
+        etcd, apiserver = self._etcd, self._apiserver
+        return {
+            "etcd": etcd.process.pid if etcd and etcd.process.alive() else None,
+            "kube-apiserver": (
+                apiserver.process.pid if apiserver and apiserver.process.alive() else None
+            ),
+        }
+
+    @property
+    def rest(self) -> KubeRest:
+        """The testbed's own JSON REST client (admin)."""
+        return self._require_rest()
+
+    def kubeconfig_dict(self, token: str | None = None, user: str = ADMIN_USER) -> dict[str, Any]:
+        """A kubeconfig for ``token`` (default: the admin token) as a dict."""
+        ca = base64.b64encode(self.ca_path.read_bytes()).decode()
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "testbed",
+                    "cluster": {"server": self.server, "certificate-authority-data": ca},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": token or self._admin_token}}],
+            "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
+            "current-context": "testbed",
+        }
+
+    def write_kubeconfig(
+        self, path: Path, token: str | None = None, user: str = ADMIN_USER
+    ) -> Path:
+        """Write a kubeconfig for ``token`` (default: admin) at ``path`` (mode 0600)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(self.kubeconfig_dict(token, user)), encoding="utf-8")
+        return path
+
+    def client(self, token: str | None = None, *, namespace: str | None = None) -> Client:
+        """A lightkube ``Client`` for this testbed (admin unless ``token`` is given)."""
+        config = KubeConfig.from_dict(self.kubeconfig_dict(token, "user" if token else ADMIN_USER))
+        return Client(config, namespace=namespace, field_manager=FIELD_MANAGER, trust_env=False)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, timeout: float = 60.0, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the located kubectl against this testbed (``--kubeconfig`` set), capturing text."""
+        argv = [str(self._binaries["kubectl"].path), f"--kubeconfig={self.kubeconfig_path}", *args]
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        return subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout, check=check, env=env
+        )
+
+    def create_namespace(self, prefix: str = "test") -> str:
+        """Create a namespace with a unique name starting with ``prefix``; return its name.
+
+        Namespace deletion never finishes without a controller-manager, so tests use a fresh one
+        each instead of cleaning one up.
+        """
+        base = _DNS_LABEL.sub("-", prefix.lower()).strip("-")[:50] or "test"
+        name = f"{base}-{secrets.token_hex(3)}"
+        self._require_rest().create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        )
+        return name
+
+    # --- pods --------------------------------------------------------------------------------
+
+    def deploy_inference_service(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        replicas: int = 2,
+        runtime: str = "sglang",
+        extra_args: Sequence[str] = DEFAULT_EXTRA_ARGS,
+        network: Network = "loopback",
+        startup_delay: float = 0.0,
+        emulator_args: Sequence[str] = (),
+        model: str = "llama-8b",
+    ) -> InferenceServiceHandle:
+        """Create an InferenceService CR and play its Deployment and kubelet.
+
+        Returns once the pods exist and their emulators were started (not yet Ready: use
+        :meth:`InferenceServiceHandle.wait_ready`). ``network="netns"`` needs root; see
+        :func:`netns_available`.
+        """
+        if network == "netns":
+            reason = netns_unavailable_reason()
+            if reason is not None:
+                raise TestbedError(f"netns pods are unavailable here: {reason}")
+        return self._require_player().deploy(
+            namespace,
+            name,
+            replicas=replicas,
+            runtime=runtime,
+            extra_args=extra_args,
+            network=network,
+            startup_delay=startup_delay,
+            emulator_args=emulator_args,
+            model=model,
+        )
+
+    def inference_service(self, namespace: str, name: str) -> InferenceServiceHandle:
+        """The handle of an InferenceService deployed by this testbed."""
+        return self._require_player().handle(namespace, name)
+
+    def delete_inference_service(self, namespace: str, name: str) -> None:
+        """Stop an InferenceService's pods and delete them and its CR (frees their processes)."""
+        self.inference_service(namespace, name).delete()
+
+    def restart_pod(self, namespace: str, pod: str) -> None:
+        """Restart a pod's emulator in place (state lost, restartCount+1, same address)."""
+        self._require_player().handle_of_pod(namespace, pod).restart_pod(pod)
+
+    def replace_pod(self, namespace: str, pod: str) -> str:
+        """Delete a pod and create its replacement; returns the new pod's name."""
+        return self._require_player().handle_of_pod(namespace, pod).replace_pod(pod).name
+
+    def kill_pod_process(self, namespace: str, pod: str) -> None:
+        """Crash a pod's emulator without restarting it (Ready becomes False)."""
+        self._require_player().handle_of_pod(namespace, pod).kill_pod_process(pod)
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """Patch the InferenceService's ``spec.replicas`` and add/remove pods to match."""
+        self.inference_service(namespace, name).scale(replicas)
+
+    def emulator_url(self, namespace: str, pod: str) -> str:
+        """Base URL of a pod's emulator (``http://IP:PORT``)."""
+        return self._require_player().handle_of_pod(namespace, pod).pod(pod).url
+
+    def make_adapter(
+        self,
+        name: str,
+        rank: int = 8,
+        target_modules: Sequence[str] = ("q_proj", "v_proj"),
+    ) -> str:
+        """Write ``adapters/<name>/adapter_config.json`` under the adapter root.
+
+        Returns the path a pod sees, ``/adapters/<name>`` (what a LoRAAdapter's ``spec.path``
+        holds).
+        """
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise ValueError(f"adapter name {name!r} is not a safe directory name")
+        folder = self.adapter_root / "adapters" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        config = {
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "r": rank,
+            "lora_alpha": 2 * rank,
+            "lora_dropout": 0.0,
+            "target_modules": list(target_modules),
+            "base_model_name_or_path": "llama-8b",
+        }
+        (folder / "adapter_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        return f"/adapters/{name}"
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _require_apiserver(self) -> ApiServer:
+        if self._apiserver is None:
+            raise TestbedError("the testbed is not started")
+        return self._apiserver
+
+    def _require_rest(self) -> KubeRest:
+        if self._rest is None:
+            raise TestbedError("the testbed is not started")
+        return self._rest
+
+    def _require_player(self) -> PodPlayer:
+        if self._player is None:
+            raise TestbedError("the testbed is not started")
+        return self._player
+
+
+# --- process-wide teardown -------------------------------------------------------------------
+
+_live: set[Testbed] = set()
+_live_lock = threading.RLock()  # re-entered by the SIGTERM handler on the main thread
+_hooks_installed = False
+
+
+def _register(testbed: Testbed) -> None:
+    global _hooks_installed  # noqa: PLW0603 - install the process-wide hooks once
+    with _live_lock:
+        _live.add(testbed)
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    atexit.register(_stop_all)
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _unregister(testbed: Testbed) -> None:
+    with _live_lock:
+        _live.discard(testbed)
+
+
+def _stop_all() -> None:
+    with _live_lock:
+        live = list(_live)
+    for testbed in live:
+        try:
+            testbed.stop()
+        except Exception:  # teardown of one must not keep the others alive
+            _log.exception("stopping testbed %s failed", testbed.id)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM: stop every testbed, then die of SIGTERM as if no handler had been installed.
+
+    Dying by the signal (rather than raising ``SystemExit``) keeps the default meaning of SIGTERM
+    for the host program: pytest, for one, would report a ``SystemExit`` as a failed test and
+    carry on. The locks the teardown takes are re-entrant, so interrupting the main thread inside
+    the testbed's own code cannot deadlock it.
+    """
+    _log.warning("SIGTERM: stopping %d testbed(s)", len(_live))
+    _stop_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,1 @@
+"""Contract tests of the SGLang emulator against docs/sglang-lora-contract.md (fast tier)."""
