@@ -11,9 +11,25 @@ from pathlib import Path
 
 import pytest
 
+from pulumi_lora.testing.testbed._binaries import BinaryNotFoundError, find_binary
+
 pytest_plugins = ["pulumi_lora.testing.fixtures"]
 
-FULL_TIER = ("testbed", "e2e")
+FULL_TIER = ("testbed", "e2e", "resync")
+REAL_COMPONENTS = ("pulumi", "etcd", "kube-apiserver", "kubectl")
+
+
+def pytest_report_header() -> list[str]:
+    """Print the versions of the real components the full tier runs against."""
+    found = []
+    for name in REAL_COMPONENTS:
+        try:
+            binary = find_binary(name)
+        except BinaryNotFoundError:
+            found.append(f"{name}: not provisioned")
+            continue
+        found.append(f"{name} {binary.version} ({binary.path})")
+    return ["real components: " + "; ".join(found)]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
