@@ -39,7 +39,15 @@ def _mount_testbed() -> None:
     cli.add_command(testbed_group, "testbed")
 
 
+def _mount_ops() -> None:
+    from pulumi_lora._ops_cli import doctor_command, status_command
+
+    cli.add_command(status_command, "status")
+    cli.add_command(doctor_command, "doctor")
+
+
 _mount_testbed()
+_mount_ops()
 
 
 def main() -> None:

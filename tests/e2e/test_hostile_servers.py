@@ -18,17 +18,25 @@ from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import emulator_post, served
 
 
-@pytest.mark.parametrize(("fault", "said"), [
-    ("/load_lora_adapter:malformed", "the answer is not valid JSON"),
-    ("/load_lora_adapter:huge=3000000", "the answer is larger than 1048576 bytes"),
-    ("/load_lora_adapter:drop", "Server disconnected without sending a response"),
-    ("/load_lora_adapter:status=500,body=Internal Server Error", "SGLang failed with HTTP 500"),
-    ("/load_lora_adapter:status=418,body=teapot", "unexpected HTTP status 418"),
-    ("/load_lora_adapter:status=200,body=[1, 2, 3]", "the answer is not a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("/load_lora_adapter:malformed", "the answer is not valid JSON"),
+        ("/load_lora_adapter:huge=3000000", "the answer is larger than 1048576 bytes"),
+        ("/load_lora_adapter:drop", "Server disconnected without sending a response"),
+        ("/load_lora_adapter:status=500,body=Internal Server Error", "SGLang failed with HTTP 500"),
+        ("/load_lora_adapter:status=418,body=teapot", "unexpected HTTP status 418"),
+        ("/load_lora_adapter:status=200,body=[1, 2, 3]", "the answer is not a JSON object"),
+    ],
+)
 def test_a_hostile_answer_fails_clearly_and_leaves_nothing(
-        testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig,
-        fault: str, said: str) -> None:
+    testbed: Testbed,
+    namespace: str,
+    isvc: InferenceServiceHandle,
+    config: ProviderConfig,
+    fault: str,
+    said: str,
+) -> None:
     bad = isvc.ready_pods()[2]
     armed = emulator_post(bad.url, "/_emulator/faults", {"faults": [fault]})
     assert armed.status_code < 300, armed.text
@@ -36,8 +44,14 @@ def test_a_hostile_answer_fails_clearly_and_leaves_nothing(
     provider._config = config
     start = time.monotonic()
     with pytest.raises(AdapterNotLoaded) as caught:
-        provider.create({"adapter_name": "hostile", "path": testbed.make_adapter("hostile"),
-                         "inference_service": "llama", "namespace": namespace})
+        provider.create(
+            {
+                "adapter_name": "hostile",
+                "path": testbed.make_adapter("hostile"),
+                "inference_service": "llama",
+                "namespace": namespace,
+            }
+        )
     assert time.monotonic() - start < 60  # bounded: no hang on a hostile body
     message = str(caught.value)
     assert f"pod {bad.name}" in message and "loaded on 2/3 Ready pods" in message

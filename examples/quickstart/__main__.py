@@ -1,0 +1,31 @@
+"""Quickstart: one LoRA adapter on every Ready pod of one SGLang InferenceService.
+
+``pulumi up`` applies one LLMKube ``LoRAAdapter`` CR and loads the adapter on each Ready pod of
+the InferenceService; ``pulumi preview --refresh --expect-no-changes`` fails when a pod lost it.
+Everything it needs is stack config (``Pulumi.yaml`` declares the keys and their defaults).
+"""
+
+import pulumi
+
+from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
+
+
+def program() -> None:
+    """Declare the adapter and export whether, and where, it is loaded."""
+    config = pulumi.Config()
+    adapter = LoRAAdapter(
+        "adapter",
+        LoRAAdapterArgs(
+            adapter_name=config.require("adapterName"),
+            path=config.require("adapterPath"),
+            inference_service=config.require("inferenceService"),
+            namespace=config.require("namespace"),
+        ),
+    )
+    pulumi.export("loaded", adapter.loaded)  # True once every Ready pod serves it
+    pulumi.export("pods", adapter.pods)  # per pod: {pod, ready, loaded, path, reason, error, since}
+    pulumi.export("conditions", adapter.conditions)
+
+
+if __name__ == "__main__":
+    program()

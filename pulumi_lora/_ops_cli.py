@@ -1,0 +1,251 @@
+"""The operator commands ``pulumi-lora status`` and ``pulumi-lora doctor`` (click).
+
+Thin: parse the options, gather the facts (``_inspect.gather_*``), judge them (``_inspect``'s pure
+functions), print a table or JSON, exit with a code a script can use. The lead mounts
+``status_command`` and ``doctor_command`` on the main ``pulumi-lora`` group.
+
+Exit codes, both commands: 0 all good; 1 something to fix was found (drift or errors for
+``status``, a failed check for ``doctor``); 2 the command could not run (a usage error, or the
+cluster could not be reached: bad kubeconfig, unknown context, no permission to list).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import NoReturn
+
+import click
+
+from pulumi_lora import _inspect as inspect
+from pulumi_lora._cluster import KubeSource
+from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._models import Transport
+from pulumi_lora._operations import POOL
+
+__all__ = ["doctor_command", "render_table", "status_command"]
+
+#: Exit code for "could not run": click uses it for usage errors too.
+EXIT_UNUSABLE = 2
+#: Longest error text in a table cell (``--output json`` always has the whole text).
+MAX_CELL = 160
+
+_kubeconfig = click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, then the in-cluster account)",
+)
+_context = click.option("--context", help="kubeconfig context (default: its current context)")
+_output = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json (stable keys, docs/operations.md) for scripts",
+)
+
+
+@click.command("status", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-n", "--namespace", help="namespace of the LoRAAdapters (default: the context's)")
+@click.option("-A", "--all-namespaces", is_flag=True, help="LoRAAdapters of every namespace")
+@_kubeconfig
+@_context
+@click.option(
+    "--transport",
+    type=click.Choice([Transport.DIRECT.value, Transport.PROXY.value]),
+    default=None,
+    help="how to reach the pods (default: each CR's recorded transport; delegated CRs are "
+    "then judged by their Loaded condition)",
+)
+@_output
+@click.pass_context
+def status_command(  # noqa: PLR0917 - one parameter per click option
+    ctx: click.Context,
+    namespace: str | None,
+    all_namespaces: bool,
+    kubeconfig: str | None,
+    context: str | None,
+    transport: str | None,
+    output: str,
+) -> None:
+    """Show every LoRAAdapter and whether each Ready pod of its target serves it.
+
+    Reads the CRs and each Ready pod's /v1/models the way `pulumi refresh` does (the API key
+    Secret a CR's pulumi-lora.dev/api-key-secret annotation names is used, never printed).
+    Exit 0: every declared adapter is loaded, at its path, on every Ready pod; 1: drift or
+    errors; 2: usage or cluster access error.
+    """
+    if namespace and all_namespaces:
+        raise click.UsageError("give either --namespace or --all-namespaces, not both")
+    source = KubeSource(kubeconfig=kubeconfig, context=context)
+    try:
+        scope = None if all_namespaces else (namespace or POOL.kube(source).namespace)
+        report = inspect.gather_status(source, scope, Transport(transport) if transport else None)
+    except PulumiLoRAError as exc:
+        _fail(ctx, str(exc))
+    if output == "json":
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        click.echo(_status_table(report, where=scope))
+    ctx.exit(report.exit_code)
+
+
+@click.command("doctor", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("inference_service")
+@click.option("-n", "--namespace", help="the InferenceService's namespace (default: the context's)")
+@_kubeconfig
+@_context
+@click.option(
+    "--transport",
+    type=click.Choice([Transport.DIRECT.value, Transport.PROXY.value]),
+    default=Transport.DIRECT.value,
+    show_default=True,
+    help="how to reach the pods: their IPs (in-cluster or a routed pod network) or the "
+    "apiserver's pod proxy (anywhere; unkeyed servers only)",
+)
+@click.option(
+    "--api-key-secret",
+    metavar="NAME[/KEY]",
+    help="Secret (in the InferenceService's namespace) holding the SGLang API key; KEY "
+    "defaults to api-key",
+)
+@_output
+@click.pass_context
+def doctor_command(  # noqa: PLR0917 - one parameter per click option
+    ctx: click.Context,
+    inference_service: str,
+    namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    transport: str,
+    api_key_secret: str | None,
+    output: str,
+) -> None:
+    """Check that an InferenceService can take LoRA adapters at run time, and say what to fix.
+
+    Checks runtime sglang, --enable-lora, the LoRA pool flags, data-parallel size 1, adapter
+    volumes, Service vs container port, pods found and Ready, and each Ready pod's SGLang
+    (reachable, LoRA on, version >= 0.5.5). Exit 0: no check failed; 1: a check failed;
+    2: usage or cluster access error.
+    """
+    secret = _parse_secret(api_key_secret)
+    source = KubeSource(kubeconfig=kubeconfig, context=context)
+    try:
+        where = namespace or POOL.kube(source).namespace
+        facts = inspect.gather_doctor(
+            source, where, inference_service, transport=Transport(transport), api_key_secret=secret
+        )
+    except PulumiLoRAError as exc:
+        _fail(ctx, str(exc))
+    report = inspect.diagnose(facts)
+    if output == "json":
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        click.echo(_doctor_text(report))
+    ctx.exit(report.exit_code)
+
+
+def _parse_secret(value: str | None) -> tuple[str, str] | None:
+    if not value:
+        return None
+    name, _, key = value.partition("/")
+    if not name:
+        raise click.BadParameter("expected NAME or NAME/KEY", param_hint="--api-key-secret")
+    return name, key or "api-key"
+
+
+def _fail(ctx: click.Context, message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    ctx.exit(EXIT_UNUSABLE)
+
+
+# --- rendering (pure) ---------------------------------------------------------------------------
+
+STATUS_COLUMNS = (
+    "NAMESPACE",
+    "NAME",
+    "ADAPTER",
+    "TARGET",
+    "POD",
+    "LOADED",
+    "PATH",
+    "LAST LOADED",
+    "ERROR",
+)
+
+_LOADED_WORDS = {
+    inspect.PodState.OK: "yes",
+    inspect.PodState.MISSING: "no",
+    inspect.PodState.WRONG_PATH: "wrong path",
+    inspect.PodState.UNREACHABLE: "unknown",
+    inspect.PodState.NOT_READY: "not ready",
+}
+
+
+def _status_table(report: inspect.StatusReport, where: str | None) -> str:
+    """Pure: one row per CR and pod (one row for a CR without pods), then a summary line."""
+    if not report.adapters:
+        scope = f"namespace {where}" if where else "any namespace"
+        return f"no LoRAAdapters in {scope}"
+    rows: list[Sequence[str]] = []
+    for line in report.adapters:
+        head = (
+            line.namespace,
+            line.name,
+            line.adapter,
+            f"{line.target_namespace}/{line.target_name}",
+        )
+        last = line.last_loaded_at or "-"
+        if line.observed == "conditions" or not line.pods:
+            spot = "(loop)" if line.observed == "conditions" else "-"
+            loaded = "yes" if line.verdict is inspect.AdapterVerdict.OK else "no"
+            rows.append((*head, spot, loaded, line.path, last, _cell(line.error)))
+            continue
+        # A CR-wide problem with no pod to pin it on (no Ready pods) goes on its first row.
+        spare = "" if any(p.error for p in line.pods) else line.error
+        for index, pod in enumerate(line.pods):
+            error = pod.error or (spare if index == 0 else "")
+            loaded = _LOADED_WORDS[pod.state]
+            rows.append((*head, pod.pod, loaded, pod.path or "-", last, _cell(error)))
+    counts = report.counts()
+    summary = (
+        f"{counts['adapters']} LoRAAdapter(s): {counts['ok']} ok, {counts['drift']} drift, "
+        f"{counts['error']} error"
+    )
+    return render_table(STATUS_COLUMNS, rows) + "\n\n" + summary
+
+
+def _doctor_text(report: inspect.DoctorReport) -> str:
+    """Pure: one line per check (status, name, message), the fix indented under it."""
+    lines = [f"InferenceService {report.namespace}/{report.name}"]
+    width = max((len(_check_label(c)) for c in report.checks), default=0)
+    for check in report.checks:
+        lines.append(f"  {check.status.value:<4}  {_check_label(check):<{width}}  {check.message}")
+        if check.fix and check.status is not inspect.CheckStatus.OK:
+            lines.append(f"  {'':<4}  {'':<{width}}  fix: {check.fix}")
+    counts = report.counts()
+    lines.append("")
+    lines.append(f"{counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail")
+    return "\n".join(lines)
+
+
+def _check_label(check: inspect.Check) -> str:
+    return f"{check.name} ({check.pod})" if check.pod else check.name
+
+
+def _cell(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= MAX_CELL else flat[: MAX_CELL - 1] + "…"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Pure: left-aligned columns, two spaces apart, as kubectl prints them."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in (headers, *rows)
+    ]
+    return "\n".join(lines)

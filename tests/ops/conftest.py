@@ -1,0 +1,52 @@
+"""Fixtures of the operations tests: the real engine for the examples, and pod helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.testbed import BinaryNotFoundError, InferenceServiceHandle
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> LocalEngine:
+    """A private offline Pulumi installation per test (file backend, own PULUMI_HOME)."""
+    try:
+        return LocalEngine(tmp_path / "engine")
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
+
+
+Served = Callable[[InferenceServiceHandle], dict[str, dict[str, str]]]
+Unload = Callable[[str, str], None]
+
+
+@pytest.fixture
+def served() -> Served:
+    """``served(handle)``: every Ready pod's adapters (name → path), from its own /v1/models."""
+
+    def read(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
+        result = {}
+        for pod in handle.ready_pods():
+            body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=5).json()
+            result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
+        return result
+
+    return read
+
+
+@pytest.fixture
+def unload() -> Unload:
+    """``unload(pod_url, name)``: unload an adapter behind the provider's back (drift)."""
+
+    def post(url: str, name: str) -> None:
+        response = httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": name}, timeout=10)
+        assert response.status_code == 200, response.text
+
+    return post
