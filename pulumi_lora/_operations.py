@@ -396,9 +396,7 @@ class Session:
         manifest = k8s.adapter_manifest(
             self.args.namespace, self.args.cr_name, self.args.spec().wire(), notes
         )
-        cr = k8s.apply_adapter(self.kube, manifest)
-        ensure_exclusive(cr)
-        return cr
+        return k8s.apply_adapter(self.kube, manifest)
 
     def load_everywhere(
         self, cr: Mapping[str, Any], target: k8s.Target, *, observe: bool
@@ -425,6 +423,12 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     target = session.resolve_target()
     session.check_collisions(target, own_uid=None)
     ensure_reachable(args, session.api_key(target))
+    existing = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    if existing is not None:
+        raise ClusterError(
+            f"LoRAAdapter {args.namespace}/{args.cr_name} already exists and this stack did not "
+            "create it; choose another resource_name, or delete or import the existing CR"
+        )
     cr = session.apply_cr()
     try:
         if args.transport is Transport.DELEGATED:
@@ -449,6 +453,7 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     session = Session(args, config)
     cr = session.apply_cr(operation="update")
     try:
+        ensure_exclusive(cr)
         target = session.resolve_target()
         session.check_collisions(target, own_uid=cr["metadata"].get("uid"))
         if args.transport is Transport.DELEGATED:

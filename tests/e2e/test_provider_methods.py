@@ -13,8 +13,8 @@ import pytest
 
 from pulumi_lora import AdapterNotLoaded, InferenceServiceNotFound, NoReadyPods, RuntimeMismatch
 from pulumi_lora._cluster import get_adapter
-from pulumi_lora._errors import NameCollision
-from pulumi_lora._operations import ProviderConfig
+from pulumi_lora._errors import ClusterError, ControllerConflict, NameCollision
+from pulumi_lora._operations import UPSTREAM_FINALIZER, ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import emulator_post, served
@@ -260,3 +260,45 @@ def test_kubectl_sees_the_cr_and_waits_for_loaded(
     )
     assert waited.returncode == 0, waited.stderr
     provider(config).delete("", outs)
+
+
+def test_an_existing_cr_is_not_adopted_by_create(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+) -> None:
+    path = testbed.make_adapter("sql-existing")
+    first = provider(config).create(props(namespace, path)).outs
+    with pytest.raises(ClusterError, match="already exists and this stack did not create it"):
+        provider(config).create(props(namespace, path))
+    assert cr(testbed, namespace) is not None  # the other one is untouched
+    provider(config).delete("", first)
+
+
+def test_llmkube_controller_on_the_same_cr_is_refused(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+) -> None:
+    v1, v2 = testbed.make_adapter("sql-shared"), testbed.make_adapter("sql-shared-2")
+    outs = provider(config).create(props(namespace, v1)).outs
+    marked = testbed.kubectl(
+        "patch",
+        "lora/sql-lora",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"metadata": {"finalizers": [UPSTREAM_FINALIZER]}}),
+    )
+    assert marked.returncode == 0, marked.stderr
+    with pytest.raises(ControllerConflict, match="LLMKube's own LoRA controller"):
+        provider(config).update("", outs, props(namespace, v2))
+    assert served(isvc) == {pod.name: {"sql-lora": v1} for pod in isvc.ready_pods()}
+    testbed.kubectl(
+        "patch",
+        "lora/sql-lora",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"metadata": {"finalizers": None}}),
+    )
+    provider(config).delete("", outs)
+    nothing_left(testbed, namespace, isvc)
