@@ -46,8 +46,15 @@ def _mount_ops() -> None:
     cli.add_command(doctor_command, "doctor")
 
 
+def _mount_resync() -> None:
+    from pulumi_lora._resync._cli import resync_command
+
+    cli.add_command(resync_command, "resync")
+
+
 _mount_testbed()
 _mount_ops()
+_mount_resync()
 
 
 def main() -> None:

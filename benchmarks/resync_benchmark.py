@@ -1,0 +1,531 @@
+"""Benchmark of the re-sync loop against a polling baseline, on the local testbed.
+
+Two scenarios, one run (``python benchmarks/resync_benchmark.py``, under 5 minutes):
+
+1. **Recovery after a restart.** 50 adapters on an InferenceService of 4 pods whose SGLang
+   takes 100 ms per load (``--emulator-latency /load_lora_adapter=0.1``). Every round restarts
+   the 4 pods; per pod it measures the time from the pod turning Ready (as a watch of this
+   script sees it) to the first load request sent to it, and to all 50 adapters served (read
+   from the pod's own ``/v1/models``). The event-driven loop (``pulumi-lora resync``) is run
+   first, then a polling reconciler with 5 s and 10 s periods (what the in-cluster peers do),
+   on the same pods. Targets: first request p99 ≤ 250 ms; all 50 ≤ 50 x 100 ms + 0.5 s.
+2. **Scale.** 1,000 CRs over 20 pods (4 InferenceServices x 5 pods x 250 adapters, no
+   latency): after the initial sync, the loop's CPU over an idle window (target ≤ 2% of a
+   core), its RSS (target ≤ 150 MB), and the duration of its verification sweeps.
+
+Ratios to the targets are printed (≤ 1.0 meets the target). The loop runs as a real process
+with the testbed's admin kubeconfig; pods are the testbed's emulators on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from lightkube import KubeConfig
+from lightkube.resources.core_v1 import Pod
+from prometheus_client.parser import text_string_to_metric_families
+
+from pulumi_lora._cluster import adapter_manifest, apply_adapter, as_dict, pod_from_object
+from pulumi_lora._executor import run_async
+from pulumi_lora._reconcile import Desired, PodView, plan, pod_program
+from pulumi_lora._sglang import AsyncSGLangClient
+from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
+
+ADAPTERS = 50
+PODS = 4
+LATENCY = 0.1
+FIRST_LOAD_TARGET = 0.25
+ALL_LOADED_TARGET = ADAPTERS * LATENCY + 0.5
+CPU_TARGET = 0.02
+RSS_TARGET_MB = 150.0
+
+
+def log(message: str) -> None:
+    """Progress on stderr (the figures go to stdout)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- the loop as a process ----------------------------------------------------------------------
+
+
+class LoopProcess:
+    """``python -m pulumi_lora._resync`` with JSON logs collected from stderr."""
+
+    def __init__(self, kubeconfig: Path, namespace: str | None, *extra: str) -> None:
+        argv = [sys.executable, "-m", "pulumi_lora._resync", "--kubeconfig", str(kubeconfig)]
+        argv += [
+            "--metrics-host",
+            "127.0.0.1",
+            "--metrics-port",
+            "0",
+            "--lease-namespace",
+            "default",
+        ]
+        argv += ["--namespace", namespace] if namespace else []
+        self.proc = subprocess.Popen(
+            [*argv, *extra],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.port = int(self.wait("serving", 60)[0]["port"])
+        self.wait("caches_synced", 60)
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples, from the loop's ``/metrics``."""
+        text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5, trust_env=False).text
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        )
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with contextlib.suppress(ValueError), self._lock:
+                self.lines.append(json.loads(line))
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [line for line in self.lines if line.get("event") == name]
+
+    def wait(self, name: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(found := self.events(name)) < count:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"the loop did not log {name!r} x{count} in {timeout}s")
+            time.sleep(0.05)
+        return found
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the process so far (from /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mb(self) -> tuple[float, float]:
+        """Current and peak resident memory, MB."""
+        status = dict(
+            line.split(":", 1)
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+        )
+        return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# --- the polling baseline -----------------------------------------------------------------------
+
+
+@dataclass
+class Poller:
+    """A reconciler that polls every ``period`` seconds, as the in-cluster peers do.
+
+    Each tick lists the pods, reads every Ready pod's ``/v1/models`` and loads what is missing
+    (serially per pod, pods in parallel), through the same core and client as the loop. It
+    records, per pod, the wall time of the first load request of each tick that loaded.
+    """
+
+    tb: Testbed
+    namespace: str
+    service: str
+    desired: Sequence[Desired]
+    period: float
+    first_loads: dict[str, list[float]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    async def _run(self) -> None:
+        client = self.tb.client()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            pods = [
+                pod_from_object(as_dict(p))
+                for p in client.list(
+                    Pod,
+                    namespace=self.namespace,
+                    labels={"inference.llmkube.dev/service": self.service},
+                )
+            ]
+            await asyncio.gather(
+                *(self._pod(p.name, p.ip, p.port) for p in pods if p.ready and p.ip)
+            )
+            await asyncio.sleep(max(0.0, self.period - (time.monotonic() - started)))
+
+    async def _pod(self, name: str, ip: str, port: int) -> None:
+        async with AsyncSGLangClient(f"http://{ip}:{port}") as sglang:  # one tick, as the loop
+            try:
+                served = dict((await sglang.list_models()).adapters)
+            except Exception:  # a pod on its way down: next tick
+                return
+            first = True
+            for want in self.desired:
+                action = plan(want, [PodView(name, True, adapters=served)], want.name)[0]
+                if action.kind.value == "keep":
+                    continue
+                if first:
+                    self.first_loads.setdefault(name, []).append(time.time())
+                    first = False
+                await run_async(pod_program(action, want, want.name), sglang)
+
+
+# --- scenario 1: recovery after restarts --------------------------------------------------------
+
+
+class ReadyWatch:
+    """This script's own watch of the pods: when each pod was (last) seen turning Ready."""
+
+    def __init__(self, tb: Testbed, namespace: str) -> None:
+        self.ready_at: dict[tuple[str, int], float] = {}  # (pod, restartCount) → wall time
+        self._client = tb.client()
+        self._namespace = namespace
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        with contextlib.suppress(Exception):  # ends with the testbed
+            for _, obj in self._client.watch(Pod, namespace=self._namespace):
+                pod = pod_from_object(as_dict(obj))
+                if pod.ready:
+                    self.ready_at.setdefault((pod.name, pod.restart_count), time.time())
+
+
+def served_count(url: str) -> int:
+    try:
+        body = httpx.get(f"{url}/v1/models", timeout=2, trust_env=False).json()
+    except (httpx.HTTPError, ValueError):
+        return -1
+    return sum(1 for m in body.get("data", ()) if m.get("parent"))
+
+
+def restart_one(
+    tb: Testbed, handle: InferenceServiceHandle, name: str, timeout: float = 60
+) -> tuple[int, float]:
+    """Restart one pod; return its restartCount and the wall time all adapters were served."""
+    tb.restart_pod(handle.namespace, name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pod = handle.pod(name)
+        if pod.ready and served_count(pod.url) == ADAPTERS:
+            return pod.restart_count, time.time()
+        time.sleep(0.025)
+    raise RuntimeError(f"pod {name} did not get its {ADAPTERS} adapters back within {timeout}s")
+
+
+@dataclass
+class Recovery:
+    """Per-pod samples of one mode."""
+
+    first: list[float] = field(default_factory=list)
+    all_loaded: list[float] = field(default_factory=list)
+
+
+def recovery_rounds(
+    tb: Testbed,
+    handle: InferenceServiceHandle,
+    watch: ReadyWatch,
+    rounds: int,
+    first_load_of: Callable[[str, float], float | None],
+) -> Recovery:
+    result = Recovery()
+    for number in range(rounds):
+        for pod in [p.name for p in handle.pods()]:  # one at a time, as crashes come
+            restarts, finished = restart_one(tb, handle, pod)
+            time.sleep(0.2)  # let the actor's log lines arrive
+            ready = watch.ready_at[(pod, restarts)]
+            first = first_load_of(pod, ready)
+            if first is not None:
+                result.first.append(first - ready)
+            result.all_loaded.append(finished - ready)
+        log(f"  round {number + 1}/{rounds}: {PODS} pods restarted and recovered")
+    return result
+
+
+def scenario_recovery(tb: Testbed, rounds: int, poll_rounds: int) -> dict[str, Recovery]:
+    namespace = tb.create_namespace("bench-recovery")
+    handle = tb.deploy_inference_service(
+        namespace,
+        "llama",
+        replicas=PODS,
+        emulator_args=("--emulator-latency", f"/load_lora_adapter={LATENCY}"),
+    )
+    handle.wait_ready(60)
+    client = tb.client()
+    desired = []
+    for index in range(ADAPTERS):
+        name = f"bench-{index:02d}"
+        path = tb.make_adapter(name)
+        spec = {"name": name, "path": path, "inferenceServiceRef": {"name": "llama"}}
+        apply_adapter(client, adapter_manifest(namespace, name, spec, {}))
+        desired.append(Desired(name, path))
+    watch = ReadyWatch(tb, namespace)
+    results: dict[str, Recovery] = {}
+
+    log("recovery: event-driven loop")
+    loop = LoopProcess(tb.kubeconfig_path, namespace)
+    try:
+        wait_all_loaded(handle)
+
+        def loop_first(pod: str, ready: float) -> float | None:
+            runs = [
+                e["first_load_at"]
+                for e in loop.events("pod_synced")
+                if e["pod"] == f"{namespace}/{pod}"
+                and e.get("first_load_at")
+                and e["first_load_at"] >= ready - 1
+            ]
+            return min(runs) if runs else None
+
+        results["event-driven loop"] = recovery_rounds(tb, handle, watch, rounds, loop_first)
+    finally:
+        loop.stop()
+    for period in (5.0, 10.0) if poll_rounds else ():  # --poll-rounds 0: the loop only
+        log(f"recovery: polling every {period:g} s")
+        poller = Poller(tb, namespace, "llama", desired, period)
+        poller.start()
+        try:
+            wait_all_loaded(handle)
+
+            def poll_first(pod: str, ready: float, poller: Poller = poller) -> float | None:
+                later = [t for t in poller.first_loads.get(pod, ()) if t >= ready]
+                return min(later) if later else None
+
+            results[f"polling every {period:g} s"] = recovery_rounds(
+                tb, handle, watch, poll_rounds, poll_first
+            )
+        finally:
+            poller.stop()
+    tb.scale(namespace, "llama", 0)
+    return results
+
+
+def wait_all_loaded(handle: InferenceServiceHandle, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(served_count(p.url) == ADAPTERS for p in handle.pods()):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the adapters were not loaded everywhere in time")
+        time.sleep(0.1)
+
+
+# --- scenario 2: scale --------------------------------------------------------------------------
+
+
+@dataclass
+class Scale:
+    initial_sync: float
+    idle_seconds: float
+    cpu_fraction: float
+    rss_mb: float
+    peak_rss_mb: float
+    sweeps: list[float]
+    events: float
+
+
+def scenario_scale(tb: Testbed, services: int, idle: float) -> Scale:
+    namespace = tb.create_namespace("bench-scale")
+    pods_each, crs = 20 // services, 1000 // services
+    handles = [
+        tb.deploy_inference_service(
+            namespace, f"svc-{i}", replicas=pods_each, extra_args=DEFAULT_EXTRA_ARGS
+        )
+        for i in range(services)
+    ]
+    for handle in handles:
+        handle.wait_ready(120)
+    path = tb.make_adapter("bench-shared")  # one directory serves every adapter name
+    log(f"scale: creating 1000 CRs ({services} services x {pods_each} pods x {crs} adapters)")
+
+    client = tb.client()
+
+    def create(index: int) -> None:
+        service = f"svc-{index % services}"
+        name = f"a-{index:04d}"
+        spec = {"name": name, "path": path, "inferenceServiceRef": {"name": service}}
+        apply_adapter(client, adapter_manifest(namespace, name, spec, {}))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, range(1000)))
+    log("scale: starting the loop (default 30 s verification)")
+    started = time.monotonic()
+    loop = LoopProcess(tb.kubeconfig_path, namespace, "--log-level", "debug")
+    try:
+        loop.wait("verify_sweep", 300)
+        wait_quiet(loop)
+        initial = time.monotonic() - started
+        log(f"scale: initial sync done in {initial:.1f} s; measuring {idle:.0f} s idle")
+        sweeps_before = len(loop.events("verify_sweep"))
+        cpu0, t0 = loop.cpu_seconds(), time.monotonic()
+        peak_rss = 0.0
+        while time.monotonic() - t0 < idle:
+            time.sleep(1)
+            peak_rss = max(peak_rss, loop.rss_mb()[0])
+        cpu = (loop.cpu_seconds() - cpu0) / (time.monotonic() - t0)
+        rss, hwm = loop.rss_mb()
+        sweeps = [e["seconds"] for e in loop.events("verify_sweep")[sweeps_before:]]
+        events = loop.metric("pulumi_lora_resync_events_total")
+    finally:
+        loop.stop()
+    for handle in handles:
+        tb.scale(namespace, handle.name, 0)
+    return Scale(initial, idle, cpu, max(rss, peak_rss), hwm, sweeps, events)
+
+
+def wait_quiet(loop: LoopProcess, quiet: float = 5.0, timeout: float = 300) -> None:
+    """Until loads, status writes and Events have all stood still for ``quiet`` seconds."""
+    names = ("loads_total", "status_writes_total", "events_total")
+    deadline = time.monotonic() + timeout
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        counts = tuple(loop.metric(f"pulumi_lora_resync_{n}") for n in names)
+        if counts != last:
+            last, since = counts, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the loop never went quiet")
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def report(recovery: dict[str, Recovery] | None, scale: Scale | None) -> dict[str, Any]:
+    """Print the figures and their ratios to the targets; return them as data."""
+    summary: dict[str, Any] = {}
+    if recovery:
+        print(
+            f"\n== recovery after a restart: {ADAPTERS} adapters, {PODS} pods, "
+            f"{LATENCY * 1000:.0f} ms per load, pods restarted one at a time =="
+        )
+        print(
+            f"{'actor':<20} {'n':>3}  first request p50 / p99 (ratio)"
+            "   all loaded p50 / p99 (ratio)"
+        )
+        for actor, data in recovery.items():
+            first99 = percentile(data.first, 0.99)
+            all99 = percentile(data.all_loaded, 0.99)
+            first50 = statistics.median(data.first)
+            all50 = statistics.median(data.all_loaded)
+            first_ratio, all_ratio = first99 / FIRST_LOAD_TARGET, all99 / ALL_LOADED_TARGET
+            print(
+                f"{actor:<20} {len(data.all_loaded):>3}  "
+                f"{first50 * 1000:>7.0f} / {first99 * 1000:>6.0f} ms ({first_ratio:5.2f})"
+                f"   {all50:>6.2f} / {all99:>5.2f} s ({all_ratio:4.2f})"
+            )
+            summary[actor] = {
+                "first_load_p50_s": first50,
+                "first_load_p99_s": first99,
+                "all_loaded_p50_s": all50,
+                "all_loaded_p99_s": all99,
+            }
+        print(
+            f"targets: first request p99 <= {FIRST_LOAD_TARGET * 1000:.0f} ms, all loaded p99 <= "
+            f"{ALL_LOADED_TARGET:.1f} s; a ratio <= 1 meets the target"
+        )
+    if scale:
+        longest = max(scale.sweeps) if scale.sweeps else float("nan")
+        cpu = scale.cpu_fraction
+        print("\n== scale: 1,000 CRs over 20 pods, no load latency ==")
+        print(
+            f"initial sync (start to all loaded, statuses and Events written): "
+            f"{scale.initial_sync:.1f} s ({scale.events:.0f} Events)"
+        )
+        print(
+            f"idle CPU over {scale.idle_seconds:.0f} s: {cpu * 100:.2f}% of a core "
+            f"(ratio {cpu / CPU_TARGET:.2f} to 2%)"
+        )
+        print(
+            f"RSS: {scale.rss_mb:.0f} MB, peak {scale.peak_rss_mb:.0f} MB "
+            f"(ratio {scale.peak_rss_mb / RSS_TARGET_MB:.2f} to 150 MB)"
+        )
+        print(
+            f"verification sweeps in the window: {len(scale.sweeps)}, "
+            f"longest {longest * 1000:.0f} ms"
+        )
+        summary["scale"] = vars(scale)
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="restart rounds of the loop (4 samples each)"
+    )
+    parser.add_argument(
+        "--poll-rounds", type=int, default=1, help="restart rounds of each polling baseline"
+    )
+    parser.add_argument(
+        "--idle-seconds", type=float, default=40.0, help="idle window of the scale scenario"
+    )
+    parser.add_argument(
+        "--services",
+        type=int,
+        default=4,
+        choices=(1, 2, 4, 5, 10, 20),
+        help="InferenceServices sharing the 20 pods",
+    )
+    parser.add_argument("--only", choices=("recovery", "scale"), help="run one scenario")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    with _testbed() as tb:
+        recovery = (
+            scenario_recovery(tb, args.rounds, args.poll_rounds) if args.only != "scale" else None
+        )
+        scale = (
+            scenario_scale(tb, args.services, args.idle_seconds)
+            if args.only != "recovery"
+            else None
+        )
+    summary = report(recovery, scale)
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+@contextlib.contextmanager
+def _testbed() -> Iterator[Testbed]:
+    log("starting the testbed")
+    with Testbed(audit=False) as tb:
+        KubeConfig.from_file(tb.kubeconfig_path)  # fail early on a bad testbed
+        yield tb
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""``pulumi-lora resync``: the re-sync loop as a click command (:data:`resync_command`).
+
+Mounted on the main CLI by ``pulumi_lora._cli``; ``python -m pulumi_lora._resync`` runs the same
+command stand-alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from pulumi_lora._cluster import KubeSource
+from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._resync._settings import (
+    DEFAULT_LEASE_NAME,
+    DEFAULT_METRICS_PORT,
+    LeaseSettings,
+    ResyncSettings,
+    default_identity,
+    default_lease_namespace,
+)
+
+__all__ = ["resync_command"]
+
+_SECONDS = click.FloatRange(min=0.05)
+
+
+@click.command(
+    "resync",
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    help="Kubeconfig file  [default: KUBECONFIG, ~/.kube/config, the in-cluster account]",
+)
+@click.option("--context", help="Kubeconfig context to use.")
+@click.option("--namespace", "-n", help="Watch this namespace only (default: all namespaces).")
+@click.option(
+    "--verify-interval",
+    type=_SECONDS,
+    default=30.0,
+    help="Seconds between verification sweeps of every Ready pod's /v1/models.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=16,
+    help="Pods worked on at once (always one operation per pod).",
+)
+@click.option(
+    "--backoff-base",
+    type=_SECONDS,
+    default=1.0,
+    help="First retry delay (s) after a failed pod run; doubles per failure, with jitter.",
+)
+@click.option("--backoff-max", type=_SECONDS, default=300.0, help="Longest retry delay (s).")
+@click.option(
+    "--lease-name",
+    default=DEFAULT_LEASE_NAME,
+    help="Name of the coordination.k8s.io Lease replicas elect a leader with.",
+)
+@click.option(
+    "--lease-namespace",
+    default=None,
+    help="Namespace of the Lease  [default: $POD_NAMESPACE, the service account's, or default]",
+)
+@click.option(
+    "--lease-duration",
+    type=_SECONDS,
+    default=15.0,
+    help="Seconds a standby waits on an unchanged Lease before taking over.",
+)
+@click.option(
+    "--lease-renew-deadline",
+    type=_SECONDS,
+    default=10.0,
+    help="Seconds the leader acts without renewing, then stops.",
+)
+@click.option(
+    "--lease-retry-period", type=_SECONDS, default=2.0, help="Seconds between election rounds."
+)
+@click.option(
+    "--identity",
+    default=None,
+    help="This replica's Lease holder identity  [default: $POD_NAME or hostname, plus the pid]",
+)
+@click.option(
+    "--metrics-host",
+    default="0.0.0.0",  # noqa: S104 - probes and Prometheus reach the pod IP
+    help="Address of /healthz, /readyz and /metrics.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_METRICS_PORT,
+    help="Port of /healthz, /readyz and /metrics (0 picks one; see the 'serving' log line).",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=_SECONDS,
+    default=20.0,
+    help="Seconds SIGTERM waits for in-flight loads and status writes.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    help="Log level (JSON lines on stderr).",
+)
+def resync_command(
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    verify_interval: float,
+    concurrency: int,
+    backoff_base: float,
+    backoff_max: float,
+    lease_name: str,
+    lease_namespace: str | None,
+    lease_duration: float,
+    lease_renew_deadline: float,
+    lease_retry_period: float,
+    identity: str | None,
+    metrics_host: str,
+    metrics_port: int,
+    shutdown_timeout: float,
+    log_level: str,
+) -> None:
+    """Keep every LoRAAdapter loaded on every Ready pod of its InferenceService.
+
+    Watches pods, InferenceServices and LoRAAdapters; re-loads a pod's adapters the moment it
+    is new, restarted or Ready again; verifies /v1/models periodically; writes each CR's status;
+    serves the delegated transport. Replicas elect one leader through a Lease.
+    """
+    from pulumi_lora._resync import _logs as logs  # noqa: PLC0415 - keep --help light
+    from pulumi_lora._resync._app import serve  # noqa: PLC0415
+
+    if lease_renew_deadline >= lease_duration:
+        raise click.BadParameter(
+            "must be shorter than --lease-duration, so a leader stops before anyone takes over",
+            param_hint="--lease-renew-deadline",
+        )
+    logs.configure(log_level)
+    settings = ResyncSettings(
+        kube=KubeSource(kubeconfig=kubeconfig, context=context),
+        namespace=namespace,
+        verify_interval=verify_interval,
+        concurrency=concurrency,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_max,
+        shutdown_timeout=shutdown_timeout,
+        metrics_host=metrics_host,
+        metrics_port=metrics_port,
+        lease=LeaseSettings(
+            name=lease_name,
+            namespace=lease_namespace or default_lease_namespace(),
+            identity=identity or default_identity(),
+            duration=lease_duration,
+            renew_deadline=lease_renew_deadline,
+            retry_period=lease_retry_period,
+        ),
+    )
+    try:
+        asyncio.run(serve(settings))
+    except PulumiLoRAError as exc:  # credentials that don't load, say: a message, no traceback
+        raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:  # a second Ctrl-C: stop without the graceful part
+        raise SystemExit(130) from None

@@ -1,0 +1,499 @@
+"""The leader's work: follow the watches, run pods, write statuses and Events.
+
+Observe → decide → act → record, in the controller-runtime style, with the decisions in
+``_decide``/``_world`` and the per-adapter logic in the shared core:
+
+- the watch handlers (``on_*``) update the :class:`~pulumi_lora._resync._world.World` and ask
+  for pod runs: a new pod, a restart or a transition to Ready runs that pod at once; a CR that is
+  created, changed or deleted runs every pod of its target;
+- one :class:`~pulumi_lora._resync._worker.PodWorker` per pod runs at most one operation at a
+  time on it, coalescing requests, with a global bound on pods in flight; a run's results are
+  recorded here (outcomes, capacity notes, per-pod backoff, metrics, the ``pod_synced`` line);
+- a sweep asks every Ready pod for a ``verify`` run every ``verify_interval`` seconds;
+- the :class:`~pulumi_lora._resync._writer.StatusWriter` writes the status of every CR whose
+  inputs changed, and the :class:`~pulumi_lora._resync._events.EventRecorder` the Events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pulumi_lora._cluster import target_from_object
+from pulumi_lora._errors import ClusterError, EvictionImpossible
+from pulumi_lora._reconcile import PodOutcome, extra_arg_value
+from pulumi_lora._resync import _logs as logs
+from pulumi_lora._resync._decide import (
+    RECOVERY_REASONS,
+    CapacityNote,
+    Permission,
+    ReloadReason,
+    backoff_delay,
+    capacity_message,
+    permission,
+)
+from pulumi_lora._resync._events import PODS, EventRecorder
+from pulumi_lora._resync._kube import Kube, Objects, jitter, pod_facts
+from pulumi_lora._resync._metrics import Metrics
+from pulumi_lora._resync._podrun import PodRun, run_pod
+from pulumi_lora._resync._settings import ResyncSettings
+from pulumi_lora._resync._status import EVICTED_REASON
+from pulumi_lora._resync._views import AdapterCR, Key, SecretRef, adapter_from_object, object_key
+from pulumi_lora._resync._worker import PodWorker
+from pulumi_lora._resync._world import AdapterTask, PodState, World
+from pulumi_lora._resync._writer import StatusWriter
+
+
+class Controller:
+    """Everything the leader does; :meth:`run` until cancelled or :meth:`drain`-ed."""
+
+    def __init__(self, settings: ResyncSettings, kube: Kube, metrics: Metrics) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.metrics = metrics
+        self.world = World(settings.namespace)
+        self.synced = False
+        self.stopping = False
+        self.pods_in_flight = asyncio.Semaphore(settings.concurrency)
+        self._workers: dict[Key, PodWorker] = {}
+        self.statuses = StatusWriter(self.world, kube, metrics, settings.status_concurrency)
+        self.events = EventRecorder(kube, metrics)
+        self._secrets: dict[SecretRef, tuple[str, float]] = {}
+        self._reported: dict[tuple[Key, str], str] = {}  # (CR, pod) → failure last reported
+        self._watchers: list[asyncio.Task[None]] = []
+        self._background: list[asyncio.Task[None]] = []
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """List everything, start the watches, sweeps and writers; run until cancelled."""
+        try:
+            versions = await self._initial_lists()
+            self.synced = True
+            for kind, on_snapshot, on_event in (
+                ("inferenceservices", self.on_isvc_snapshot, self.on_isvc_event),
+                ("loraadapters", self.on_cr_snapshot, self.on_cr_event),
+                ("pods", self.on_pod_snapshot, self.on_pod_event),
+            ):
+                self._watchers.append(
+                    asyncio.create_task(
+                        self.kube.follow(kind, versions[kind], on_snapshot, on_event, self.metrics),
+                        name=f"watch {kind}",
+                    )
+                )
+            self._watchers.append(asyncio.create_task(self._sweep_forever(), name="sweep"))
+            self._background.append(asyncio.create_task(self.statuses.run(), name="status"))
+            self._background += [
+                asyncio.create_task(self.events.run(), name=f"events {i}") for i in range(2)
+            ]
+            children = self._watchers + self._background
+            done, _ = await asyncio.wait(children, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:  # a child ends only by being cancelled, or by a bug
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            self._cancel_all()
+
+    async def _initial_lists(self) -> dict[str, str | None]:
+        versions: dict[str, str | None] = {}
+        for kind in ("inferenceservices", "loraadapters", "pods"):
+            failures = 0
+            while True:
+                try:
+                    items, versions[kind] = await self.kube.list(kind)
+                    break
+                except Exception as exc:  # the apiserver may be restarting
+                    failures += 1
+                    delay = backoff_delay(failures, jitter(), base=0.2, cap=5.0)
+                    logs.event(
+                        "initial_list_failed", logging.WARNING, resource=kind, error=str(exc)[:300]
+                    )
+                    await asyncio.sleep(delay)
+            self._seed(kind, items)
+        logs.event(
+            "caches_synced",
+            crs=len(self.world.crs),
+            inference_services=len(self.world.targets),
+            pods=len(self.world.pods),
+        )
+        self.statuses.mark(self.world.crs)
+        return versions
+
+    def _seed(self, kind: str, items: Objects) -> None:
+        for obj in items:
+            if kind == "inferenceservices":
+                self.world.put_target(target_from_object(obj))
+            elif kind == "loraadapters":
+                if (cr := adapter_from_object(obj)) is not None:
+                    self.world.put_cr(cr)
+            elif (facts := pod_facts(obj)) is not None:
+                self.world.seed_pod(facts)
+                self._worker(facts.key)
+
+    async def drain(self, timeout: float) -> None:
+        """Graceful stop: no new work; let in-flight runs and status writes finish, then stop."""
+        deadline = time.monotonic() + timeout
+        self.stopping = True
+        for task in self._watchers:
+            task.cancel()
+        running = [w.task for w in self._workers.values() if w.running]
+        for worker in self._workers.values():
+            worker.close()
+        if running:
+            await asyncio.wait(running, timeout=max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
+                await self.statuses.flush()
+                await self.events.flush()
+        logs.event("drained", in_flight_left=sum(1 for t in running if not t.done()))
+        self._cancel_all()
+
+    def _cancel_all(self) -> None:
+        self.stopping = True
+        for worker in self._workers.values():
+            worker.task.cancel()
+        for task in self._watchers + self._background:
+            task.cancel()
+
+    # --- watch handlers ---------------------------------------------------------------------
+
+    def on_isvc_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        """An InferenceService was added, changed or deleted."""
+        key = object_key(obj)
+        if event_type == "DELETED":
+            self.world.remove_target(key)
+        elif not self.world.put_target(target_from_object(obj)):
+            return
+        self.statuses.mark(c.key for c in self.world.crs_of(key))
+        self._request(self.world.serving_pods([key]), ReloadReason.CR_CHANGE)
+
+    def on_isvc_snapshot(self, items: Objects) -> None:
+        """A relist of InferenceServices: apply it as the events it stands for."""
+        seen = {object_key(obj) for obj in items}
+        for key in [k for k in self.world.targets if k not in seen]:
+            self.on_isvc_event("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
+        for obj in items:
+            self.on_isvc_event("MODIFIED", obj)
+
+    def on_cr_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        """A LoRAAdapter was added, changed or deleted."""
+        if event_type == "DELETED":
+            self._cr_deleted(object_key(obj), obj)
+            return
+        cr = adapter_from_object(obj)
+        if cr is None:
+            logs.event(
+                "cr_ignored", logging.WARNING, cr="/".join(object_key(obj)), why="incomplete spec"
+            )
+            return
+        old = self.world.put_cr(cr)
+        if old is not None and old.declaration() == cr.declaration():
+            return  # a status write (ours, or the provider's): nothing to act on
+        if old is not None and (old.target, old.adapter_name) != (cr.target, cr.adapter_name):
+            self._unload_leftover(old)
+        self.statuses.mark(c.key for c in self.world.crs_of(cr.target))
+        self._request(self.world.serving_pods([cr.target]), ReloadReason.CR_CHANGE)
+
+    def on_cr_snapshot(self, items: Objects) -> None:
+        """A relist of LoRAAdapters: CRs missing from it were deleted while the watch was down."""
+        seen = {object_key(obj) for obj in items}
+        for key in [k for k in self.world.crs if k not in seen]:
+            self._cr_deleted(key, None)
+        for obj in items:
+            self.on_cr_event("MODIFIED", obj)
+
+    def _cr_deleted(self, key: Key, obj: Mapping[str, Any] | None) -> None:
+        """docs/protocol.md rule 4: unload from the watch's last copy, no finalizer needed."""
+        last = self.world.remove_cr(key) or (adapter_from_object(obj) if obj else None)
+        if last is None:
+            return
+        logs.event(
+            "cr_deleted", cr="/".join(key), adapter=last.adapter_name, target="/".join(last.target)
+        )
+        self._unload_leftover(last)
+        self._forget_failures(lambda cr, pod: cr == key)
+        self.statuses.mark(c.key for c in self.world.crs_of(last.target))
+
+    def _unload_leftover(self, cr: AdapterCR) -> None:
+        """The name ``cr`` declared is no longer wanted on its target (deleted or renamed)."""
+        pods = self.world.queue_unloads(cr)
+        owner_pods = self.world.serving_pods([cr.target])  # a new owner of the name, if any
+        self._request(sorted(set(pods) | set(owner_pods)), ReloadReason.CR_CHANGE)
+
+    def on_pod_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        """A pod of an InferenceService was added, changed or deleted."""
+        key = object_key(obj)
+        if event_type == "DELETED":
+            self._pod_gone(key)
+            return
+        facts = pod_facts(obj)
+        if facts is None:
+            return
+        verdict = self.world.put_pod(facts, time.monotonic())
+        self._worker(key)
+        if verdict.act is not None:
+            self._request([key], verdict.act)
+        if verdict.readiness_changed or verdict.invalidate:
+            self.statuses.mark(c.key for c in self.world.crs_of(facts.target))
+
+    def on_pod_snapshot(self, items: Objects) -> None:
+        """A relist of pods: restarts and replacements missed meanwhile show up as differences."""
+        seen = {object_key(obj) for obj in items}
+        for key in [k for k in self.world.pods if k not in seen]:
+            self._pod_gone(key)
+        for obj in items:
+            self.on_pod_event("MODIFIED", obj)
+
+    def _pod_gone(self, key: Key) -> None:
+        state = self.world.remove_pod(key)
+        worker = self._workers.pop(key, None)
+        if worker is not None:
+            worker.close()
+        if state is not None:
+            self._forget_failures(lambda cr, pod: pod == state.facts.name)
+            self.statuses.mark(c.key for c in self.world.crs_of(state.facts.target))
+
+    def _forget_failures(self, which: Callable[[Key, str], bool]) -> None:
+        for entry in [e for e in self._reported if which(*e)]:
+            del self._reported[entry]
+
+    # --- pod runs ---------------------------------------------------------------------------
+
+    def _worker(self, key: Key) -> PodWorker:
+        worker = self._workers.get(key)
+        if worker is None:
+            worker = self._workers[key] = PodWorker(key, self)
+        return worker
+
+    def _request(self, keys: Iterable[Key], reason: ReloadReason) -> list[asyncio.Future[None]]:
+        if self.stopping:
+            return []
+        return [self._worker(key).request(reason) for key in keys if key in self.world.pods]
+
+    def _permitted(self, task: AdapterTask) -> bool:
+        cr = self.world.crs.get(task.cr)
+        return (
+            cr is not None
+            and cr.generation == task.generation
+            and (
+                cr.operation is None
+                or permission(cr.operation, datetime.now(UTC)) is Permission.ACT
+            )
+        )
+
+    async def _read_key(self, ref: SecretRef) -> str:
+        cached = self._secrets.get(ref)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        try:
+            value = await self.kube.read_secret(ref)
+        except ClusterError:
+            raise
+        except Exception as exc:  # no answer from the apiserver: a retryable failure
+            raise ClusterError(
+                f"reading Secret {ref.namespace}/{ref.name} failed: {type(exc).__name__}"
+            ) from exc
+        self._secrets[ref] = (value, time.monotonic() + self.settings.secret_ttl)
+        return value
+
+    async def run_pod(self, worker: PodWorker, reason: ReloadReason) -> None:
+        """One run on one pod, then record what it did."""
+        state = self.world.pods.get(worker.key)
+        if state is None or not state.facts.serving:
+            return
+        now = datetime.now(UTC)
+        work = self.world.pod_work(worker.key, now)
+        self.metrics.pod_runs.labels(reason.value).inc()
+        if work.empty:
+            return
+        started = time.monotonic()
+        run = await run_pod(
+            state.facts,
+            work,
+            read_key=self._read_key,
+            timeouts=self.settings.timeouts,
+            still_permitted=self._permitted,
+            settled=state.settled,
+        )
+        if self.world.pods.get(worker.key) is not state:
+            logs.event(
+                "pod_run_discarded",
+                pod="/".join(worker.key),
+                why="the pod restarted or was replaced meanwhile",
+            )
+            return
+        state.settled = run.settled
+        if run.untouched:
+            return  # exactly as the last clean run left it: every outcome stands
+        self._record(state, run, reason, datetime.now(UTC))
+        self._after_run(
+            worker, state=state, run=run, reason=reason, started=started, declared=work.declared
+        )
+
+    def _record(self, state: PodState, run: PodRun, reason: ReloadReason, now: datetime) -> None:
+        key, pod = state.facts.key, state.facts.name
+        touched: set[Key] = set()
+        for task, outcome in run.results:
+            if self.world.record(key, task, outcome):
+                touched.add(task.cr)
+            cr = self.world.crs.get(task.cr)
+            if outcome.did_load:
+                self.metrics.loads.labels(reason.value).inc()
+                if outcome.loaded:
+                    self.world.last_loaded[task.cr] = now
+                    touched.add(task.cr)
+            if outcome.did_unload:
+                self.metrics.unloads.labels(reason.value).inc()
+            if cr is not None:
+                self._report(
+                    cr.raw, key=task.cr, pod=pod, outcome=outcome, reason=reason, path=task.path
+                )
+        for unload, outcome in run.unloaded:
+            if outcome.error:
+                self.metrics.failures.labels(outcome.reason).inc()
+                continue
+            state.unloads.pop(unload.name, None)
+            if outcome.did_unload:
+                self.metrics.unloads.labels(reason.value).inc()
+                self.events.record(
+                    unload.source,
+                    "AdapterUnloaded",
+                    f"unloaded {unload.name} from {PODS}: its LoRAAdapter was deleted",
+                    pod=pod,
+                )
+        self.statuses.mark(touched)
+
+    def _report(
+        self,
+        cr: Mapping[str, Any],
+        *,
+        key: Key,
+        pod: str,
+        outcome: PodOutcome,
+        reason: ReloadReason,
+        path: str,
+    ) -> None:
+        """Events for what changed on the pod, and failures once per distinct failure."""
+        name = (cr.get("spec") or {}).get("name", "")
+        if outcome.did_load and outcome.loaded:
+            verb = "AdapterSwapped" if outcome.did_unload else "AdapterLoaded"
+            self.events.record(
+                cr, verb, f"loaded {name} from {path} on {PODS} ({reason.value})", pod=pod
+            )
+        if outcome.error:
+            self.metrics.failures.labels(outcome.reason).inc()
+            text = f"{outcome.reason}: {outcome.error}"
+            if self._reported.get((key, pod)) != text:
+                self._reported[(key, pod)] = text
+                if outcome.reason != EVICTED_REASON:  # capacity has its own Event
+                    self.events.record(
+                        cr, "AdapterLoadFailed", f"{PODS}: {text}", warning=True, pod=pod
+                    )
+        else:
+            self._reported.pop((key, pod), None)
+
+    def _after_run(
+        self,
+        worker: PodWorker,
+        *,
+        state: PodState,
+        run: PodRun,
+        reason: ReloadReason,
+        started: float,
+        declared: frozenset[tuple[str, str]],
+    ) -> None:
+        facts = state.facts
+        self._note_capacity(state, run, declared)
+        for ref in run.unauthorized:
+            self._secrets.pop(ref, None)
+        failed = [o for o in run.failed if o.reason != EVICTED_REASON]
+        if failed:
+            state.failures += 1
+            delay = backoff_delay(
+                state.failures,
+                jitter(),
+                base=self.settings.backoff_base,
+                cap=self.settings.backoff_cap,
+            )
+            state.not_before = time.monotonic() + delay
+            if any(o.retryable for o in failed):
+                worker.retry_in(delay, reason)
+        else:
+            state.failures, state.not_before = 0, 0.0
+        if reason in RECOVERY_REASONS and state.ready_seen_at is not None:
+            if run.first_load is not None:
+                self.metrics.first_load.observe(run.first_load - state.ready_seen_at)
+            if run.results and all(o.loaded for _, o in run.results):
+                self.metrics.recovery.observe(time.monotonic() - state.ready_seen_at)
+            state.ready_seen_at = None
+        loads = sum(1 for _, o in run.results if o.did_load)
+        unloads = sum(1 for _, o in run.results + run.unloaded if o.did_unload)
+        logs.event(
+            "pod_synced",
+            logging.INFO if loads or unloads or failed else logging.DEBUG,
+            pod=f"{facts.namespace}/{facts.name}",
+            reason=reason.value,
+            adapters=len(run.results),
+            loads=loads,
+            unloads=unloads,
+            failures=len(failed),
+            first_failure=(f"{failed[0].reason}: {failed[0].error}"[:300] if failed else None),
+            first_load_at=run.first_load_wall,
+            finished_at=time.time(),
+            seconds=round(time.monotonic() - started, 4),
+            retry_in=round(state.not_before - time.monotonic(), 3) if failed else None,
+        )
+
+    def _note_capacity(
+        self, state: PodState, run: PodRun, declared: frozenset[tuple[str, str]]
+    ) -> None:
+        """Evictions (or a server that can evict nothing) become an ``OverCapacity`` note."""
+        names = {name for name, _ in declared}
+        evicted = {n for n in run.ledger.evicted if n in names}
+        evicted |= {t.name for t, o in run.results if o.reason == EvictionImpossible.reason}
+        known = state.capacity.evicted if state.capacity is not None else frozenset()
+        fresh = evicted - known
+        if not fresh:
+            return
+        state.capacity = CapacityNote(state.facts.name, frozenset(known | evicted), declared)
+        self.metrics.evictions.inc(len(fresh))
+        target = self.world.targets.get(state.facts.target)
+        limit = extra_arg_value(target.extra_args, "--max-loaded-loras") if target else None
+        message = capacity_message("/".join(state.facts.target), limit, names, [state.capacity])
+        logs.event(
+            "over_capacity",
+            logging.WARNING,
+            pod="/".join(state.facts.key),
+            evicted=sorted(fresh),
+            limit=limit,
+        )
+        for cr in self.world.crs_of(state.facts.target):
+            if cr.adapter_name in names:
+                self.events.record(cr.raw, "OverCapacity", message, warning=True)
+        self.statuses.mark(c.key for c in self.world.crs_of(state.facts.target))
+
+    async def _sweep_forever(self) -> None:
+        """Verification: every Ready pod's ``/v1/models`` against the CRs, forever."""
+        first = True
+        while True:
+            started = time.monotonic()
+            pods = self.world.serving_pods()
+            await asyncio.gather(*self._request(pods, ReloadReason.VERIFY))
+            seconds = time.monotonic() - started
+            self.metrics.sweep.observe(seconds)
+            logs.event(
+                "verify_sweep",
+                logging.INFO if first else logging.DEBUG,
+                pods=len(pods),
+                crs=len(self.world.crs),
+                seconds=round(seconds, 4),
+            )
+            first = False
+            await asyncio.sleep(self.settings.verify_interval)
+
+    # --- status and Events ------------------------------------------------------------------

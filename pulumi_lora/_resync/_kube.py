@@ -1,0 +1,208 @@
+"""The loop's cluster edge: list-then-watch with resumption, status, Events and Secrets.
+
+Watches use lightkube's ``AsyncClient`` (long-lived streams belong on the event loop). Status
+writes, Events and Secret reads reuse the provider's blocking helpers from ``_cluster``
+(``apply_adapter_status``, ``emit_event``, ``read_secret_value``) on a small thread pool, so the
+loop and the provider write the CR through the very same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+from lightkube import ApiError, AsyncClient, Client, operators
+from lightkube.resources.core_v1 import Pod
+
+from pulumi_lora import _cluster as k8s
+from pulumi_lora._resync import _logs as logs
+from pulumi_lora._resync._decide import WatchAction, after_watch_error, backoff_delay
+from pulumi_lora._resync._metrics import Metrics
+from pulumi_lora._resync._settings import FIELD_MANAGER
+from pulumi_lora._resync._views import PodFacts, SecretRef
+
+T = TypeVar("T")
+
+#: The longest one watch request may stay open before it is re-issued from its last version: a
+#: connection that died without a FIN (a partition) is noticed within this time.
+WATCH_SESSION = 300.0
+#: Asked of the apiserver, a little shorter, so it usually ends the request itself, cleanly.
+WATCH_SERVER_TIMEOUT = 280
+
+Objects = list[dict[str, Any]]
+
+
+def jitter() -> float:
+    """A random fraction in [0, 1) for the pure backoff policies (spreading retries out)."""
+    return random.random()  # noqa: S311 - jitter, not secrecy
+
+
+def pod_facts(obj: Mapping[str, Any]) -> PodFacts | None:
+    """A pod as the loop tracks it (via the provider's ``pod_from_object``); None without the
+    ``inference.llmkube.dev/service`` label."""
+    labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
+    service = labels.get(k8s.SERVICE_LABEL)
+    if not service:
+        return None
+    pod = k8s.pod_from_object(obj)
+    return PodFacts(
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        service=service,
+        ready=pod.ready,
+        restart_count=pod.restart_count,
+        ip=pod.ip,
+        port=pod.port,
+        state=pod.state,
+    )
+
+
+#: The resources the loop watches, with the selector that narrows each.
+WATCHED: dict[str, tuple[Any, dict[str, Any] | None]] = {
+    "inferenceservices": (k8s.InferenceServiceResource, None),
+    "loraadapters": (k8s.LoRAAdapterResource, None),
+    "pods": (Pod, {k8s.SERVICE_LABEL: operators.exists()}),
+}
+
+
+class Kube:
+    """API access for one run of the loop (one namespace, or all of them)."""
+
+    def __init__(self, source: k8s.KubeSource, namespace: str | None, threads: int = 8) -> None:
+        config = source.load()
+        self.namespace = namespace
+        self.client = AsyncClient(config=config, field_manager=FIELD_MANAGER)
+        self._sync = Client(config=config, field_manager=FIELD_MANAGER)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="resync-kube")
+
+    async def close(self) -> None:
+        """Close both clients and the thread pool."""
+        await self.client.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._sync.close()
+
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def list(self, kind: str) -> tuple[Objects, str | None]:
+        """Every object of ``kind`` in scope, and the list's resourceVersion."""
+        resource, labels = WATCHED[kind]
+        listing = self.client.list(resource, namespace=self.namespace or "*", labels=labels)
+        items = [k8s.as_dict(obj) async for obj in listing]
+        return items, listing.resourceVersion
+
+    async def follow(
+        self,
+        kind: str,
+        version: str | None,
+        on_snapshot: Callable[[Objects], None],
+        on_event: Callable[[str, dict[str, Any]], None],
+        metrics: Metrics,
+    ) -> None:
+        """Watch ``kind`` forever from ``version``, resuming after every break.
+
+        A dropped stream is re-watched from the last resourceVersion seen (after a jittered
+        backoff while the apiserver is away); 410 Gone means that version expired, so the
+        objects are listed again and ``on_snapshot`` gets the whole set (the caller diffs it
+        against its cache, which is how deletions missed meanwhile are noticed).
+        """
+        resource, labels = WATCHED[kind]
+        failures = 0
+        while True:
+            if version is None:
+                try:
+                    items, version = await self.list(kind)
+                except Exception as exc:  # the apiserver may be restarting: retry
+                    failures += 1
+                    delay = backoff_delay(failures, jitter(), base=0.2, cap=5.0)
+                    logs.event("relist_failed", 30, resource=kind, error=_describe(exc))
+                    await asyncio.sleep(delay)
+                    continue
+                failures = 0
+                on_snapshot(items)
+            code: int | None = None
+            error = "the watch stream ended"
+            try:
+                async with asyncio.timeout(WATCH_SESSION):
+                    stream = self.client.watch(
+                        resource,
+                        namespace=self.namespace or "*",
+                        labels=labels,
+                        resource_version=version,
+                        server_timeout=WATCH_SERVER_TIMEOUT,
+                    )
+                    async with contextlib.aclosing(stream) as events:  # type: ignore[type-var]
+                        async for event_type, obj in events:
+                            data = k8s.as_dict(obj)
+                            version = (data.get("metadata") or {}).get("resourceVersion") or version
+                            failures = 0
+                            on_event(event_type, data)
+            except TimeoutError:
+                metrics.watch_restarts.labels(kind, WatchAction.REWATCH.value).inc()
+                continue  # a routine re-issue: nothing broke
+            except ApiError as exc:
+                code = exc.status.code
+                error = _describe(exc)
+            except Exception as exc:  # connection reset, apiserver gone, bad chunk
+                error = _describe(exc)
+            failures += 1
+            action, delay = after_watch_error(code, failures, jitter())
+            metrics.watch_restarts.labels(kind, action.value).inc()
+            logs.event(
+                "watch_broken",
+                30,
+                resource=kind,
+                action=action.value,
+                retry_in=round(delay, 3),
+                error=error,
+            )
+            if action is WatchAction.RELIST:
+                version = None
+            await asyncio.sleep(delay)
+
+    # --- writing (the provider's own helpers, off the event loop) ---------------------------
+
+    async def apply_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Server-side apply of the CR's status as ``pulumi-lora-resync``."""
+        return await self._blocking(
+            partial(k8s.apply_adapter_status, self._sync, namespace, name, status, FIELD_MANAGER)
+        )
+
+    async def emit_event(
+        self, cr: Mapping[str, Any], reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        """Record an Event on the CR (best effort, as ``emit_event`` itself is)."""
+        await self._blocking(
+            partial(
+                k8s.emit_event,
+                self._sync,
+                cr,
+                reason=reason,
+                message=message,
+                warning=warning,
+                component=FIELD_MANAGER,
+            )
+        )
+
+    async def read_secret(self, ref: SecretRef) -> str:
+        """The API key a CR references. The value goes to the SGLang client only."""
+        return await self._blocking(
+            partial(k8s.read_secret_value, self._sync, ref.namespace, ref.name, ref.key)
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line description of a cluster error (lightkube's carry no credentials)."""
+    if isinstance(exc, ApiError):
+        return f"HTTP {exc.status.code} {exc.status.reason}: {exc.status.message}"
+    return f"{type(exc).__name__}: {exc}"[:500]

@@ -1,0 +1,94 @@
+"""The re-sync loop's settings, grouped by concern, with the unit and the reason under each field.
+
+The CLI (``_cli``) fills these from flags; ``pulumi_lora.deploy`` renders the same defaults into
+the Deployment's arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from pulumi_lora._cluster import KubeSource
+from pulumi_lora._settings import ClientTimeouts
+
+#: Field manager of everything the loop writes (status through server-side apply, the Lease).
+FIELD_MANAGER = "pulumi-lora-resync"
+#: Default Lease name; one Lease per installation of the loop.
+DEFAULT_LEASE_NAME = "pulumi-lora-resync"
+#: Default port of ``/healthz``, ``/readyz`` and ``/metrics``.
+DEFAULT_METRICS_PORT = 9464
+#: The in-cluster service account's namespace file (the Lease's default namespace).
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def default_identity() -> str:
+    """``<pod name or hostname>-<pid>``: unique per process, readable in ``kubectl get lease``."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}"
+
+
+def default_lease_namespace() -> str:
+    """``$POD_NAMESPACE`` (downward API), else the service account's namespace, else default."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        with open(_SA_NAMESPACE, encoding="utf-8") as handle:
+            return handle.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    """Leader election through a ``coordination.k8s.io/v1`` Lease (client-go's algorithm)."""
+
+    name: str = DEFAULT_LEASE_NAME
+    """The Lease's name; replicas of one installation share it."""
+    namespace: str = "default"
+    """The Lease's namespace (the loop's own, in a cluster)."""
+    identity: str = field(default_factory=default_identity)
+    """This replica's ``holderIdentity``."""
+    duration: float = 15.0
+    """Seconds a standby waits after the Lease last changed before taking it over. Bounds the
+    failover time after a leader dies without releasing (a clean shutdown releases at once)."""
+    renew_deadline: float = 10.0
+    """Seconds the leader keeps acting without a successful renewal; then it stops. Shorter than
+    ``duration`` so it has stopped before any standby may take over."""
+    retry_period: float = 2.0
+    """Seconds between two election rounds (renewals, or attempts to acquire)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResyncSettings:
+    """Everything one run of the loop needs."""
+
+    kube: KubeSource = field(default_factory=KubeSource)
+    """Cluster credentials: kubeconfig/context, else KUBECONFIG, else the in-cluster account."""
+    namespace: str | None = None
+    """Watch one namespace only (pods, InferenceServices and CRs); None watches all of them."""
+    verify_interval: float = 30.0
+    """Seconds between two verification sweeps (``/v1/models`` on every Ready pod). Events do
+    the fast work; the sweep only catches out-of-band changes, so 30 s costs little."""
+    concurrency: int = 16
+    """Pods worked on at the same time (each pod still gets one operation at a time: SGLang
+    serializes its own loads, so more per pod would only queue there)."""
+    backoff_base: float = 1.0
+    """Seconds of the first retry delay after a failed pod run (doubling per failure)."""
+    backoff_cap: float = 300.0
+    """Longest retry delay in seconds, so a pod that recovers is healed within 5 minutes."""
+    shutdown_timeout: float = 20.0
+    """Seconds SIGTERM waits for in-flight loads and status writes before cancelling them
+    (below Kubernetes' default 30 s grace period, so the Lease is still released cleanly)."""
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and Prometheus reach the pod IP
+    """Address of the health and metrics server."""
+    metrics_port: int = DEFAULT_METRICS_PORT
+    """Port of ``/healthz``, ``/readyz`` and ``/metrics`` (0 picks a free one, logged)."""
+    secret_ttl: float = 60.0
+    """Seconds an API key read from a Secret is reused; a 401 drops it at once."""
+    status_concurrency: int = 8
+    """Status writes in flight at once (1,000 CRs re-written after a restart stay smooth)."""
+    timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
+    """SGLang client timeouts (short connect, long load and unload)."""
+    lease: LeaseSettings = field(default_factory=LeaseSettings)
+    """Leader election."""

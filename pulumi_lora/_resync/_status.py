@@ -1,0 +1,138 @@
+"""One CR's status from the pods' outcomes: the core's conditions plus ``OverCapacity``.
+
+Pure. Conditions come from :func:`~pulumi_lora._reconcile.build_conditions` (the provider's own,
+so both actors write the same vocabulary); the loop adds ``OverCapacity`` once a server evicted
+adapters it manages, and keeps writing it (``False`` when resolved) so the condition never goes
+stale. Everything stays within LLMKube's closed schema: conditions, ``loadedPath``,
+``lastLoadedAt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from pulumi_lora._errors import EvictionImpossible
+from pulumi_lora._models import Condition, ConditionKind, ConditionStatus, LoRAAdapterStatus
+from pulumi_lora._reconcile import (
+    Availability,
+    PodOutcome,
+    ReadinessPolicy,
+    build_conditions,
+    merge_conditions,
+    summarize,
+)
+
+#: ``OverCapacity`` reason when LRU eviction pushed managed adapters out.
+EVICTED_REASON = "MaxLoadedLorasExceeded"
+#: ``OverCapacity`` reason when nothing could be evicted (every loaded adapter is pinned).
+EXHAUSTED_REASON = EvictionImpossible.reason
+
+
+def stored_status(status: Mapping[str, Any]) -> LoRAAdapterStatus:
+    """The CR's status as models (an unreadable one counts as empty: it is rewritten whole)."""
+    try:
+        return LoRAAdapterStatus.model_validate(dict(status))
+    except ValidationError:
+        return LoRAAdapterStatus()
+
+
+def adapter_status(
+    *,
+    generation: int,
+    policy: ReadinessPolicy,
+    outcomes: Sequence[PodOutcome] | None,
+    availability: Availability,
+    stored: LoRAAdapterStatus,
+    path: str,
+    over_capacity: str | None,
+    last_loaded: datetime | None,
+    now: datetime,
+) -> LoRAAdapterStatus:
+    """Pure: the status to write.
+
+    ``outcomes`` holds every pod's outcome (waiting ones included; None when the target is not
+    usable and nothing was attempted); ``over_capacity`` is the ``OverCapacity`` message when a
+    server of the target is over its limit, else None. ``lastLoadedAt`` moves to ``last_loaded``
+    (the loop's last successful load) when that is newer than what is stored.
+    """
+    summary = summarize(outcomes) if availability.ok and outcomes is not None else None
+    previous = stored.conditions or []
+    conditions = build_conditions(
+        availability=availability,
+        summary=summary,
+        policy=policy,
+        generation=generation,
+        previous=previous,
+        now=now,
+    )
+    exhausted = any(o.reason == EXHAUSTED_REASON for o in outcomes or ())
+    had_it = any(c.type == ConditionKind.OVER_CAPACITY.value for c in previous)
+    conditions = [c for c in conditions if c.type != ConditionKind.OVER_CAPACITY.value]
+    if over_capacity is not None or exhausted or had_it:
+        conditions.append(
+            _over_capacity(
+                previous,
+                message=over_capacity,
+                exhausted=exhausted,
+                outcomes=outcomes or (),
+                generation=generation,
+                now=now,
+            )
+        )
+    loaded = any(o.loaded for o in outcomes or ())
+    last = stored.last_loaded_at
+    if last_loaded is not None and (last is None or last_loaded > last):
+        last = last_loaded
+    return LoRAAdapterStatus(
+        conditions=conditions,
+        loaded_path=path if loaded else stored.loaded_path,
+        last_loaded_at=last,
+    )
+
+
+def _over_capacity(
+    previous: Sequence[Condition],
+    *,
+    message: str | None,
+    exhausted: bool,
+    outcomes: Sequence[PodOutcome],
+    generation: int,
+    now: datetime,
+) -> Condition:
+    if message is not None:
+        status, reason, text = ConditionStatus.TRUE, EVICTED_REASON, message
+    elif exhausted:
+        failed = next(o for o in outcomes if o.reason == EXHAUSTED_REASON)
+        status, reason, text = (
+            ConditionStatus.TRUE,
+            EXHAUSTED_REASON,
+            f"pod {failed.pod}: {failed.error}",
+        )
+    else:
+        status, reason, text = ConditionStatus.FALSE, "WithinCapacity", ""
+    fresh = Condition(
+        type=ConditionKind.OVER_CAPACITY.value,
+        status=status,
+        reason=reason,
+        message=text[:32768],
+        last_transition_time=now,
+        observed_generation=generation,
+    )
+    old = [c for c in previous if c.type == fresh.type]
+    return merge_conditions(old, [fresh])[0]
+
+
+def same_status(new: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
+    """Pure: whether writing ``new`` would change nothing (conditions compared by type, since
+    the list is a map keyed by type and another writer may have ordered it differently)."""
+
+    def normal(status: Mapping[str, Any]) -> dict[str, Any]:
+        data = {k: v for k, v in status.items() if k in ("loadedPath", "lastLoadedAt")}
+        data["conditions"] = {c.get("type"): c for c in status.get("conditions") or ()}
+        return data
+
+    return normal(new) == normal(stored)

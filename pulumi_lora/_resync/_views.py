@@ -1,0 +1,164 @@
+"""Small frozen views of the API objects the loop reacts to: LoRAAdapter CRs and SGLang pods.
+
+Pure, and free of any I/O library even transitively (the pods are parsed at the edge, in
+``_kube``, with the provider's own ``pod_from_object``, so both actors agree on what "Ready" and
+"the http port" mean). The watch hands plain dicts in; everything above works on these values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pulumi_lora._models import (
+    ANNOTATION_API_KEY_SECRET,
+    ANNOTATION_OPERATION,
+    ANNOTATION_PINNED,
+    ANNOTATION_POLICY,
+    ANNOTATION_TRANSPORT,
+)
+from pulumi_lora._reconcile import Desired, ReadinessPolicy
+
+#: ``(namespace, name)`` of a namespaced object.
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """``pulumi-lora.dev/api-key-secret``: a key of a Secret in the target's namespace."""
+
+    namespace: str
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class AdapterCR:
+    """One LoRAAdapter CR as the loop needs it (``raw`` is the watch's last copy of it)."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    created: str
+    adapter_name: str
+    path: str
+    target: Key
+    pinned: bool = False
+    policy: ReadinessPolicy = ReadinessPolicy.ALL_READY_PODS
+    transport: str = "direct"
+    api_key: SecretRef | None = None
+    operation: str | None = None
+    status: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def key(self) -> Key:
+        """``(namespace, name)`` of the CR."""
+        return (self.namespace, self.name)
+
+    @property
+    def desired(self) -> Desired:
+        """The adapter this CR declares, as the decision core takes it."""
+        return Desired(self.adapter_name, self.path, self.pinned)
+
+    def declaration(self) -> tuple[object, ...]:
+        """Everything whose change means "act again" (a status-only update is not one)."""
+        return (
+            self.uid,
+            self.generation,
+            self.adapter_name,
+            self.path,
+            self.target,
+            self.pinned,
+            self.policy,
+            self.api_key,
+            self.operation,
+        )
+
+
+def adapter_from_object(obj: Mapping[str, Any]) -> AdapterCR | None:
+    """Pure: read a CR; None when its spec lacks what the loop needs (the schema requires it)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    ref = spec.get("inferenceServiceRef") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    if not (namespace and name and spec.get("name") and spec.get("path") and ref.get("name")):
+        return None
+    notes: Mapping[str, str] = meta.get("annotations") or {}
+    target = (str(ref.get("namespace") or namespace), str(ref["name"]))
+    return AdapterCR(
+        namespace=str(namespace),
+        name=str(name),
+        uid=str(meta.get("uid", "")),
+        generation=int(meta.get("generation") or 1),
+        created=str(meta.get("creationTimestamp") or ""),
+        adapter_name=str(spec["name"]),
+        path=str(spec["path"]),
+        target=target,
+        pinned=notes.get(ANNOTATION_PINNED, "false").lower() == "true",
+        policy=_policy(notes.get(ANNOTATION_POLICY)),
+        transport=notes.get(ANNOTATION_TRANSPORT, "direct"),
+        api_key=_secret_ref(target[0], notes.get(ANNOTATION_API_KEY_SECRET)),
+        operation=notes.get(ANNOTATION_OPERATION) or None,
+        status=dict(obj.get("status") or {}),
+        raw=obj,
+    )
+
+
+def _policy(value: str | None) -> ReadinessPolicy:
+    try:
+        return ReadinessPolicy(value or ReadinessPolicy.ALL_READY_PODS.value)
+    except ValueError:
+        return ReadinessPolicy.ALL_READY_PODS
+
+
+def _secret_ref(namespace: str, value: str | None) -> SecretRef | None:
+    """``NAME/KEY`` → a reference in the target's namespace (as the provider reads it)."""
+    if not value or "/" not in value:
+        return None
+    name, key = value.split("/", 1)
+    return SecretRef(namespace, name, key) if name and key else None
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the loop tracks of one SGLang pod: identity, readiness and where it listens."""
+
+    namespace: str
+    name: str
+    uid: str
+    service: str
+    ready: bool
+    restart_count: int
+    ip: str | None
+    port: int
+    state: str = ""
+
+    @property
+    def key(self) -> Key:
+        """``(namespace, name)`` of the pod."""
+        return (self.namespace, self.name)
+
+    @property
+    def target(self) -> Key:
+        """The InferenceService the pod belongs to (its ``inference.llmkube.dev/service``)."""
+        return (self.namespace, self.service)
+
+    @property
+    def serving(self) -> bool:
+        """Ready and addressable: the only pods the loop talks to."""
+        return self.ready and bool(self.ip)
+
+    @property
+    def url(self) -> str:
+        """Base URL of the pod's SGLang (pod IP and the container port named ``http``)."""
+        host = f"[{self.ip}]" if self.ip and ":" in self.ip else self.ip
+        return f"http://{host}:{self.port}"
+
+
+def object_key(obj: Mapping[str, Any]) -> Key:
+    """``(namespace, name)`` of any namespaced object dict."""
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))

@@ -1,0 +1,318 @@
+"""Deploying the re-sync loop in a cluster: plain manifests, and the same as a Pulumi component.
+
+:func:`resync_manifests` renders everything the loop needs as plain dicts (``kubectl apply``
+them, or feed them to any tool): a ServiceAccount, a least-privilege ClusterRole and binding (a
+Role and RoleBinding when the loop watches one namespace), a Role for its Lease, and a
+Deployment whose probes hit ``/healthz`` and ``/readyz``. :class:`ResyncDeployment` creates the
+very same objects with pulumi-kubernetes, an optional extra (``pip install
+pulumi-lora[kubernetes]``) imported only when the component is built.
+
+Every rule in :data:`WATCH_RULES` and :data:`LEASE_RULES` is used by the loop, and nothing
+else is granted; ``tests/resync/test_rbac.py`` proves both directions against a real apiserver
+(docs/resync.md lists the rules and what needs each).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pulumi
+
+from pulumi_lora._models import GROUP, ISVC_PLURAL, PLURAL
+from pulumi_lora._resync._settings import DEFAULT_LEASE_NAME, DEFAULT_METRICS_PORT
+
+__all__ = [
+    "DEFAULT_NAME",
+    "LEASE_RULES",
+    "WATCH_RULES",
+    "ResyncDeployment",
+    "resync_manifests",
+]
+
+DEFAULT_NAME = "pulumi-lora-resync"
+"""Name of the ServiceAccount, roles, bindings and Deployment."""
+
+WATCH_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list", "watch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+    {"apiGroups": [GROUP], "resources": [ISVC_PLURAL], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+)
+"""What the loop does where it watches: follow CRs, InferenceServices and pods; write CR status
+(server-side apply); read the API-key Secrets CRs name; record Events."""
+
+_LEASE_GROUP = "coordination.k8s.io"
+
+
+def lease_rules(lease_name: str = DEFAULT_LEASE_NAME) -> tuple[dict[str, Any], ...]:
+    """Leader election, in the loop's own namespace: create the Lease (``create`` can't be
+    narrowed by name), and read and renew that one Lease only."""
+    return (
+        {"apiGroups": [_LEASE_GROUP], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": [_LEASE_GROUP],
+            "resources": ["leases"],
+            "resourceNames": [lease_name],
+            "verbs": ["get", "update"],
+        },
+    )
+
+
+LEASE_RULES = lease_rules()
+""":func:`lease_rules` for the default Lease name."""
+
+
+def resync_manifests(
+    namespace: str,
+    image: str,
+    *,
+    name: str = DEFAULT_NAME,
+    watch_namespace: str | None = None,
+    replicas: int = 1,
+    verify_interval: float = 30.0,
+    metrics_port: int = DEFAULT_METRICS_PORT,
+    lease_name: str = DEFAULT_LEASE_NAME,
+    extra_args: Sequence[str] = (),
+    image_pull_policy: str = "IfNotPresent",
+    resources: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Pure: the loop's manifests, in apply order.
+
+    ``namespace`` is where the loop runs (its ServiceAccount, Lease and Deployment);
+    ``watch_namespace`` limits it to one namespace (a Role there instead of a ClusterRole);
+    ``replicas`` above 1 gives standbys (one leader acts; failover takes at most the Lease
+    duration, immediately on a clean shutdown). ``extra_args`` are appended to the command.
+    """
+    meta_labels = {
+        "app.kubernetes.io/name": "pulumi-lora-resync",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "controller",
+        **(labels or {}),
+    }
+    selector = {"app.kubernetes.io/name": "pulumi-lora-resync", "app.kubernetes.io/instance": name}
+
+    def meta(obj_namespace: str | None = namespace) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": name, "labels": dict(meta_labels)}
+        if obj_namespace is not None:
+            data["namespace"] = obj_namespace
+        return data
+
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    if watch_namespace is None:
+        watch_role: dict[str, Any] = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": meta(None),
+            "rules": [dict(r) for r in WATCH_RULES],
+        }
+        watch_binding: dict[str, Any] = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta(None),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": subject,
+        }
+    else:
+        watch_role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(watch_namespace),
+            "rules": [dict(r) for r in WATCH_RULES],
+        }
+        watch_binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(watch_namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subject,
+        }
+    lease_name_ = f"{name}-lease"
+    lease_role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {**meta(), "name": lease_name_},
+        "rules": [dict(r) for r in lease_rules(lease_name)],
+    }
+    lease_binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {**meta(), "name": lease_name_},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease_name_},
+        "subjects": subject,
+    }
+    args = [
+        "--lease-name",
+        lease_name,
+        "--metrics-port",
+        str(metrics_port),
+        "--verify-interval",
+        f"{verify_interval:g}",
+    ]
+    if watch_namespace is not None:
+        args += ["--namespace", watch_namespace]
+    args += list(extra_args)
+    probe = {"port": "metrics", "scheme": "HTTP"}
+    container = {
+        "name": "resync",
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["pulumi-lora", "resync"],
+        "args": args,
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+        ],
+        "ports": [{"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"}],
+        "livenessProbe": {
+            "httpGet": {**probe, "path": "/healthz"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {**probe, "path": "/readyz"},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+        },
+        "resources": dict(
+            resources
+            or {
+                "requests": {"cpu": "50m", "memory": "128Mi"},
+                "limits": {"memory": "256Mi"},
+            }
+        ),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "strategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {
+                    "labels": dict(meta_labels),
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(metrics_port),
+                    },
+                },
+                "spec": {
+                    "serviceAccountName": name,
+                    "terminationGracePeriodSeconds": 30,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                },
+            },
+        },
+    }
+    service_account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()}
+    return [
+        service_account,
+        watch_role,
+        watch_binding,
+        lease_role,
+        lease_binding,
+        deployment,
+    ]
+
+
+# --- the Pulumi component -----------------------------------------------------------------------
+
+RESOURCE_TYPE = "pulumi-lora:index:ResyncDeployment"
+"""The component's type token."""
+
+_KINDS = {
+    "ServiceAccount": ("core", "ServiceAccount"),
+    "ClusterRole": ("rbac", "ClusterRole"),
+    "ClusterRoleBinding": ("rbac", "ClusterRoleBinding"),
+    "Role": ("rbac", "Role"),
+    "RoleBinding": ("rbac", "RoleBinding"),
+    "Deployment": ("apps", "Deployment"),
+}
+
+
+def _label(manifest: Mapping[str, Any]) -> str:
+    """A Pulumi name suffix, unique within the set (two Roles when namespaced: watch, lease)."""
+    lease = str(manifest["metadata"]["name"]).endswith("-lease")
+    return str(manifest["kind"]).lower() + ("-lease" if lease else "")
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
+
+
+class ResyncDeployment(pulumi.ComponentResource):
+    """The re-sync loop in a cluster, as one Pulumi component (the objects of
+    :func:`resync_manifests`, created with pulumi-kubernetes).
+
+    Takes the same keyword arguments as :func:`resync_manifests`; ``opts`` are the component's
+    resource options (e.g. ``provider=`` a ``kubernetes.Provider``). Outputs:
+    ``service_account``, ``deployment`` (names) and ``namespace``.
+    """
+
+    def __init__(
+        self,
+        resource_name: str,
+        *,
+        namespace: str,
+        image: str,
+        opts: pulumi.ResourceOptions | None = None,
+        **settings: Any,
+    ) -> None:
+        try:
+            import pulumi_kubernetes as kubernetes  # noqa: PLC0415 - an optional extra
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "ResyncDeployment needs pulumi-kubernetes: pip install 'pulumi-lora[kubernetes]'"
+            ) from exc
+        super().__init__(RESOURCE_TYPE, resource_name, None, opts)
+        manifests = resync_manifests(namespace, image, **settings)
+        created: list[Any] = []
+        for manifest in manifests:
+            group, kind = _KINDS[manifest["kind"]]
+            api = getattr(getattr(kubernetes, group), manifest["apiVersion"].rsplit("/", 1)[-1])
+            args = {_snake(k): v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
+            # The Deployment waits for its account and permissions; the rest has no order.
+            after = list(created) if kind == "Deployment" else []
+            created.append(
+                getattr(api, kind)(
+                    f"{resource_name}-{_label(manifest)}",
+                    **args,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+                )
+            )
+        self.manifests = manifests
+        self.children = created
+        # From the objects themselves, so they resolve once the objects exist.
+        self.service_account = created[0].metadata.apply(lambda m: m["name"])
+        self.deployment = created[-1].metadata.apply(lambda m: m["name"])
+        self.namespace = pulumi.Output.from_input(namespace)
+        self.register_outputs(
+            {
+                "service_account": self.service_account,
+                "deployment": self.deployment,
+                "namespace": self.namespace,
+            }
+        )

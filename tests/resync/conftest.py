@@ -1,0 +1,143 @@
+"""Fixtures for the re-sync loop's tests: its least-privilege identity, loop processes, a cluster.
+
+Every loop in these tests runs as the ServiceAccount of the rendered manifests
+(``pulumi_lora.deploy.resync_manifests``), applied with kubectl and authenticated with a token
+from ``kubectl create token``, so each test also proves the RBAC rules are enough.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _resync_harness import Cluster, LoopProcess
+
+from pulumi_lora.deploy import resync_manifests
+from pulumi_lora.testing.testbed import Testbed
+
+#: The one Lease name the test identity may get and update (its Role names it).
+TEST_LEASE = "resync-tests"
+#: Fast settings for tests: a 1 s sweep, a 3 s Lease, short backoff.
+FAST = {
+    "--verify-interval": "1",
+    "--lease-duration": "3",
+    "--lease-renew-deadline": "2",
+    "--lease-retry-period": "0.3",
+    "--backoff-base": "0.2",
+    "--backoff-max": "2",
+    "--shutdown-timeout": "10",
+    "--metrics-host": "127.0.0.1",
+    "--metrics-port": "0",
+    "--log-level": "debug",
+}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A ServiceAccount bound to the rendered roles, and a kubeconfig holding its token."""
+
+    namespace: str
+    service_account: str
+    kubeconfig: Path
+    lease: str
+
+    @property
+    def user(self) -> str:
+        """The apiserver's user name for the account (as the audit log records it)."""
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+
+def apply_manifests(testbed: Testbed, manifests: list[dict[str, Any]], path: Path) -> None:
+    """``kubectl apply -f`` the rendered manifests (as a user would)."""
+    path.write_text(yaml.safe_dump_all(manifests, sort_keys=False), encoding="utf-8")
+    done = testbed.kubectl("apply", "-f", str(path))
+    assert done.returncode == 0, done.stderr
+
+
+def make_identity(
+    testbed: Testbed,
+    directory: Path,
+    *,
+    name: str = "pulumi-lora-resync",
+    watch_namespace: str | None = None,
+    lease: str = TEST_LEASE,
+) -> Identity:
+    """Render and apply the loop's manifests in a new namespace; return a kubeconfig for them."""
+    namespace = testbed.create_namespace("resync-system")
+    manifests = resync_manifests(
+        namespace, "pulumi-lora:test", name=name, watch_namespace=watch_namespace, lease_name=lease
+    )
+    apply_manifests(testbed, manifests, directory / f"{namespace}.yaml")
+    token = testbed.kubectl("create", "token", name, "-n", namespace, "--duration", "2h")
+    assert token.returncode == 0, token.stderr
+    user = f"system:serviceaccount:{namespace}:{name}"
+    kubeconfig = testbed.write_kubeconfig(
+        directory / f"{namespace}.kubeconfig", token=token.stdout.strip(), user=user
+    )
+    return Identity(namespace, name, kubeconfig, lease)
+
+
+@pytest.fixture(scope="session")
+def resync_identity(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Identity:
+    """The cluster-wide identity every loop of these tests runs as."""
+    return make_identity(testbed, tmp_path_factory.mktemp("resync-identity"))
+
+
+LoopFactory = Callable[..., LoopProcess]
+
+
+@pytest.fixture
+def loops(
+    request: pytest.FixtureRequest, resync_identity: Identity, tmp_path: Path
+) -> Iterator[LoopFactory]:
+    """Start loop processes: ``loops(namespace, identity=..., **{"--flag": value})``.
+
+    All are stopped (SIGTERM) at teardown; a failed test prints their logs' tails.
+    """
+    started: list[LoopProcess] = []
+
+    def start(
+        namespace: str | None, *extra: str, identity: Identity | None = None, **flags: str
+    ) -> LoopProcess:
+        who = identity or resync_identity
+        options = {
+            **FAST,
+            "--kubeconfig": str(who.kubeconfig),
+            "--lease-namespace": who.namespace,
+            "--lease-name": who.lease,
+            **{k.replace("_", "-"): v for k, v in flags.items()},
+        }
+        if namespace is not None:
+            options["--namespace"] = namespace
+        args = [item for pair in options.items() for item in pair] + list(extra)
+        loop = LoopProcess(args, tmp_path / f"loop-{len(started)}.log")
+        started.append(loop)
+        return loop
+
+    yield start
+    for loop in started:
+        loop.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for index, loop in enumerate(started):
+            print(f"--- loop {index} (pid {loop.pid}) log tail:\n{loop.tail(80)}")
+
+
+@pytest.fixture
+def cluster(testbed: Testbed, namespace: str) -> Iterator[Cluster]:
+    """The test's namespace, cleaned up (CRs deleted, pods stopped) at teardown."""
+    helper = Cluster(testbed, namespace)
+    yield helper
+    helper.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    """Keep each phase's report on the item, so fixtures can tell a failed test."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)

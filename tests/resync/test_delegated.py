@@ -1,0 +1,113 @@
+"""The delegated transport: the provider only applies the CR and awaits; the loop does the rest.
+
+The SGLang pods are keyed (``--api-key``), as in the case delegation exists for: the key lives in
+a Secret the CR names, the loop reads it, and it appears in no log, status or Event.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import httpx
+from _resync_harness import Cluster, everywhere, served, wait_until
+from conftest import LoopFactory
+
+from pulumi_lora._models import ANNOTATION_OPERATION, format_time
+from pulumi_lora._operations import ProviderConfig, now_utc
+from pulumi_lora._provider import LoRAAdapterProvider
+
+
+def _provider(cluster: Cluster) -> LoRAAdapterProvider:
+    provider = LoRAAdapterProvider()
+    provider._config = ProviderConfig(kubeconfig=str(cluster.tb.kubeconfig_path))
+    return provider
+
+
+def test_provider_create_update_delete_through_the_loop(
+    cluster: Cluster, loops: LoopFactory
+) -> None:
+    key = f"sk-{secrets.token_hex(16)}"
+    handle = cluster.deploy(replicas=2, emulator_args=("--api-key", key))
+    cluster.kubectl("create", "secret", "generic", "sglang-key", f"--from-literal=api-key={key}")
+    v1, v2 = cluster.tb.make_adapter("sql-v1"), cluster.tb.make_adapter("sql-v2")
+    loop = loops(cluster.namespace)
+    provider = _provider(cluster)
+
+    def props(path: str) -> dict[str, Any]:
+        return {
+            "adapter_name": "sql-lora",
+            "path": path,
+            "inference_service": "llama",
+            "namespace": cluster.namespace,
+            "transport": "delegated",
+            "api_key_secret_name": "sglang-key",
+            "ready_timeout_seconds": 30,
+        }
+
+    created = provider.create(props(v1))
+    assert created.outs["loaded"] is True
+    assert _served_with_key(handle, key) == {p.name: {"sql-lora": v1} for p in handle.pods()}
+    stored = cluster.cr("sql-lora")
+    assert stored is not None
+    loaded = {c["type"]: c for c in stored["status"]["conditions"]}["Loaded"]
+    assert loaded["observedGeneration"] == stored["metadata"]["generation"] == 1
+    managers = {m["manager"] for m in stored["metadata"]["managedFields"]}
+    assert "pulumi-lora-resync" in managers
+
+    updated = provider.update(created.id, created.outs, props(v2))
+    assert updated.outs["loaded"] is True and updated.outs["loaded_path"] == v2
+    assert _served_with_key(handle, key) == {p.name: {"sql-lora": v2} for p in handle.pods()}
+    assert cluster.cr("sql-lora")["metadata"]["generation"] == 2  # type: ignore[index]
+
+    provider.delete(created.id, updated.outs)
+    assert cluster.cr("sql-lora") is None
+    wait_until(
+        lambda: _served_with_key(handle, key) == {p.name: {} for p in handle.pods()},
+        10,
+        what="the loop to unload the deleted CR's adapter",
+    )
+    assert loop.events("cr_deleted", adapter="sql-lora")
+
+    # The key went to the pods and nowhere else.
+    assert key not in "".join(loop.raw)
+    assert key not in json.dumps(cluster.events())
+    assert key not in json.dumps(stored)
+    unkeyed = httpx.get(f"{handle.pods()[0].url}/v1/models", timeout=5)
+    assert unkeyed.status_code == 401  # the key was needed all along
+
+
+def _served_with_key(handle: Any, key: str) -> dict[str, dict[str, str]]:
+    found = {}
+    for pod in handle.ready_pods():
+        body = httpx.get(
+            f"{pod.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=5
+        ).json()
+        found[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
+    return found
+
+
+def test_the_operation_annotation_means_hands_off(cluster: Cluster, loops: LoopFactory) -> None:
+    """Rules 2 and 3: a young ``update@`` and any ``delete@`` keep the loop off the adapter."""
+    handle = cluster.deploy(replicas=1)
+    a, b, c = (cluster.tb.make_adapter(n) for n in ("busy", "leaving", "abandoned"))
+    stale = format_time(now_utc().replace(year=now_utc().year - 1))
+    cluster.apply_cr(
+        "busy", a, annotations={ANNOTATION_OPERATION: f"update@{format_time(now_utc())}"}
+    )
+    cluster.apply_cr("leaving", b, annotations={ANNOTATION_OPERATION: f"delete@{stale}"})
+    cluster.apply_cr("abandoned", c, annotations={ANNOTATION_OPERATION: f"update@{stale}"})
+    loop = loops(cluster.namespace)
+    wait_until(
+        lambda: everywhere(handle, {"abandoned": c}), 20, what="the abandoned update acted on"
+    )
+    loop.wait_event("verify_sweep")
+    wait_until(lambda: len(loop.events("verify_sweep")) >= 3, 10)
+    assert everywhere(handle, {"abandoned": c}), "the loop touched a CR mid-operation"
+    assert "Loaded" not in cluster.conditions("busy")  # no status while hands off
+
+    cluster.apply_cr("busy", a)  # the provider's next apply omits the annotation: done
+    wait_until(lambda: everywhere(handle, {"abandoned": c, "busy": a}), 5)
+    wait_until(lambda: cluster.conditions("busy").get("Loaded", {}).get("status") == "True", 10)
+    assert "leaving" not in served(handle)[handle.pods()[0].name]

@@ -1,0 +1,125 @@
+"""The rendered RBAC rules are enough for the loop, and the loop uses every one of them.
+
+"Enough": every loop in these tests runs as a ServiceAccount bound only to the rendered roles.
+"No more": here a fresh account runs one scenario that exercises everything the loop does
+(a Lease it must create, watches in all namespaces, a keyed CR whose Secret it reads, status
+writes, Events), and the apiserver's audit log must show each granted (group, resource, verb)
+used by that account, allowed, with no request of it ever denied.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+from _resync_harness import Cluster, everywhere, wait_until
+from conftest import Identity, LoopFactory, make_identity
+
+from pulumi_lora._models import ANNOTATION_API_KEY_SECRET
+from pulumi_lora.deploy import WATCH_RULES, lease_rules, resync_manifests
+from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.testbed import Testbed
+
+Grant = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+
+
+def granted(rules: list[dict[str, Any]]) -> set[Grant]:
+    """Every (group, resource, verb) the rules allow."""
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def audited(log: Path, user: str) -> tuple[set[Grant], list[dict[str, Any]]]:
+    """What ``user`` did (allowed), and what it was denied, from the audit log."""
+    used: set[Grant] = set()
+    denied = []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        if (
+            entry.get("user", {}).get("username") != user
+            or entry.get("stage") != "ResponseComplete"
+        ):
+            continue
+        ref = entry.get("objectRef") or {}
+        resource = ref.get("resource", "") + (
+            f"/{ref['subresource']}" if ref.get("subresource") else ""
+        )
+        decision = (entry.get("annotations") or {}).get("authorization.k8s.io/decision")
+        if decision == "allow":
+            used.add((ref.get("apiGroup", ""), resource, entry["verb"]))
+        else:
+            denied.append(entry)
+    return used, denied
+
+
+def test_every_granted_rule_is_used_and_nothing_is_denied(
+    testbed: Testbed, cluster: Cluster, loops: LoopFactory, tmp_path: Path
+) -> None:
+    if testbed.audit_log_path is None:
+        missing_real_part("the testbed runs without an audit log")
+    identity = make_identity(testbed, tmp_path, name="resync-audit", lease="resync-audit")
+    key = f"sk-{secrets.token_hex(16)}"
+    cluster.deploy(replicas=1, emulator_args=("--api-key", key))
+    cluster.kubectl("create", "secret", "generic", "sglang-key", f"--from-literal=api-key={key}")
+    path = cluster.tb.make_adapter("sql-audit")
+    cluster.apply_cr(
+        "sql-audit", path, annotations={ANNOTATION_API_KEY_SECRET: "sglang-key/api-key"}
+    )
+
+    loop = loops(None, identity=identity)  # every namespace: the ClusterRole's reach
+    loop.wait_event("leadership_acquired")
+    wait_until(
+        lambda: cluster.conditions("sql-audit").get("Loaded", {}).get("status") == "True", 20
+    )
+    wait_until(lambda: any(e["reason"] == "AdapterLoaded" for e in cluster.events()), 10)
+    wait_until(lambda: len(loop.events("verify_sweep")) >= 2, 10)  # a Lease renewal or two
+    assert loop.stop() == 0  # releasing is an update too
+
+    rules = [*WATCH_RULES, *lease_rules("resync-audit")]
+    used, denied = audited(testbed.audit_log_path, identity.user)  # type: ignore[arg-type]
+    assert not denied, f"denied: {[(e['verb'], e['requestURI']) for e in denied]}"
+    assert granted(rules) == used, (
+        f"granted but never used: {granted(rules) - used}; used beyond: {used - granted(rules)}"
+    )
+
+
+def test_the_namespaced_variant_is_enough_in_its_namespace(
+    testbed: Testbed, cluster: Cluster, loops: LoopFactory, tmp_path: Path
+) -> None:
+    manifests = resync_manifests("any", "img", watch_namespace=cluster.namespace)
+    assert [m["kind"] for m in manifests][:3] == ["ServiceAccount", "Role", "RoleBinding"]
+    identity: Identity = make_identity(
+        testbed, tmp_path, name="resync-ns", watch_namespace=cluster.namespace, lease="resync-ns"
+    )
+    handle = cluster.deploy(replicas=1)
+    path = cluster.tb.make_adapter("sql-ns")
+    cluster.apply_cr("sql-ns", path)
+    loop = loops(cluster.namespace, identity=identity)
+    wait_until(lambda: everywhere(handle, {"sql-ns": path}), 20)
+    wait_until(lambda: cluster.conditions("sql-ns").get("Ready", {}).get("status") == "True", 10)
+    assert not loop.events("watch_broken"), "a request of the namespaced loop was refused"
+
+    # The same account can't see beyond its namespace: the Role is all it has.
+    outside = testbed.kubectl(
+        f"--token={_token(testbed, identity)}",
+        "get",
+        "pods",
+        "-A",
+        "--kubeconfig=/dev/null",
+        f"--server={testbed.server}",
+        f"--certificate-authority={testbed.ca_path}",
+    )
+    assert outside.returncode != 0 and "forbidden" in outside.stderr.lower()
+
+
+def _token(testbed: Testbed, identity: Identity) -> str:
+    done = testbed.kubectl("create", "token", identity.service_account, "-n", identity.namespace)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()

@@ -1,0 +1,209 @@
+"""The loop's cache: ownership, availability, what a pod run gets, and when a status is due."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from pulumi_lora._cluster import Target
+from pulumi_lora._models import ANNOTATION_OPERATION, ANNOTATION_PINNED
+from pulumi_lora._reconcile import PodOutcome
+from pulumi_lora._resync._decide import CapacityNote, ReloadReason
+from pulumi_lora._resync._views import AdapterCR, PodFacts, SecretRef, adapter_from_object
+from pulumi_lora._resync._world import World
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+TARGET = ("models", "llama")
+
+
+def cr(
+    name: str, adapter: str | None = None, *, created: str = "2026-12-01T10:00:00Z", **notes: str
+) -> AdapterCR:
+    obj: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": "models",
+            "uid": f"uid-{name}",
+            "generation": 1,
+            "creationTimestamp": created,
+            "annotations": notes,
+        },
+        "spec": {
+            "name": adapter or name,
+            "path": f"/adapters/{name}",
+            "inferenceServiceRef": {"name": "llama"},
+        },
+    }
+    parsed = adapter_from_object(obj)
+    assert parsed is not None
+    return parsed
+
+
+def pod(name: str, *, ready: bool = True) -> PodFacts:
+    return PodFacts("models", name, f"uid-{name}", "llama", ready, 0, "127.0.0.1", 30000)
+
+
+def world(*crs: AdapterCR, runtime: str = "sglang", extra_args: tuple[str, ...] = ()) -> World:
+    w = World()
+    w.put_target(Target("models", "llama", runtime, 2, extra_args))
+    for item in crs:
+        w.put_cr(item)
+    return w
+
+
+class TestParsing:
+    def test_annotations_become_settings(self) -> None:
+        parsed = cr(
+            "sql",
+            **{
+                ANNOTATION_PINNED: "true",
+                "pulumi-lora.dev/api-key-secret": "sglang/api-key",
+                "pulumi-lora.dev/readiness-policy": "AnyReadyPod",
+            },
+        )
+        assert parsed.pinned and parsed.policy.value == "AnyReadyPod"
+        assert parsed.api_key == SecretRef("models", "sglang", "api-key")
+        assert parsed.target == TARGET
+
+    def test_an_incomplete_object_is_skipped(self) -> None:
+        assert (
+            adapter_from_object({"metadata": {"name": "x", "namespace": "y"}, "spec": {}}) is None
+        )
+
+    def test_bad_settings_fall_back_to_defaults(self) -> None:
+        parsed = cr(
+            "sql",
+            **{
+                "pulumi-lora.dev/readiness-policy": "Most",
+                "pulumi-lora.dev/api-key-secret": "nokey",
+            },
+        )
+        assert parsed.policy.value == "AllReadyPods" and parsed.api_key is None
+
+
+class TestOwnership:
+    def test_the_oldest_claimant_owns_a_name(self) -> None:
+        old, young = cr("a", "sql", created="2026-12-01T09:00:00Z"), cr("b", "sql")
+        w = world(young, old)
+        assert w.owner(TARGET, "sql") == old.key
+        assert w.availability(old).ok
+        verdict = w.availability(young)
+        assert not verdict.ok and verdict.reason == "NameCollision"
+        assert "LoRAAdapter models/a" in verdict.message
+
+    def test_a_startup_adapter_with_another_path_is_a_collision(self) -> None:
+        w = world(cr("sql"), extra_args=("--lora-paths", "sql=/elsewhere"))
+        verdict = w.availability(w.crs[("models", "sql")])
+        assert verdict.reason == "NameCollision" and "/elsewhere" in verdict.message
+        same = world(cr("sql"), extra_args=("--lora-paths", "sql=/adapters/sql"))
+        assert same.availability(same.crs[("models", "sql")]).ok
+
+    def test_targets_that_cannot_take_adapters(self) -> None:
+        assert world(cr("x"), runtime="vllm").availability(cr("x")).reason == "RuntimeMismatch"
+        assert World().availability(cr("x")).reason == "InferenceServiceNotFound"
+        scoped = World("other")
+        assert scoped.availability(cr("x")).reason == "TargetNotWatched"
+
+
+class TestPodWork:
+    def test_pinned_first_and_only_crs_the_loop_may_act_on(self) -> None:
+        busy = cr("busy", **{ANNOTATION_OPERATION: "update@2026-12-01T11:59:00Z"})
+        going = cr("going", **{ANNOTATION_OPERATION: "delete@2026-12-01T11:59:00Z"})
+        w = world(cr("b"), cr("a"), cr("pin", **{ANNOTATION_PINNED: "true"}), busy, going)
+        w.seed_pod(pod("p1"))
+        work = w.pod_work(("models", "p1"), NOW)
+        assert [t.name for t in work.tasks] == ["pin", "a", "b"]
+        assert not work.unloads and work.declared >= {("a", "/adapters/a")}
+
+    def test_a_deleted_name_is_unloaded_unless_claimed_again(self) -> None:
+        a = cr("a")
+        w = world(a)
+        w.seed_pod(pod("p1"))
+        w.seed_pod(pod("p2", ready=False))
+        w.remove_cr(a.key)
+        assert w.queue_unloads(a) == [("models", "p1"), ("models", "p2")]
+        assert [u.name for u in w.pod_work(("models", "p1"), NOW).unloads] == ["a"]
+        w.put_cr(cr("other", "a"))  # a new claimant: its task decides, no unload
+        assert not w.pod_work(("models", "p1"), NOW).unloads
+
+    def test_an_unload_is_not_queued_when_another_cr_claims_the_name(self) -> None:
+        a, b = cr("a", "sql", created="2026-12-01T09:00:00Z"), cr("b", "sql")
+        w = world(a, b)
+        w.seed_pod(pod("p1"))
+        w.remove_cr(a.key)
+        assert w.queue_unloads(a) == []
+        assert w.owner(TARGET, "sql") == b.key
+
+    def test_capacity_skips_hold_until_the_declaration_changes(self) -> None:
+        w = world(cr("a"), cr("b"))
+        w.seed_pod(pod("p1"))
+        key = ("models", "p1")
+        declared = w.declared_for(TARGET)
+        w.pods[key].capacity = CapacityNote("p1", frozenset({"a"}), declared)
+        assert w.pod_work(key, NOW).capacity_skips == {"a"}
+        w.put_cr(cr("c"))
+        assert w.pod_work(key, NOW).capacity_skips == frozenset()
+        assert w.pods[key].capacity is None
+
+
+class TestOutcomes:
+    def test_a_status_waits_for_every_serving_pod_at_this_generation(self) -> None:
+        a = cr("a")
+        w = world(a)
+        w.seed_pod(pod("p1"))
+        w.seed_pod(pod("p2", ready=False))
+        assert w.outcomes_for(a) is None
+        task = w.pod_work(("models", "p1"), NOW).tasks[0]
+        assert w.record(("models", "p1"), task, PodOutcome("p1", loaded=True))
+        assert not w.record(("models", "p1"), task, PodOutcome("p1", loaded=True))  # unchanged
+        outcomes = w.outcomes_for(a)
+        assert outcomes is not None and [o.waiting for o in outcomes] == [False, True]
+        w.put_cr(replace(a, generation=2))
+        assert w.outcomes_for(w.crs[a.key]) is None  # an outcome for generation 1 says nothing
+        assert not w.record(("models", "p1"), task, PodOutcome("p1", loaded=True))
+
+    def test_a_restart_voids_what_was_recorded(self) -> None:
+        a = cr("a")
+        w = world(a)
+        w.seed_pod(pod("p1"))
+        key = ("models", "p1")
+        w.record(key, w.pod_work(key, NOW).tasks[0], PodOutcome("p1", loaded=True))
+        down = replace(pod("p1", ready=False), restart_count=1)
+        assert w.put_pod(down, 1.0).pending is ReloadReason.RESTART
+        assert w.outcomes_for(a) is not None  # not serving: waiting, nothing pending
+        verdict = w.put_pod(replace(down, ready=True), 2.0)
+        assert verdict.act is ReloadReason.RESTART and w.pods[key].ready_seen_at == 2.0
+        assert w.outcomes_for(a) is None
+
+    def test_a_status_only_update_keeps_the_outcomes(self) -> None:
+        a = cr("a")
+        w = world(a)
+        w.seed_pod(pod("p1"))
+        key = ("models", "p1")
+        w.record(key, w.pod_work(key, NOW).tasks[0], PodOutcome("p1", loaded=True))
+        w.put_cr(replace(a, status={"conditions": []}))
+        assert w.outcomes_for(a) is not None
+
+
+class TestSettled:
+    def test_a_fingerprint_only_when_everything_is_served_as_declared(self) -> None:
+        w = world(cr("a"), cr("b"))
+        w.seed_pod(pod("p1"))
+        work = w.pod_work(("models", "p1"), NOW)
+        served = {"a": "/adapters/a", "b": "/adapters/b", "startup": "/s"}
+        key = work.settled_by(served)
+        assert key is not None and key == work.settled_by(dict(served))
+        assert work.settled_by({**served, "b": "/elsewhere"}) is None  # a swap is due
+        assert work.settled_by({"a": "/adapters/a"}) is None  # a load is due
+        assert key != work.settled_by({**served, "extra": "/x"})  # the server changed
+        w.put_cr(replace(w.crs[("models", "a")], generation=2))
+        assert w.pod_work(("models", "p1"), NOW).settled_by(served) != key  # a new generation
+
+    def test_unloads_and_capacity_notes_always_run(self) -> None:
+        a = cr("a")
+        w = world(a, cr("b"))
+        w.seed_pod(pod("p1"))
+        w.remove_cr(a.key)
+        w.queue_unloads(a)
+        assert w.pod_work(("models", "p1"), NOW).settled_by({"b": "/adapters/b"}) is None
