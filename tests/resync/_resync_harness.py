@@ -118,7 +118,7 @@ class LoopProcess:
 
     def get(self, path: str) -> httpx.Response:
         """GET one of the loop's routes."""
-        return httpx.get(f"{self.url}{path}", timeout=5, trust_env=False)
+        return PROBE.get(f"{self.url}{path}")
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of ``/metrics``: (name, sorted labels) → value."""
@@ -232,12 +232,17 @@ class Cluster:
                 self.tb.scale(self.namespace, handle.name, 0)
 
 
+#: One client for the tests' probes of pods (a client per call costs a TLS context each time);
+#: no keep-alive, so no connection outlives a request and a pod can restart on its port.
+PROBE = httpx.Client(trust_env=False, timeout=5, limits=httpx.Limits(max_keepalive_connections=0))
+
+
 def served(handle: Any) -> dict[str, dict[str, str]]:
     """Every Ready pod's adapters (name → path) from its own ``/v1/models``."""
     found = {}
     for pod in handle.ready_pods():
         try:
-            body = httpx.get(f"{pod.url}/v1/models", timeout=5, trust_env=False).json()
+            body = PROBE.get(f"{pod.url}/v1/models").json()
         except httpx.HTTPError:
             continue
         found[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
@@ -253,5 +258,5 @@ def everywhere(handle: Any, expected: Mapping[str, str], replicas: int | None = 
 
 def emulator(url: str, method: str, route: str, body: Any = None) -> Any:
     """Talk to an emulator directly (out-of-band changes; its admin API)."""
-    response = httpx.request(method, f"{url}{route}", json=body, timeout=10, trust_env=False)
+    response = PROBE.request(method, f"{url}{route}", json=body, timeout=10)
     return response.json() if response.content else None

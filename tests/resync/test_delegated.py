@@ -10,8 +10,7 @@ import json
 import secrets
 from typing import Any
 
-import httpx
-from _resync_harness import Cluster, everywhere, served, wait_until
+from _resync_harness import PROBE, Cluster, everywhere, served, wait_until
 from conftest import LoopFactory
 
 from pulumi_lora._models import ANNOTATION_OPERATION, format_time
@@ -74,16 +73,14 @@ def test_provider_create_update_delete_through_the_loop(
     assert key not in "".join(loop.raw)
     assert key not in json.dumps(cluster.events())
     assert key not in json.dumps(stored)
-    unkeyed = httpx.get(f"{handle.pods()[0].url}/v1/models", timeout=5)
+    unkeyed = PROBE.get(f"{handle.pods()[0].url}/v1/models")
     assert unkeyed.status_code == 401  # the key was needed all along
 
 
 def _served_with_key(handle: Any, key: str) -> dict[str, dict[str, str]]:
     found = {}
     for pod in handle.ready_pods():
-        body = httpx.get(
-            f"{pod.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=5
-        ).json()
+        body = PROBE.get(f"{pod.url}/v1/models", headers={"Authorization": f"Bearer {key}"}).json()
         found[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
     return found
 
