@@ -8,6 +8,7 @@ in Events, and return an :class:`AdapterState` that becomes the resource's outpu
 
 from __future__ import annotations
 
+import math
 import ssl
 import threading
 import time
@@ -24,6 +25,7 @@ from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
     AdapterNotLoaded,
     ClusterError,
+    ConfigurationError,
     ControllerConflict,
     NameCollision,
     NoReadyPods,
@@ -81,21 +83,55 @@ class ProviderConfig:
     kubeconfig: str | None = None
     context: str | None = None
     api_key: str | None = None
+    timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
 
     @classmethod
     def from_config(cls, values: Mapping[str, str]) -> ProviderConfig:
-        """Read ``pulumi-lora:kubeconfig``, ``:context`` and ``:sglangApiKey``."""
+        """Read ``pulumi-lora:kubeconfig``, ``:context``, ``:sglangApiKey`` and the timeouts.
+
+        Raises ``ConfigurationError`` naming the key when a timeout is not a positive number of
+        seconds, so a typo fails the first operation instead of hanging a later one.
+        """
 
         def get(key: str) -> str | None:
             return values.get(f"pulumi-lora:{key}") or None
 
-        return cls(get("kubeconfig"), get("context"), get("sglangApiKey"))
+        seconds: dict[str, float] = {}
+        for key, attribute in TIMEOUT_KEYS.items():
+            if (text := get(key)) is not None:
+                seconds[attribute] = _positive_seconds(f"pulumi-lora:{key}", text)
+        return cls(
+            get("kubeconfig"), get("context"), get("sglangApiKey"), ClientTimeouts(**seconds)
+        )
 
     def __repr__(self) -> str:
         return (
             f"ProviderConfig(kubeconfig={'set' if self.kubeconfig else None}, "
-            f"context={self.context!r}, api_key={'set' if self.api_key else None})"
+            f"context={self.context!r}, api_key={'set' if self.api_key else None}, "
+            f"timeouts={self.timeouts!r})"
         )
+
+
+#: Stack config keys of the SGLang client timeouts, and the ``ClientTimeouts`` field each sets.
+TIMEOUT_KEYS = {
+    "connectTimeoutSeconds": "connect",
+    "readTimeoutSeconds": "read",
+    "loadTimeoutSeconds": "load",
+    "unloadTimeoutSeconds": "unload",
+}
+#: Every stack config key the provider reads.
+CONFIG_KEYS = ("kubeconfig", "context", "sglangApiKey", *TIMEOUT_KEYS)
+
+
+def _positive_seconds(key: str, text: str) -> float:
+    """``text`` as a positive, finite number of seconds, else a ``ConfigurationError``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"{key} must be a positive number of seconds, got {text!r}")
+    return value
 
 
 class ClientPool:
@@ -204,7 +240,6 @@ class Session:
 
     args: AdapterArgs
     config: ProviderConfig
-    timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
     _kube: Client | None = None
 
     @property
@@ -214,6 +249,11 @@ class Session:
             kubeconfig=self.args.kubeconfig_path or self.config.kubeconfig,
             context=self.args.kube_context or self.config.context,
         )
+
+    @property
+    def timeouts(self) -> ClientTimeouts:
+        """The SGLang client timeouts (stack config, else the defaults)."""
+        return self.config.timeouts
 
     @property
     def kube(self) -> Client:

@@ -13,6 +13,7 @@ Facts that decide correctness here (see docs/design.md):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,10 +81,10 @@ class LoRAAdapterProvider(ResourceProvider):
         self._config = ops.ProviderConfig()
 
     def configure(self, req: ConfigureRequest) -> None:
-        """Take ``pulumi-lora:kubeconfig``, ``:context`` and ``:sglangApiKey`` from stack config."""
-        keys = ("pulumi-lora:kubeconfig", "pulumi-lora:context", "pulumi-lora:sglangApiKey")
+        """Take the credentials and the SGLang timeouts (``ops.CONFIG_KEYS``) from stack config."""
+        keys = [f"pulumi-lora:{key}" for key in ops.CONFIG_KEYS]
         self._config = ops.ProviderConfig.from_config(
-            {k: v for k in keys if isinstance(v := req.config.get(k), str)}
+            {k: _config_text(v) for k in keys if (v := req.config.get(k)) is not None}
         )
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
@@ -270,3 +271,8 @@ def _unknown(value: Any) -> bool:
 
 def _changed(old: Any, new: Any) -> bool:
     return _unknown(new) or old != new
+
+
+def _config_text(value: object) -> str:
+    """A config value as text (a YAML ``loadTimeoutSeconds: 5`` may arrive as a number)."""
+    return value if isinstance(value, str) else json.dumps(value)

@@ -20,10 +20,12 @@ from pulumi_lora._resync._settings import (
     default_identity,
     default_lease_namespace,
 )
+from pulumi_lora._settings import ClientTimeouts
 
 __all__ = ["resync_command"]
 
 _SECONDS = click.FloatRange(min=0.05)
+_DEFAULTS = ClientTimeouts()
 
 
 @click.command(
@@ -56,6 +58,30 @@ _SECONDS = click.FloatRange(min=0.05)
     help="First retry delay (s) after a failed pod run; doubles per failure, with jitter.",
 )
 @click.option("--backoff-max", type=_SECONDS, default=300.0, help="Longest retry delay (s).")
+@click.option(
+    "--connect-timeout",
+    type=_SECONDS,
+    default=_DEFAULTS.connect,
+    help="Seconds to open a connection to a pod's SGLang server.",
+)
+@click.option(
+    "--read-timeout",
+    type=_SECONDS,
+    default=_DEFAULTS.read,
+    help="Seconds to wait for /v1/models and /health answers.",
+)
+@click.option(
+    "--load-timeout",
+    type=_SECONDS,
+    default=_DEFAULTS.load,
+    help="Seconds to wait for one /load_lora_adapter answer (weights from the Hub take minutes).",
+)
+@click.option(
+    "--unload-timeout",
+    type=_SECONDS,
+    default=_DEFAULTS.unload,
+    help="Seconds to wait for one /unload_lora_adapter answer (it waits for in-flight requests).",
+)
 @click.option(
     "--lease-name",
     default=DEFAULT_LEASE_NAME,
@@ -118,6 +144,10 @@ def resync_command(
     concurrency: int,
     backoff_base: float,
     backoff_max: float,
+    connect_timeout: float,
+    read_timeout: float,
+    load_timeout: float,
+    unload_timeout: float,
     lease_name: str,
     lease_namespace: str | None,
     lease_duration: float,
@@ -151,6 +181,9 @@ def resync_command(
         concurrency=concurrency,
         backoff_base=backoff_base,
         backoff_cap=backoff_max,
+        timeouts=ClientTimeouts(
+            connect=connect_timeout, read=read_timeout, load=load_timeout, unload=unload_timeout
+        ),
         shutdown_timeout=shutdown_timeout,
         metrics_host=metrics_host,
         metrics_port=metrics_port,

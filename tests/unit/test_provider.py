@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from pulumi_lora import _operations as ops
-from pulumi_lora._errors import ClusterError
+from pulumi_lora._errors import ClusterError, ConfigurationError
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
 from pulumi_lora._operations import AdapterState, PodReport
 from pulumi_lora._provider import UNKNOWN, LoRAAdapterProvider, live_drift, outputs
+from pulumi_lora._settings import ClientTimeouts
 
 GOOD = {
     "adapter_name": "sql-lora",
@@ -222,3 +223,42 @@ def test_outputs_echo_inputs_and_expose_the_truth() -> None:
 )
 def test_default_resource_name_is_dns_safe(adapter: str, cr: str) -> None:
     assert default_resource_name(adapter) == cr
+
+
+class TestConfigure:
+    """Stack config reaches the provider: credentials and the SGLang client timeouts."""
+
+    @staticmethod
+    def configured(config: dict[str, Any]) -> ops.ProviderConfig:
+        from pulumi.dynamic import ConfigureRequest  # noqa: PLC0415
+        from pulumi.dynamic.config import Config  # noqa: PLC0415 - what the engine hands over
+
+        provider = LoRAAdapterProvider()
+        provider.configure(ConfigureRequest(Config(raw_config=config, project_name="stack")))
+        return provider._config
+
+    def test_timeouts_come_from_config_and_default_otherwise(self) -> None:
+        config = self.configured(
+            {
+                "pulumi-lora:context": "prod",
+                "pulumi-lora:loadTimeoutSeconds": "12.5",
+                "pulumi-lora:connectTimeoutSeconds": 2,  # a YAML number
+            }
+        )
+        assert config.context == "prod"
+        assert config.timeouts == ClientTimeouts(connect=2.0, load=12.5)
+        assert ops.Session(AdapterArgs(**GOOD), config).timeouts.load == 12.5
+
+    @pytest.mark.parametrize("bad", ["0", "-1", "soon", "nan", "inf", "true"])
+    def test_a_bad_timeout_names_its_key(self, bad: str) -> None:
+        with pytest.raises(ConfigurationError) as caught:
+            self.configured({"pulumi-lora:unloadTimeoutSeconds": bad})
+        assert str(caught.value).startswith(
+            "pulumi-lora:unloadTimeoutSeconds must be a positive number of seconds"
+        )
+
+    def test_the_repr_never_shows_credentials(self) -> None:
+        config = self.configured(
+            {"pulumi-lora:kubeconfig": "token: s3cr3t", "pulumi-lora:sglangApiKey": "sk-live-42"}
+        )
+        assert "s3cr3t" not in repr(config) and "sk-live-42" not in repr(config)
