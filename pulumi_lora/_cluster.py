@@ -22,12 +22,18 @@ from typing import Any
 import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
+from lightkube.core import generic_client as _lightkube_http
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Pod, Secret
 
-from pulumi_lora._errors import ClusterError, InferenceServiceNotFound, TransportUnavailable
+from pulumi_lora._errors import (
+    ApiserverUnreachable,
+    ClusterError,
+    InferenceServiceNotFound,
+    TransportUnavailable,
+)
 from pulumi_lora._models import API_VERSION, GROUP, ISVC_KIND, ISVC_PLURAL, KIND, PLURAL, VERSION
 
 LoRAAdapterResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
@@ -80,6 +86,20 @@ class KubeSource:
         if single is None:
             raise ClusterError("the kubeconfig names no current context; set pulumi-lora:context")
         return single
+
+
+#: What lightkube raises when the apiserver gives no answer at all: its HTTP library's transport
+#: errors (httpx before lightkube 1.0, httpx2 from 1.0; taken from lightkube, not guessed).
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (vars(_lightkube_http)["httpx"].TransportError,)
+
+
+@contextmanager
+def apiserver_errors() -> Iterator[None]:
+    """Re-raise lightkube's transport errors as ``ApiserverUnreachable`` (chained)."""
+    try:
+        yield
+    except TRANSPORT_ERRORS as exc:
+        raise ApiserverUnreachable(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _looks_like_content(value: str) -> bool:
@@ -446,9 +466,14 @@ def as_dict(obj: Any) -> dict[str, Any]:
     return data
 
 
+#: Answers of an apiserver that is starting, restarting or shedding load: try again later.
+_UNAVAILABLE = frozenset({429, 503, 504})
+
+
 def _cluster_error(action: str, exc: ApiError) -> ClusterError:
     status = exc.status
-    return ClusterError(f"{action} failed: HTTP {status.code} {status.reason}: {status.message}")
+    detail = f"{action} failed: HTTP {status.code} {status.reason}: {status.message}"
+    return ApiserverUnreachable(detail) if status.code in _UNAVAILABLE else ClusterError(detail)
 
 
 def names(pods: Sequence[PodEndpoint]) -> list[str]:

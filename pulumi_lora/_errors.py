@@ -24,7 +24,8 @@ and every class also says it as data, so callers need no ``isinstance`` chains:
     ├── ClusterError                  Kubernetes: the target or its pods can't be used
     │   ├── InferenceServiceNotFound, RuntimeMismatch, TransportUnavailable, NameCollision,
     │   │   ControllerConflict
-    │   └── NoReadyPods               retryable
+    │   ├── NoReadyPods               retryable
+    │   └── ApiserverUnreachable      retryable: no usable answer from the apiserver
     ├── ConfigurationError            misuse of pulumi-lora's API or settings
     └── AdapterNotLoaded              a whole operation fell short of the readiness policy
 
@@ -42,6 +43,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AdapterNotLoaded",
+    "ApiserverUnreachable",
     "BadRequest",
     "ClusterError",
     "ConfigurationError",
@@ -115,6 +117,8 @@ class SGLangError(PulumiLoRAError):
     ``target`` names the server (pod or URL), ``route`` the path called, ``status_code`` the HTTP
     status (``None`` when no response came back), ``server_message`` the text SGLang gave (if
     any) and ``body_excerpt`` the start of the raw body; the last two are truncated.
+    ``maybe_applied`` is True when the request was sent but no complete answer came back (a read
+    timeout, a connection broken mid-exchange): the server may have acted on it, or still may.
     """
 
     reason = "SGLangError"
@@ -130,8 +134,10 @@ class SGLangError(PulumiLoRAError):
         status_code: int | None = None,
         server_message: str | None = None,
         body: bytes | str = b"",
+        maybe_applied: bool = False,
     ) -> None:
         self.message = message or self.default_message
+        self.maybe_applied = maybe_applied
         self.target = target
         self.route = route
         self.status_code = status_code
@@ -301,6 +307,21 @@ class ClusterError(PulumiLoRAError):
     """The Kubernetes side can't be used: the target is missing, wrong, or unreachable."""
 
     reason = "ClusterError"
+
+
+class ApiserverUnreachable(ClusterError):
+    """No usable answer from the Kubernetes apiserver: refused, reset or timed out, or 429/503/504
+    while it starts, restarts or sheds load. Retry later."""
+
+    retryable = True
+    reason = "ApiserverUnreachable"
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(
+            f"cannot reach the Kubernetes apiserver ({detail}); check the kubeconfig and context, "
+            "and run again once the apiserver answers"
+        )
 
 
 class InferenceServiceNotFound(ClusterError):

@@ -8,6 +8,7 @@ in Events, and return an :class:`AdapterState` that becomes the resource's outpu
 
 from __future__ import annotations
 
+import contextlib
 import math
 import ssl
 import threading
@@ -24,6 +25,7 @@ from lightkube import Client
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
     AdapterNotLoaded,
+    ApiserverUnreachable,
     ClusterError,
     ConfigurationError,
     ControllerConflict,
@@ -59,6 +61,7 @@ from pulumi_lora._reconcile import (
     rollback_plan,
     startup_adapters,
     summarize,
+    unsettled,
 )
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
@@ -457,6 +460,7 @@ class Session:
 # --- the lifecycle ------------------------------------------------------------------------------
 
 
+@k8s.apiserver_errors()
 def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     """Apply the CR and load on every Ready pod; on failure leave no CR and no partial load."""
     session = Session(args, config)
@@ -470,13 +474,14 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
             "create it; choose another resource_name, or delete or import the existing CR"
         )
     cr = session.apply_cr()
+    loads: tuple[Sequence[k8s.PodEndpoint], Sequence[PodOutcome]] | None = None
     try:
         if args.transport is Transport.DELEGATED:
             return await_delegated(session, cr)
         outcomes, pods = session.load_everywhere(cr, target, observe=False)
+        loads = (pods, outcomes)
         summary = summarize(outcomes)
         if not is_loaded(summary, session.policy):
-            _rollback(session, target, pods, outcomes)
             raise AdapterNotLoaded(args.adapter_name, loaded_message(summary), _advice(outcomes))
         state = session.write_status(
             cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc()
@@ -484,10 +489,16 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
         _event(session, cr, outcomes, "Loaded")
         return state
     except BaseException:
-        k8s.delete_adapter(session.kube, args.namespace, args.cr_name)
+        # A failed create leaves nothing: unload what it loaded (pods answer even when the
+        # apiserver stopped answering after the loads), then remove the CR.
+        if loads is not None:
+            with contextlib.suppress(PulumiLoRAError, *k8s.TRANSPORT_ERRORS):  # best effort
+                _rollback(session, target, *loads)
+        _remove_cr_patiently(session)
         raise
 
 
+@k8s.apiserver_errors()
 def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     """Re-apply the CR and swap (or load) on every Ready pod; status records any failure."""
     session = Session(args, config)
@@ -516,6 +527,7 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
         session.apply_cr()
 
 
+@k8s.apiserver_errors()
 def observe(args: AdapterArgs, config: ProviderConfig) -> AdapterState | None:
     """What the cluster says now (refresh): None when the CR is gone."""
     session = Session(args, config)
@@ -555,6 +567,7 @@ def observe(args: AdapterArgs, config: ProviderConfig) -> AdapterState | None:
     return state_from_cr(cr, pod_reports)
 
 
+@k8s.apiserver_errors()
 def delete(args: AdapterArgs, config: ProviderConfig) -> None:
     """Unload from every pod (unless another CR claims the name), remove the CR, wait it's gone."""
     session = Session(args, config)
@@ -698,20 +711,73 @@ def _pod_url(pod: k8s.PodEndpoint) -> str:
     return f"http://{host}:{pod.port}"
 
 
+#: What the removal of a failed create's CR waits out: an apiserver that is briefly away.
+_RETRY_DELETE_ON: tuple[type[Exception], ...] = (ApiserverUnreachable, *k8s.TRANSPORT_ERRORS)
+
+
+def _remove_cr_patiently(session: Session, patience: float = 30.0) -> None:
+    """Delete the CR of a failed create, waiting out an apiserver that is briefly unreachable.
+
+    Without this, an apiserver restart in the middle of a create would leave a CR that no stack
+    owns, and the next ``pulumi up`` would refuse to adopt it.
+    """
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            k8s.delete_adapter(session.kube, session.args.namespace, session.args.cr_name)
+            return
+        except _RETRY_DELETE_ON as exc:
+            if time.monotonic() >= deadline:
+                raise ApiserverUnreachable(
+                    f"{exc}; LoRAAdapter {session.args.namespace}/{session.args.cr_name} may "
+                    "remain: delete it before the next run"
+                ) from exc
+            time.sleep(1.0)
+
+
 def _rollback(
     session: Session,
     target: k8s.Target,
     pods: Sequence[k8s.PodEndpoint],
     outcomes: Sequence[PodOutcome],
 ) -> None:
-    """Unload from exactly the pods this create loaded (best effort; the error says the rest)."""
+    """Unload from exactly the pods this create loaded or may have loaded (best effort; the error
+    says the rest), then watch those where a timed-out load may still land (`_settle`)."""
     actions = rollback_plan(outcomes)
     if not actions:
         return
     clients = session.clients(
         [p for p in pods if p.name in {a.pod for a in actions}], session.api_key(target)
     )
-    session.execute(None, actions, clients)
+    late = unsettled(outcomes, session.execute(None, actions, clients))
+    if late:
+        _settle(session, [p for p in pods if p.name in late], clients)
+
+
+#: Seconds between two looks at a pod where a timed-out load may still land.
+SETTLE_POLL_SECONDS = 0.5
+
+
+def _settle(
+    session: Session, pods: Sequence[k8s.PodEndpoint], clients: Mapping[str, SGLangClient]
+) -> None:
+    """Watch pods whose timed-out load may still land, unloading it when it does.
+
+    SGLang keeps working on a request whose client gave up; one held back before the server
+    started it arrives later. Each pod is watched until its late load was seen and unloaded, or
+    for as long again as the load timeout (the longest this provider waits for a load), reading
+    ``/v1/models`` every `SETTLE_POLL_SECONDS`.
+    """
+    name = session.args.adapter_name
+    deadline = time.monotonic() + session.timeouts.load
+    waiting = list(pods)
+    while waiting and time.monotonic() < deadline:
+        time.sleep(SETTLE_POLL_SECONDS)
+        views, _ = session.views(waiting, clients)
+        unloaded = {
+            o.pod for o in session.execute(None, plan(None, views, name), clients) if o.did_unload
+        }
+        waiting = [p for p in waiting if p.name not in unloaded]
 
 
 def _advice(outcomes: Sequence[PodOutcome]) -> str:
@@ -723,6 +789,12 @@ def _advice(outcomes: Sequence[PodOutcome]) -> str:
         return (
             "raise --max-lora-rank or widen --lora-target-modules in spec.extraArgs, or use "
             "an adapter within them"
+        )
+    if "Timeout" in reasons:
+        return (
+            "a pod did not answer within the SGLang client timeouts; raise "
+            "pulumi-lora:loadTimeoutSeconds (unloadTimeoutSeconds, readTimeoutSeconds) if it is "
+            "just slow"
         )
     if "Unauthorized" in reasons:
         return "check the SGLang API key (api_key_secret_name or pulumi-lora:sglangApiKey)"

@@ -1,0 +1,70 @@
+"""``python -m pulumi_lora.testing.chaos``: one chaos run, its report printed (1: a violation)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from pulumi_lora.testing.chaos._driver import ChaosOptions, run_chaos
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.option("--duration", type=click.FloatRange(min=5), default=90.0, help="Seconds of faults.")
+@click.option(
+    "--seed", type=int, default=1, help="Seed of the fault schedule (same seed, same run)."
+)
+@click.option("--adapters", type=click.IntRange(min=1), default=20, help="LoRAAdapters declared.")
+@click.option(
+    "--replicas", type=click.IntRange(min=1), default=4, help="Pods of the InferenceService."
+)
+@click.option(
+    "--bound",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    help="Seconds the loop has to heal the service after the last fault.",
+)
+@click.option("--no-apiserver-restart", is_flag=True, help="Skip the apiserver restart.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep logs, state and the testbed's files here  [default: a temporary dir]",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the report as JSON to this file.",
+)
+def main(
+    *,
+    duration: float,
+    seed: int,
+    adapters: int,
+    replicas: int,
+    bound: float,
+    no_apiserver_restart: bool,
+    workdir: Path | None,
+    json_path: Path | None,
+) -> None:
+    """Run one chaos scenario on a private testbed and print what it measured."""
+    options = ChaosOptions(
+        duration=duration,
+        seed=seed,
+        adapters=adapters,
+        replicas=replicas,
+        bound=bound,
+        apiserver_restart=not no_apiserver_restart,
+        workdir=workdir,
+    )
+    report = run_chaos(options, say=lambda line: click.echo(line, err=True))
+    click.echo(report.render())
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.as_dict(), indent=2), encoding="utf-8")
+    sys.exit(0 if report.ok else 1)
+
+
+if __name__ == "__main__":
+    main()
