@@ -15,7 +15,7 @@ from pulumi_lora.testing.testbed._binaries import BinaryNotFoundError, find_bina
 
 pytest_plugins = ["pulumi_lora.testing.fixtures"]
 
-FULL_TIER = ("testbed", "e2e", "resync")
+FULL_TIER = ("testbed", "e2e", "resync", "chaos")
 REAL_COMPONENTS = ("pulumi", "etcd", "kube-apiserver", "kubectl")
 
 

@@ -37,10 +37,17 @@ from pulumi_lora.testing.chaos._invariants import (
     StateEntry,
     empty_violations,
     final_violations,
+    healed_pods,
     is_whole,
     loop_violations,
 )
-from pulumi_lora.testing.chaos._report import ChaosReport, FaultRecord, recovery_times
+from pulumi_lora.testing.chaos._report import (
+    ChaosReport,
+    FaultRecord,
+    Sample,
+    Span,
+    recovery_times,
+)
 from pulumi_lora.testing.chaos._schedule import EMULATOR_FAULTS, Action, Step, build_schedule
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.loop import LoopProcess
@@ -117,8 +124,8 @@ class _Run:
         self.loop_kubeconfig = workdir / "resync.kubeconfig"
         self.loop_namespace = "default"
         self.stack: auto.Stack | None = None
-        self.samples: list[tuple[float, bool]] = []
-        self.spans: list[tuple[float, float]] = []  # each step's (started, done)
+        self.samples: list[Sample] = []
+        self.spans: list[Span] = []  # each step's (started, done, pod that must heal)
         self.t0 = time.monotonic()
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
@@ -287,7 +294,7 @@ class _Run:
     def _sample_forever(self) -> None:
         while not self._stop.wait(_SAMPLE_EVERY):
             snap = self.snapshot()
-            self.samples.append((snap.at, is_whole(snap)))
+            self.samples.append((snap.at, is_whole(snap), healed_pods(snap)))
             self._supervise_loop()
 
     def _supervise_loop(self) -> None:
@@ -312,12 +319,15 @@ class _Run:
     def _inject(self, schedule: list[Step]) -> None:
         self.say(f"[chaos] {len(schedule)} steps over {self.options.duration:g} s")
         phase_start = time.monotonic() - self.t0
+        shift = 0.0  # how far the schedule was pushed back by steps that overran
         for step in schedule:
-            delay = phase_start + step.at - (time.monotonic() - self.t0)
+            delay = phase_start + shift + step.at - (time.monotonic() - self.t0)
             if delay > 0:
                 time.sleep(delay)
+            else:  # the last step overran (an apiserver restart takes ~15 s): no burst after it
+                shift -= delay
             started = time.monotonic() - self.t0
-            target, outcome = self._act(step)
+            target, outcome, heals = self._act(step)
             done = time.monotonic() - self.t0
             self.report.faults.append(
                 FaultRecord(
@@ -328,39 +338,40 @@ class _Run:
                     outcome,
                 )
             )
-            self.spans.append((started, done))
+            self.spans.append((started, done, heals))
             self.say(
                 f"[chaos] {started - phase_start:6.1f} s {step.action.value:<20} "
                 f"{target} {'' if outcome == 'ok' else outcome}"
             )
 
-    def _act(self, step: Step) -> tuple[str, str]:
-        """Do one step; returns (target, outcome)."""
+    def _act(self, step: Step) -> tuple[str, str, str | None]:
+        """Do one step; returns (target, outcome, the pod that must heal or None: all)."""
         assert self.handle is not None
         action = step.action
         ready = sorted(self.handle.ready_pods(), key=lambda p: p.name)
         if action is Action.APISERVER_RESTART:
             self.tb.restart_apiserver()
-            return "kube-apiserver", "ok"
+            return "kube-apiserver", "ok", None
         if action is Action.SCALE_UP:
             self.replicas += 1
             self.tb.scale(self.namespace, _SERVICE, self.replicas)
-            return f"{self.replicas} replicas", "ok"
+            return f"{self.replicas} replicas", "ok", None
         if action is Action.SCALE_DOWN:
             self.replicas = self.options.replicas
             self.tb.scale(self.namespace, _SERVICE, self.replicas)
-            return f"{self.replicas} replicas", "ok"
+            return f"{self.replicas} replicas", "ok", None
         if action is Action.PULUMI_UP:
-            return self._pulumi_up(step)
+            return (*self._pulumi_up(step), None)
         if action is Action.PULUMI_REFRESH:
-            return "stack", _outcome(lambda: self._stack().refresh(on_output=_quiet))
+            return "stack", _outcome(lambda: self._stack().refresh(on_output=_quiet)), None
         if not ready:
-            return "no Ready pod", "skipped"
+            return "no Ready pod", "skipped", None
         pod = ready[step.pod % len(ready)]
         if action is Action.RESTART_POD:
             self.tb.restart_pod(self.namespace, pod.name)
         elif action is Action.REPLACE_POD:
-            return f"{pod.name} -> {self.tb.replace_pod(self.namespace, pod.name)}", "ok"
+            new = self.tb.replace_pod(self.namespace, pod.name)
+            return f"{pod.name} -> {new}", "ok", new
         elif action is Action.CRASH_POD:
             self.tb.kill_pod_process(self.namespace, pod.name)
             time.sleep(1.0)  # the kubelet's restart back-off
@@ -385,7 +396,7 @@ class _Run:
                 "/load_lora_adapter",
                 {"lora_name": args["adapter_name"], "lora_path": other},
             )
-        return pod.name, "ok"
+        return pod.name, "ok", pod.name
 
     def _pick(self, step: Step) -> list[str]:
         names = sorted(self.declared)
@@ -436,6 +447,7 @@ class _Run:
             snap = self.snapshot()
             if not loop_violations(snap):
                 self.report.healed_after_last = round(time.monotonic() - last, 3)
+                self.samples.append((snap.at, True, healed_pods(snap)))
                 break
             time.sleep(_SAMPLE_EVERY)
         else:

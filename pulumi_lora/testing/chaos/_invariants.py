@@ -24,6 +24,7 @@ __all__ = [
     "StateEntry",
     "empty_violations",
     "final_violations",
+    "healed_pods",
     "is_whole",
     "loop_violations",
 ]
@@ -116,6 +117,14 @@ def _status_violations(crs: tuple[CRView, ...]) -> list[str]:
         elif cr.loaded_path != cr.path:
             problems.append(f"CR {cr.name}: status.loadedPath {cr.loaded_path}, spec {cr.path}")
     return problems
+
+
+def healed_pods(snapshot: Snapshot) -> frozenset[str]:
+    """The Ready pods that serve exactly what the CRs declare (none while the apiserver is away)."""
+    if snapshot.crs is None:
+        return frozenset()
+    expected = snapshot.expected()
+    return frozenset(p.name for p in snapshot.ready if p.served == expected)
 
 
 def is_whole(snapshot: Snapshot) -> bool:

@@ -1,9 +1,10 @@
 """Pure: the chaos run's record, its recovery figures and the printed report.
 
-A fault counts as recovered at the first monitor sample, after the fault's action finished,
-in which the service was whole again (every replica Ready, each serving exactly what the CRs
-declare). Overlapping faults share that moment, so a recovery time is "until the service was
-whole again", never less.
+A fault counts as recovered at the first monitor sample, after the fault's action finished, in
+which what it hit is healed again: the pod it hit (or the pod that replaced it) Ready and
+serving exactly what the CRs declare, or, for steps on the whole system (apiserver restart,
+scaling, Pulumi runs), every replica so. A fault that overlaps another on the same pod shares
+its recovery, so a time is "until healed again", never less.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ChaosReport", "FaultRecord", "recovery_times"]
+__all__ = ["ChaosReport", "FaultRecord", "Sample", "Span", "recovery_times"]
 
 
 @dataclass(slots=True)
@@ -33,13 +34,28 @@ class FaultRecord:
         return self.action.startswith("pulumi-")
 
 
-def recovery_times(
-    spans: Sequence[tuple[float, float]], samples: Sequence[tuple[float, bool]]
-) -> list[float | None]:
-    """For each (started, done) span, seconds from start to the first whole sample after done."""
+#: One monitor sample: when, whether the whole service was healed, and which pods were.
+Sample = tuple[float, bool, frozenset[str]]
+#: One step's span: started, done, and the pod that must heal (None: the whole service).
+Span = tuple[float, float, str | None]
+
+
+def recovery_times(spans: Sequence[Span], samples: Sequence[Sample]) -> list[float | None]:
+    """For each span, seconds from its start to the first sample after it in which it healed.
+
+    A step on one pod has healed when that pod (a replaced pod's successor) is Ready and serves
+    exactly what the CRs declare; any other step when the whole service has.
+    """
     result: list[float | None] = []
-    for started, done in spans:
-        first = next((at for at, whole in samples if at >= done and whole), None)
+    for started, done, pod in spans:
+        first = next(
+            (
+                at
+                for at, whole, healed in samples
+                if at >= done and (whole if pod is None else pod in healed)
+            ),
+            None,
+        )
         result.append(None if first is None else round(first - started, 3))
     return result
 

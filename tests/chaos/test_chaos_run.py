@@ -1,0 +1,54 @@
+"""The chaos run CI can afford: 60 s of faults on 20 adapters x 4 pods, every invariant checked.
+
+Real etcd, kube-apiserver (restarted once), kubectl and Pulumi engine; the re-sync loop as a
+process under its least-privilege ServiceAccount; emulated SGLang pods. The longer run is
+``python -m pulumi_lora.testing.chaos --duration 1800`` (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pulumi_lora.testing.chaos import Action, ChaosOptions, run_chaos
+
+
+def test_faults_restarts_and_pulumi_runs_lose_nothing_and_leave_nothing(
+    testbed_binaries: object, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    report = run_chaos(ChaosOptions(duration=60, seed=1, workdir=tmp_path), say=lines.append)
+    (tmp_path / "report.json").write_text(json.dumps(report.as_dict(), indent=2))
+    print(report.render())  # shown with -s, and on failure
+    assert report.ok, report.render() + "\n" + "\n".join(lines[-40:])
+    faults = [f for f in report.faults if not f.is_pulumi]
+    kinds = {f.action for f in faults}
+    assert Action.APISERVER_RESTART.value in kinds and len(faults) >= 20
+    assert {Action.RESTART_POD.value, Action.REPLACE_POD.value} & kinds
+    assert [f for f in faults if f.recovered is None] == []  # each one healed, and was timed
+    assert report.healed_after_last is not None and report.healed_after_last <= report.bound
+    assert report.final_up == "ok (up, refresh, no changes)" and report.loop_exits == []
+
+
+def test_a_run_stops_every_process_it_started(testbed_binaries: object, tmp_path: Path) -> None:
+    report = run_chaos(
+        ChaosOptions(duration=6, adapters=2, replicas=1, apiserver_restart=False, workdir=tmp_path)
+    )
+    assert report.ok, report.render()
+    assert report.faults and report.final_up == "ok (up, refresh, no changes)"
+    assert processes_mentioning(str(tmp_path)) == []  # etcd, apiserver, pods, the loop
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(cmdline)
+    return found
