@@ -179,7 +179,8 @@ class TestReport:
         assert recovery_times(spans, samples) == [2.0, 5.4, None]
         # a step on one pod heals when that pod does, whatever the others do meanwhile
         assert recovery_times([(1.5, 1.8, "p1"), (1.5, 1.8, "p2")], samples) == [0.5, 1.5]
-        assert recovery_times([(1.5, 1.8, "p9")], samples) == [None]
+        assert recovery_times([(1.5, 1.8, "gone")], samples) == [2.0]  # replaced meanwhile
+        assert recovery_times([(9.5, 9.6, "p1")], samples) == [None]
 
     def test_the_report_counts_faults_recoveries_and_violations(self) -> None:
         report = ChaosReport(seed=1, duration=60, adapters=20, replicas=4, bound=60)

@@ -44,7 +44,8 @@ def recovery_times(spans: Sequence[Span], samples: Sequence[Sample]) -> list[flo
     """For each span, seconds from its start to the first sample after it in which it healed.
 
     A step on one pod has healed when that pod (a replaced pod's successor) is Ready and serves
-    exactly what the CRs declare; any other step when the whole service has.
+    exactly what the CRs declare, or the whole service is healed (the pod may be gone by then);
+    any other step when the whole service is healed.
     """
     result: list[float | None] = []
     for started, done, pod in spans:
@@ -52,7 +53,7 @@ def recovery_times(spans: Sequence[Span], samples: Sequence[Sample]) -> list[flo
             (
                 at
                 for at, whole, healed in samples
-                if at >= done and (whole if pod is None else pod in healed)
+                if at >= done and (whole or (pod is not None and pod in healed))
             ),
             None,
         )
