@@ -78,11 +78,17 @@ class KubeSource:
             single = config.get(context_name=self.context)
         except Exception as exc:  # lightkube raises several unrelated types here
             where = "the given kubeconfig" if self.kubeconfig else "KUBECONFIG/~/.kube/config"
-            raise ClusterError(
+            content = bool(self.kubeconfig and _looks_like_content(self.kubeconfig))
+            error = ClusterError(
                 f"cannot load cluster credentials from {where}"
                 + (f" (context {self.context!r})" if self.context else "")
-                + f": {type(exc).__name__}: {exc}"
-            ) from exc
+                + f": {_content_error(exc) if content else f'{type(exc).__name__}: {exc}'}"
+            )
+            if content:
+                # Not chained: a YAML error quotes the text around where it stopped, which may
+                # be a token, and the engine is sent the whole formatted chain.
+                raise error from None
+            raise error from exc
         if single is None:
             raise ClusterError("the kubeconfig names no current context; set pulumi-lora:context")
         return single
@@ -100,6 +106,17 @@ def apiserver_errors() -> Iterator[None]:
         yield
     except TRANSPORT_ERRORS as exc:
         raise ApiserverUnreachable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _content_error(exc: Exception) -> str:
+    """What went wrong with a kubeconfig given as content, without quoting any of it."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return (
+            f"{type(exc).__name__}: {exc.problem} at line {mark.line + 1}, column "
+            f"{mark.column + 1} (the content is not quoted: it holds credentials)"
+        )
+    return f"{type(exc).__name__} (not a valid kubeconfig; the content is not quoted)"
 
 
 def _looks_like_content(value: str) -> bool:

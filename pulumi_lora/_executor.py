@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._errors import PulumiLoRAError, SGLangError
 from pulumi_lora._reconcile import (
     Call,
     ListCall,
@@ -58,9 +58,14 @@ def to_reply(outcome: Outcome) -> Reply:
 
 
 def failure_reply(error: PulumiLoRAError) -> Reply:
-    """Pure: a project error as a failed reply (its reason, message and retry flag)."""
+    """Pure: a project error as a failed reply (its reason, message, retry flag, and whether the
+    server may have acted on the request although its answer never came)."""
     return Reply(
-        ReplyKind.FAILED, reason=error.reason, message=str(error), retryable=error.retryable
+        ReplyKind.FAILED,
+        reason=error.reason,
+        message=str(error),
+        retryable=error.retryable,
+        unknown=isinstance(error, SGLangError) and error.maybe_applied,
     )
 
 

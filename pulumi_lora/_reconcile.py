@@ -144,6 +144,7 @@ class Reply:
     reason: str = ""  # FAILED: CamelCase reason
     message: str = ""  # FAILED: readable message (never a secret)
     retryable: bool = False  # FAILED: worth retrying later
+    unknown: bool = False  # FAILED: sent, but no answer seen: the server may have acted on it
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class PodOutcome:
     reason: str = ""  # on failure
     error: str = ""  # on failure
     retryable: bool = False
+    maybe_loaded: bool = False  # a load got no answer: SGLang may have loaded it (or still may)
 
 
 PodProgram = Generator[Call, Reply, PodOutcome]
@@ -188,7 +190,7 @@ def _load(pod: str, desired: Desired) -> PodProgram:
     if reply.kind is ReplyKind.LOADED:
         return PodOutcome(pod, loaded=True, path=desired.path, did_load=True)
     if reply.kind is ReplyKind.FAILED:
-        return _failed(pod, reply, loaded=False)
+        return _failed(pod, reply, loaded=False, maybe_loaded=reply.unknown)
     # Already loaded: success with the same path, a swap with another one.
     current = reply.path
     if current is None:
@@ -204,10 +206,12 @@ def _load(pod: str, desired: Desired) -> PodProgram:
 def _swap(pod: str, desired: Desired, old_path: str | None) -> PodProgram:
     reply = yield UnloadCall(desired.name)
     if reply.kind is ReplyKind.FAILED:
+        # Not loaded *as declared*: the pod serves the old path (or, after a timed-out unload,
+        # maybe nothing), so it must not count towards the readiness policy.
         return _failed(
             pod,
             reply,
-            loaded=old_path is not None,
+            loaded=False,
             path=old_path,
             context=f"unloading the old path {old_path!r} before the swap failed",
         )
@@ -223,6 +227,7 @@ def _swap(pod: str, desired: Desired, old_path: str | None) -> PodProgram:
             reply,
             loaded=False,
             context=f"unloaded {old_path!r}, then loading {desired.path!r} failed",
+            maybe_loaded=reply.unknown,
         )
     return PodOutcome(
         pod,
@@ -234,7 +239,13 @@ def _swap(pod: str, desired: Desired, old_path: str | None) -> PodProgram:
 
 
 def _failed(
-    pod: str, reply: Reply, *, loaded: bool, path: str | None = None, context: str = ""
+    pod: str,
+    reply: Reply,
+    *,
+    loaded: bool,
+    path: str | None = None,
+    context: str = "",
+    maybe_loaded: bool = False,
 ) -> PodOutcome:
     message = f"{context}: {reply.message}" if context else reply.message
     return PodOutcome(
@@ -244,12 +255,33 @@ def _failed(
         reason=reply.reason or "LoadUnsuccessful",
         error=message,
         retryable=reply.retryable,
+        maybe_loaded=maybe_loaded,
     )
 
 
 def rollback_plan(outcomes: Sequence[PodOutcome]) -> tuple[PodAction, ...]:
-    """After a failed create: unload from exactly the pods this run loaded, nothing else."""
-    return tuple(PodAction(o.pod, ActionKind.UNLOAD, o.path) for o in outcomes if o.did_load)
+    """After a failed create: unload from exactly the pods this run loaded or may have loaded
+    (a load sent but never answered: SGLang keeps loading when the client gives up), nothing
+    else."""
+    return tuple(
+        PodAction(o.pod, ActionKind.UNLOAD, o.path)
+        for o in outcomes
+        if o.did_load or o.maybe_loaded
+    )
+
+
+def unsettled(outcomes: Sequence[PodOutcome], rolled_back: Sequence[PodOutcome]) -> tuple[str, ...]:
+    """The pods where a rolled-back load may still land: its answer timed out (the server may
+    not have started it yet) and the rollback's unload removed nothing (or failed).
+
+    A timed-out load that was already applied is removed by that unload (SGLang serializes loads
+    and unloads, so an unload sent after a load still running waits for it); one held back before
+    the server started it (a stalled proxy, a busy HTTP layer) lands later, so the caller must
+    keep watching these pods for a while. A broken connection is the server's last word: no
+    watch.
+    """
+    late = {o.pod for o in outcomes if o.maybe_loaded and o.reason == "Timeout"}
+    return tuple(r.pod for r in rolled_back if r.pod in late and not r.did_unload)
 
 
 # --- readiness policy, summaries and conditions -------------------------------------------------

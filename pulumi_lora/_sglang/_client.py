@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Self
@@ -77,34 +78,57 @@ class _ClientBase:
     def _translated_httpx_errors(self, request: Request) -> Iterator[None]:
         """Re-raise httpx's exceptions as the project's transient errors, chained ``from`` them.
 
-        The one place that knows httpx's tree. Timeouts (including a body that stalls) are
-        `SGLangTimeout`; no connection is `SGLangConnectionError`; everything else httpx can
-        raise (broken framing, a truncated body, a bad encoding, a misused stream) is
-        `SGLangProtocolError`.
+        The one place that knows httpx's tree. Timeouts (including a body that stalls or drips
+        past the deadline) are `SGLangTimeout`; no connection is `SGLangConnectionError`;
+        everything else httpx can raise (broken framing, a truncated body, a bad encoding, a
+        misused stream) is `SGLangProtocolError`.
+        Every error after the connection was made is ``maybe_applied``: the request may have
+        reached the server, which then acts on it whether or not its answer arrives.
         """
         try:
             yield
         except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            what = f"no connection within {self.timeouts.connect:g} s"
-            raise self._error(SGLangTimeout, what, exc, request) from exc
+            what = f"timed out: no connection within {self.timeouts.connect:g} s"
+            raise self._error(SGLangTimeout, what, exc, request, sent=False) from exc
         except httpx.TimeoutException as exc:
-            what = f"no complete answer within {request.read_timeout:g} s"
+            what = f"timed out: no complete answer within {request.read_timeout:g} s"
             raise self._error(SGLangTimeout, what, exc, request) from exc
-        except (httpx.NetworkError, httpx.ProxyError, httpx.UnsupportedProtocol) as exc:
+        except (httpx.ConnectError, httpx.ProxyError, httpx.UnsupportedProtocol) as exc:
+            what = "connection failed"
+            raise self._error(SGLangConnectionError, what, exc, request, sent=False) from exc
+        except httpx.NetworkError as exc:
             raise self._error(SGLangConnectionError, "connection failed", exc, request) from exc
         except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpx.CookieConflict) as exc:
             what = "the HTTP exchange broke"
             raise self._error(SGLangProtocolError, what, exc, request) from exc
 
     def _error(
-        self, cls: type[SGLangError], what: str, exc: Exception, request: Request
+        self,
+        cls: type[SGLangError],
+        what: str,
+        exc: Exception,
+        request: Request,
+        *,
+        sent: bool = True,
     ) -> SGLangError:
         """An error of ``cls`` saying ``what`` happened, in httpx's words too (secrets cut out:
         httpx doesn't quote headers, but a proxy's message might)."""
         detail = protocol.redact(str(exc), self._peer) or "no detail"
         return cls(
-            f"{what} ({type(exc).__name__}: {detail})", target=self._peer.label, route=request.path
+            f"{what} ({type(exc).__name__}: {detail})",
+            target=self._peer.label,
+            route=request.path,
+            maybe_applied=sent,
         )
+
+    def _deadline(self, request: Request) -> float:
+        """When the whole answer must be in (monotonic clock): the route's timeout from now.
+
+        httpx's read timeout bounds each wait for a chunk, not the answer: a server that drips
+        one byte a second never trips it. The deadline is checked as every chunk arrives, so an
+        answer is abandoned at most one chunk wait (the route's timeout) after it.
+        """
+        return time.monotonic() + request.read_timeout
 
     def __repr__(self) -> str:
         key = "***" if self._peer.api_key_configured else None
@@ -169,13 +193,14 @@ class SGLangClient(_ClientBase):
 
     def _send(self, request: Request) -> tuple[int, bytes]:
         """Send ``request``; return the status and at most just over `MAX_BODY_BYTES` of body."""
+        deadline = self._deadline(request)
         with (
             self._translated_httpx_errors(request),
             self._http.stream(
                 request.method, request.path, json=request.json, timeout=self._timeout(request)
             ) as response,
         ):
-            return response.status_code, _read_capped(response.iter_bytes())
+            return response.status_code, _read_capped(response.iter_bytes(), deadline)
 
 
 class AsyncSGLangClient(_ClientBase):
@@ -231,32 +256,42 @@ class AsyncSGLangClient(_ClientBase):
 
     async def _send(self, request: Request) -> tuple[int, bytes]:
         """Send ``request``; return the status and at most just over `MAX_BODY_BYTES` of body."""
+        deadline = self._deadline(request)
         with self._translated_httpx_errors(request):
             async with self._http.stream(
                 request.method, request.path, json=request.json, timeout=self._timeout(request)
             ) as response:
-                return response.status_code, await _aread_capped(response.aiter_bytes())
+                return response.status_code, await _aread_capped(response.aiter_bytes(), deadline)
 
 
-def _read_capped(chunks: Iterator[bytes]) -> bytes:
+def _read_capped(chunks: Iterator[bytes], deadline: float) -> bytes:
     """Read a body, stopping just past `MAX_BODY_BYTES` (the protocol then rejects it as too big)
-    so that a huge or endless body never sits in memory."""
+    so that a huge or endless body never sits in memory, and failing with a read timeout once
+    ``deadline`` (monotonic) has passed, so that a dripping body never holds the caller."""
     body = bytearray()
     for chunk in chunks:
         body += chunk
         if len(body) > MAX_BODY_BYTES:
             break
+        _check_deadline(deadline)
     return bytes(body[: MAX_BODY_BYTES + 1])
 
 
-async def _aread_capped(chunks: AsyncIterator[bytes]) -> bytes:
+async def _aread_capped(chunks: AsyncIterator[bytes], deadline: float) -> bytes:
     """The asyncio twin of `_read_capped`."""
     body = bytearray()
     async for chunk in chunks:
         body += chunk
         if len(body) > MAX_BODY_BYTES:
             break
+        _check_deadline(deadline)
     return bytes(body[: MAX_BODY_BYTES + 1])
+
+
+def _check_deadline(deadline: float) -> None:
+    """``httpx.ReadTimeout`` once ``deadline`` has passed (translated like any read timeout)."""
+    if time.monotonic() > deadline:
+        raise httpx.ReadTimeout("the answer was still arriving at the deadline")
 
 
 def _checked_base_url(base_url: str) -> httpx.URL:

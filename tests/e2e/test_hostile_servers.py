@@ -6,7 +6,9 @@ and what was wrong, and leave nothing behind (no CR, no adapter on the two healt
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from pulumi_lora import AdapterNotLoaded
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora._operations import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import emulator_post, served
 
@@ -58,3 +61,129 @@ def test_a_hostile_answer_fails_clearly_and_leaves_nothing(
     assert said in message and len(message) < 2000  # clear, and bounded even for a huge body
     assert get_adapter(testbed.client(), namespace, "hostile") is None
     assert all("hostile" not in adapters for adapters in served(isvc).values())
+
+
+# --- slow and stalled servers -------------------------------------------------------------------
+
+#: Short client timeouts for the slow-server tests: a load gets 4 s to answer (then as long again
+#: to land, see `_operations._settle`), everything else 2 s.
+SHORT = ClientTimeouts(connect=2.0, read=2.0, load=4.0, unload=2.0)
+
+
+def short(config: ProviderConfig) -> LoRAAdapterProvider:
+    provider = LoRAAdapterProvider()
+    provider._config = dataclasses.replace(config, timeouts=SHORT)
+    return provider
+
+
+def arm(url: str, fault: str) -> None:
+    armed = emulator_post(url, "/_emulator/faults", {"faults": [fault]})
+    assert armed.status_code < 300, armed.text
+
+
+def adapter_props(namespace: str, name: str, path: str) -> dict[str, Any]:
+    return {
+        "adapter_name": name,
+        "path": path,
+        "inference_service": "llama",
+        "namespace": namespace,
+    }
+
+
+@pytest.mark.parametrize(
+    ("fault", "bound"),
+    [
+        # Held back 6 s, then loaded: past the 4 s load timeout, so the answer is never seen and
+        # the adapter lands after the rollback's first unload found nothing.
+        ("/load_lora_adapter:stall=6", 12.0),
+        # Loaded at once, then the ~80-byte answer one byte every 0.5 s (≈40 s): no single read
+        # waits past 2 s, only the per-request deadline ends it.
+        ("/load_lora_adapter:drip=0.5,chunk=1", 10.0),
+    ],
+    ids=["stall", "drip"],
+)
+def test_a_slow_load_times_out_naming_the_pod_and_leaves_nothing(
+    testbed: Testbed,
+    namespace: str,
+    isvc: InferenceServiceHandle,
+    config: ProviderConfig,
+    fault: str,
+    bound: float,
+) -> None:
+    slow = isvc.ready_pods()[1]
+    arm(slow.url, fault)
+    start = time.monotonic()
+    with pytest.raises(AdapterNotLoaded) as caught:
+        short(config).create(adapter_props(namespace, "slow", testbed.make_adapter("slow")))
+    took = time.monotonic() - start
+    print(f"{fault}: create failed after {took:.2f} s: {caught.value}")
+    assert took < bound
+    message = str(caught.value)
+    assert f"pod {slow.name}" in message and "timed out" in message
+    assert "loaded on 2/3 Ready pods" in message and len(message) < 2000
+    assert get_adapter(testbed.client(), namespace, "slow") is None
+    time.sleep(max(0.0, 7.0 - took))  # past the stall: a late load has landed by now
+    assert all("slow" not in adapters for adapters in served(isvc).values())
+
+
+def test_a_swap_whose_unload_times_out_is_not_reported_loaded(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+) -> None:
+    provider = short(config)
+    v1, v2 = testbed.make_adapter("swap-v1"), testbed.make_adapter("swap-v2")
+    provider.create(adapter_props(namespace, "swap", v1))
+    slow = isvc.ready_pods()[0]
+    arm(slow.url, "/unload_lora_adapter:stall=4")
+    start = time.monotonic()
+    with pytest.raises(AdapterNotLoaded) as caught:
+        provider.update(
+            f"{namespace}/swap",
+            adapter_props(namespace, "swap", v1),
+            adapter_props(namespace, "swap", v2),
+        )
+    took = time.monotonic() - start
+    print(f"swap with a stalled unload failed after {took:.2f} s: {caught.value}")
+    assert took < 10
+    message = str(caught.value)
+    assert f"pod {slow.name}" in message and "timed out" in message
+    assert "loaded on 2/3 Ready pods" in message
+    stored = get_adapter(testbed.client(), namespace, "swap")
+    assert stored is not None and stored["spec"]["path"] == v2
+    loaded = {c["type"]: c for c in stored["status"]["conditions"]}["Loaded"]
+    assert loaded["status"] == "False" and slow.name in loaded["message"]
+    time.sleep(3)  # the stalled unload lands: the slow pod serves nothing, the others v2
+    assert {pod: adapters.get("swap") for pod, adapters in served(isvc).items()} == {
+        pod.name: (None if pod.name == slow.name else v2) for pod in isvc.ready_pods()
+    }
+    # The next update (the next `pulumi up`) heals it.
+    healed = provider.update(
+        f"{namespace}/swap",
+        adapter_props(namespace, "swap", v2),
+        adapter_props(namespace, "swap", v2),
+    )
+    assert healed.outs["loaded"]
+    assert all(adapters.get("swap") == v2 for adapters in served(isvc).values())
+
+
+def test_a_delete_whose_unload_times_out_keeps_the_cr_for_a_retry(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+) -> None:
+    provider = short(config)
+    path = testbed.make_adapter("gone")
+    props = adapter_props(namespace, "gone", path)
+    provider.create(props)
+    slow = isvc.ready_pods()[2]
+    arm(slow.url, "/unload_lora_adapter:drip=0.5,chunk=1")
+    start = time.monotonic()
+    with pytest.raises(AdapterNotLoaded) as caught:
+        provider.delete(f"{namespace}/gone", props)
+    took = time.monotonic() - start
+    print(f"delete with a dripping unload failed after {took:.2f} s: {caught.value}")
+    assert took < 10
+    message = str(caught.value)
+    assert message.startswith("could not unload adapter 'gone'")
+    assert f"pod {slow.name}" in message and "timed out" in message
+    assert get_adapter(testbed.client(), namespace, "gone") is not None  # kept for the retry
+    provider.delete(f"{namespace}/gone", props)  # the retry finds nothing left to unload
+    assert get_adapter(testbed.client(), namespace, "gone") is None
+    assert all("gone" not in adapters for adapters in served(isvc).values())

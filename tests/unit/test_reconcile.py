@@ -31,6 +31,7 @@ from pulumi_lora._reconcile import (
     rollback_plan,
     startup_adapters,
     summarize,
+    unsettled,
 )
 
 SQL = Desired("sql", "/adapters/sql")
@@ -60,6 +61,9 @@ def script(*replies: Reply) -> Callable[[Call], Reply]:
 LOADED = Reply(ReplyKind.LOADED)
 UNLOADED = Reply(ReplyKind.UNLOADED)
 FAIL = Reply(ReplyKind.FAILED, reason="LoRANotEnabled", message="LoRA is not enabled")
+TIMEOUT = Reply(
+    ReplyKind.FAILED, reason="Timeout", message="timed out", retryable=True, unknown=True
+)
 
 
 class TestPlan:
@@ -169,8 +173,27 @@ class TestPodProgram:
 
     def test_swap_whose_unload_fails_keeps_the_old_path_recorded(self) -> None:
         _, out = drive(PodAction("p", ActionKind.SWAP, "/old"), SQL, script(FAIL))
-        assert out.loaded and out.path == "/old"
+        assert out.path == "/old"
         assert "unloading the old path '/old'" in out.error
+
+    def test_swap_whose_unload_fails_is_not_loaded_as_declared(self) -> None:
+        # The old path (or, after a timed-out unload, maybe nothing) is no success of the new
+        # declaration: the pod must not count towards the readiness policy.
+        _, out = drive(PodAction("p", ActionKind.SWAP, "/old"), SQL, script(TIMEOUT))
+        assert not out.loaded and out.reason == "Timeout"
+        summary = summarize([out, PodOutcome("q", True, "/adapters/sql")])
+        assert summary.loaded_pods == 1
+        assert not is_loaded(summary, ReadinessPolicy.ALL_READY_PODS)
+
+    def test_a_load_without_an_answer_may_have_loaded(self) -> None:
+        _, out = drive(PodAction("p", ActionKind.LOAD), SQL, script(TIMEOUT))
+        assert not out.loaded and out.maybe_loaded and out.reason == "Timeout"
+        _, out = drive(PodAction("p", ActionKind.SWAP, "/old"), SQL, script(UNLOADED, TIMEOUT))
+        assert not out.loaded and out.maybe_loaded
+
+    def test_a_refused_load_did_not_load(self) -> None:
+        _, out = drive(PodAction("p", ActionKind.LOAD), SQL, script(FAIL))
+        assert not out.maybe_loaded
 
     def test_swap_whose_load_fails_says_the_old_one_is_gone(self) -> None:
         _, out = drive(PodAction("p", ActionKind.SWAP, "/old"), SQL, script(UNLOADED, FAIL))
@@ -224,6 +247,35 @@ class TestPodProgram:
             PodOutcome("c", False, error="e"),
         ]
         assert rollback_plan(outcomes) == (PodAction("a", ActionKind.UNLOAD, "/x"),)
+
+    def test_rollback_also_unloads_where_a_load_may_have_landed(self) -> None:
+        outcomes = [
+            PodOutcome("a", True, "/x", did_load=True),
+            PodOutcome("b", False, reason="Timeout", error="timed out", maybe_loaded=True),
+            PodOutcome("c", False, reason="Timeout", error="no connection"),
+        ]
+        assert rollback_plan(outcomes) == (
+            PodAction("a", ActionKind.UNLOAD, "/x"),
+            PodAction("b", ActionKind.UNLOAD, None),
+        )
+
+    def test_unsettled_pods_are_timed_out_loads_the_rollback_did_not_find(self) -> None:
+        outcomes = [
+            PodOutcome("loaded", True, "/x", did_load=True),
+            PodOutcome("late", False, reason="Timeout", error="t", maybe_loaded=True),
+            PodOutcome("found", False, reason="Timeout", error="t", maybe_loaded=True),
+            PodOutcome("failed", False, reason="Timeout", error="t", maybe_loaded=True),
+            PodOutcome("dropped", False, reason="InvalidResponse", error="d", maybe_loaded=True),
+        ]
+        rolled_back = [
+            PodOutcome("loaded", False, did_unload=True),
+            PodOutcome("late", False),  # "does not exist": the load has not landed (yet)
+            PodOutcome("found", False, did_unload=True),  # it had landed, and is gone now
+            PodOutcome("failed", True, reason="Timeout", error="t"),
+            PodOutcome("dropped", False),  # a dropped connection was the server's last word
+        ]
+        assert unsettled(outcomes, rolled_back) == ("late", "failed")
+        assert unsettled(outcomes[:1], rolled_back[:1]) == ()
 
 
 def outcomes(loaded: int, failed: int = 0, waiting: int = 0) -> list[PodOutcome]:

@@ -7,6 +7,7 @@ import ast
 import asyncio
 import inspect
 import json
+import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import fields
@@ -310,6 +311,61 @@ def test_transport_failures_map_by_kind(
         call(raising(exc), "list_models")
     assert type(caught.value) is error
     assert type(exc).__name__ in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("exc", "applied"),
+    [
+        (httpx.ConnectTimeout("timed out"), False),
+        (httpx.PoolTimeout("timed out"), False),
+        (httpx.ConnectError("[Errno 111] Connection refused"), False),
+        (httpx.ProxyError("proxy down"), False),
+        (httpx.ReadTimeout("timed out"), True),
+        (httpx.WriteTimeout("timed out"), True),
+        (httpx.ReadError("reset"), True),
+        (httpx.RemoteProtocolError("Server disconnected without sending a response"), True),
+    ],
+)
+def test_a_failure_after_sending_may_have_been_applied(
+    call: Call, exc: Exception, applied: bool
+) -> None:
+    with pytest.raises(SGLangError) as caught:
+        call(raising(exc), "load_adapter", "a", "/a")
+    assert caught.value.maybe_applied is applied
+
+
+def test_a_dripping_body_is_cut_off_at_the_deadline(call: Call) -> None:
+    """Every chunk comes well within the read timeout, the whole answer never does."""
+    timeouts = ClientTimeouts(connect=0.1, load=0.3)
+
+    def drip() -> Iterator[bytes]:
+        for byte in json.dumps(lora(True, adapters={"a": "/a"})).encode():
+            time.sleep(0.02)
+            yield bytes([byte])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=call.stream(drip))
+
+    start = time.monotonic()
+    with pytest.raises(
+        SGLangTimeout, match=r"timed out: no complete answer within 0\.3 s"
+    ) as caught:
+        call(handler, "load_adapter", "a", "/a", timeouts=timeouts)
+    assert time.monotonic() - start < 0.4 + 0.1  # the deadline, plus one chunk's wait
+    assert caught.value.maybe_applied
+
+
+def test_a_slow_but_timely_body_is_read(call: Call) -> None:
+    def slow() -> Iterator[bytes]:
+        for part in (b'{"data": [{"id": "base", "parent": null, "root": "base"}', b"]}"):
+            time.sleep(0.05)
+            yield part
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=call.stream(slow))
+
+    listed = call(handler, "list_models", timeouts=ClientTimeouts(connect=0.1, read=1.0))
+    assert listed.base_model == "base" and listed.adapters == {}
 
 
 def test_timeout_messages_name_the_timeout(call: Call) -> None:
