@@ -6,6 +6,8 @@ supports neither string annotations nor Unions. Output keys inside lists are sin
 survive the camelCase mapping unchanged.
 """
 
+import pickle
+from collections.abc import Callable
 from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
@@ -94,9 +96,34 @@ class LoRAAdapterResource(Resource):
     def __init__(
         self, name: str, props: dict[str, Any], opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
-        super().__init__(
-            LoRAAdapterProvider(), name, {**props, **{k: None for k in OUTPUT_KEYS}}, opts
-        )
+        try:
+            super().__init__(
+                LoRAAdapterProvider(), name, {**props, **{k: None for k in OUTPUT_KEYS}}, opts
+            )
+        finally:
+            unwrap_sorted_batch_setitems()
+
+
+def unwrap_sorted_batch_setitems() -> None:
+    """Undo the part of ``pulumi.dynamic.serialize_provider``'s pickler patch it never undoes.
+
+    To pickle dicts in sorted order, every dynamic resource's construction wraps
+    ``pickle._Pickler._batch_setitems`` in a function that calls the previous one, and restores
+    only ``pickle.Pickler`` afterwards. The wrappers pile up, one per dynamic resource made in
+    the process: after about 480, every further construction fails with "maximum recursion
+    depth exceeded" (found by the chaos run: an Automation API process running ``pulumi up``
+    of 20 adapters 25 times). Restoring the innermost, original method after each construction
+    keeps the next construction's sorting (it wraps afresh) and the depth at one.
+    """
+    pickler: Any = vars(pickle)["_Pickler"]
+    method: Callable[..., Any] = pickler._batch_setitems
+    while method.__name__ != "_batch_setitems" and method.__closure__:
+        inner = [c.cell_contents for c in method.__closure__ if callable(c.cell_contents)]
+        if len(inner) != 1:  # not the wrapper we know: leave it alone
+            return
+        method = inner[0]
+    if method.__name__ == "_batch_setitems":
+        pickler._batch_setitems = method
 
 
 class LoRAAdapter(pulumi.ComponentResource):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import pickle
 from typing import Any
 
 import dill
@@ -66,3 +67,29 @@ def test_component_registers_one_dynamic_child_with_a_by_reference_provider(
         assert isinstance(provider, LoRAAdapterProvider)
 
     return pulumi.Output.all(sql.loaded, sql.cr_name).apply(check)
+
+
+def test_a_long_lived_process_can_make_any_number_of_dynamic_children(recorder: Recorder) -> None:
+    """pulumi.dynamic leaves one pickler wrapper behind per dynamic resource; we remove it.
+
+    Without that, an Automation API process fails with RecursionError after ~480 LoRAAdapters
+    (seen in the chaos run); the serialized provider must stay the same every time.
+    """
+    from pulumi.dynamic.dynamic import serialize_provider  # noqa: PLC0415
+
+    from pulumi_lora._component import unwrap_sorted_batch_setitems  # noqa: PLC0415
+
+    provider = LoRAAdapterProvider()
+    first = serialize_provider(provider)
+    for _ in range(50):  # wrappers left behind by dynamic resources made before ours
+        serialize_provider(provider)
+    for index in range(600):  # each serializes its provider synchronously, in __init__
+        LoRAAdapter(
+            f"a{index}",
+            LoRAAdapterArgs(
+                adapter_name=f"a{index}", path="/adapters/a", inference_service="llama"
+            ),
+        )
+    assert pickle._Pickler._batch_setitems.__name__ == "_batch_setitems"  # depth back to one
+    assert serialize_provider(provider) == first  # sorting still applies: deterministic
+    unwrap_sorted_batch_setitems()

@@ -363,7 +363,7 @@ class _Run:
         if action is Action.PULUMI_UP:
             return (*self._pulumi_up(step), None)
         if action is Action.PULUMI_REFRESH:
-            return "stack", _outcome(lambda: self._stack().refresh(on_output=_quiet)), None
+            return "stack", self._outcome(lambda: self._stack().refresh(on_output=_quiet)), None
         if not ready:
             return "no Ready pod", "skipped", None
         pod = ready[step.pod % len(ready)]
@@ -423,7 +423,21 @@ class _Run:
             args = self.declared[name]
             args["path"] = second if args["path"] == first else first
             target = f"swap {name}"
-        return target, _outcome(lambda: self._stack().up(on_output=_quiet))
+        return target, self._outcome(lambda: self._stack().up(on_output=_quiet))
+
+    def _outcome(self, operation: Callable[[], object]) -> str:
+        """Run a Pulumi operation: "ok", or its error's telling line (the whole text is kept in
+        ``pulumi-errors.log`` in the run's directory)."""
+        try:
+            operation()
+        except auto.errors.CommandError as exc:
+            self._keep_error(str(exc))
+            return f"failed: {_last_line(str(exc))}"
+        return "ok"
+
+    def _keep_error(self, text: str) -> None:
+        with (self.workdir / "pulumi-errors.log").open("a", encoding="utf-8") as log:
+            log.write(f"--- {time.monotonic() - self.t0:.1f} s\n{text}\n")
 
     def _stack(self) -> auto.Stack:
         assert self.stack is not None
@@ -470,6 +484,7 @@ class _Run:
             stack.refresh(on_output=_quiet)
             stack.preview(expect_no_changes=True, on_output=_quiet)
         except auto.errors.CommandError as exc:
+            self._keep_error(str(exc))
             self.report.final_up = f"failed: {_last_line(str(exc))}"
             self.report.violations.append(f"final pulumi run failed: {_last_line(str(exc))}")
             return
@@ -482,6 +497,7 @@ class _Run:
         try:
             self._stack().destroy(on_output=_quiet)
         except auto.errors.CommandError as exc:
+            self._keep_error(str(exc))
             self.report.violations.append(f"pulumi destroy failed: {_last_line(str(exc))}")
             return
         self.report.violations += empty_violations(self.snapshot())
@@ -541,14 +557,6 @@ def _state_entries(deployment: Mapping[str, Any]) -> dict[str, StateEntry]:
             path=outs.get("path", ""), loaded=bool(outs.get("loaded")), pods=pods
         )
     return entries
-
-
-def _outcome(operation: Callable[[], object]) -> str:
-    try:
-        operation()
-    except auto.errors.CommandError as exc:
-        return f"failed: {_last_line(str(exc))}"
-    return "ok"
 
 
 def _last_line(text: str) -> str:
