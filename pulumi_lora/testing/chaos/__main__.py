@@ -10,20 +10,38 @@ import click
 
 from pulumi_lora.testing.chaos._driver import ChaosOptions, run_chaos
 
+_DEFAULTS = ChaosOptions()
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
-@click.option("--duration", type=click.FloatRange(min=5), default=90.0, help="Seconds of faults.")
 @click.option(
-    "--seed", type=int, default=1, help="Seed of the fault schedule (same seed, same run)."
+    "--duration",
+    type=click.FloatRange(min=5),
+    default=_DEFAULTS.duration,
+    help="Seconds of faults.",
 )
-@click.option("--adapters", type=click.IntRange(min=1), default=20, help="LoRAAdapters declared.")
 @click.option(
-    "--replicas", type=click.IntRange(min=1), default=4, help="Pods of the InferenceService."
+    "--seed",
+    type=int,
+    default=_DEFAULTS.seed,
+    help="Seed of the fault schedule (same seed, same run).",
+)
+@click.option(
+    "--adapters",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.adapters,
+    help="LoRAAdapters declared.",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.replicas,
+    help="Pods of the InferenceService.",
 )
 @click.option(
     "--bound",
     type=click.FloatRange(min=1),
-    default=60.0,
+    default=_DEFAULTS.bound,
     help="Seconds the loop has to heal the service after the last fault.",
 )
 @click.option("--no-apiserver-restart", is_flag=True, help="Skip the apiserver restart.")

@@ -65,7 +65,7 @@ _HTTP = httpx.Client(trust_env=False, timeout=2.0, limits=httpx.Limits(max_keepa
 class ChaosOptions:
     """How big and how long a chaos run is (the defaults are the CI run's)."""
 
-    duration: float = 90.0  # seconds of faults
+    duration: float = 60.0  # seconds of faults
     seed: int = 1
     adapters: int = 20
     replicas: int = 4
