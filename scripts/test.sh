@@ -21,6 +21,6 @@ phase "gate: mypy --strict" "$PY/mypy"
 phase "gate: import layers (import-linter)" "$PY/lint-imports"
 phase "tests: fast tier" "$PY/pytest" -m "not full" -q
 if ! $fast_only; then
-  phase "tests: full tier (real engine, apiserver, etcd)" "$PY/pytest" -m full -q
+  phase "tests: full tier (real engine, apiserver, etcd)" "$PY/pytest" -m full -q --durations=15
 fi
 phase_summary

@@ -78,6 +78,9 @@ PROBE_INTERVAL = 0.1
 RECONCILE_INTERVAL = 0.5
 """Seconds between two passes of the Deployment-controller loop."""
 
+SERVICE_LABEL = "inference.llmkube.dev/service"
+"""The label LLMKube puts on an InferenceService's pods (its value: the service's name)."""
+
 DEFAULT_EXTRA_ARGS = ("--enable-lora", "--max-lora-rank", "64", "--lora-target-modules", "all")
 """The ``extraArgs`` a dynamic-LoRA SGLang InferenceService needs."""
 
@@ -445,12 +448,13 @@ class InferenceServiceHandle:
         self.template_hash = _suffix(10)
         self.labels = {
             "app": name,
-            "inference.llmkube.dev/service": name,
+            SERVICE_LABEL: name,
             "inference.llmkube.dev/model": model,
             "inference.llmkube.dev/runtime": runtime,
         }
         self.lock = threading.RLock()
         self._pods: dict[str, _Pod] = {}  # replaced, never mutated: readers need no lock
+        self._changes = 0  # counts replacements of _pods (see version())
         self._status_lock = threading.Lock()
         self._published: dict[str, Any] | None = None
         self._available_since = _now()
@@ -468,7 +472,7 @@ class InferenceServiceHandle:
     @property
     def selector(self) -> str:
         """The label selector of this InferenceService's pods."""
-        return f"inference.llmkube.dev/service={self.name}"
+        return f"{SERVICE_LABEL}={self.name}"
 
     def manifest(self) -> dict[str, Any]:
         """The InferenceService CR the testbed creates (pure)."""
@@ -558,6 +562,7 @@ class InferenceServiceHandle:
                 net.teardown()
             raise
         self._pods = {**self._pods, name: pod}
+        self._changes += 1
         pod.start_prober()
         _log.info("pod %s/%s started at %s (uid %s)", self.namespace, name, pod.url, pod.uid)
         return pod
@@ -578,6 +583,7 @@ class InferenceServiceHandle:
         if pod.net is not None:
             pod.net.teardown()
         self._pods = {k: v for k, v in self._pods.items() if k != pod.name}
+        self._changes += 1
         _log.info("pod %s/%s removed", self.namespace, pod.name)
 
     def reconcile(self) -> None:
@@ -592,20 +598,36 @@ class InferenceServiceHandle:
                 self._remove_pod(newest)
         self.publish_status()
 
-    def sync_from_cluster(self) -> None:
-        """One pass of the controller loop: follow ``spec.replicas`` and deleted pods."""
+    def version(self) -> tuple[int, int]:
+        """Changes whenever this handle adds or removes a pod, or changes its replicas."""
+        return self._changes, self.replicas
+
+    def sync_from_cluster(
+        self,
+        isvc: dict[str, Any] | None = None,
+        live: dict[str, dict[str, Any]] | None = None,
+        listed_at: tuple[int, int] | None = None,
+    ) -> None:
+        """One pass of the controller loop: follow ``spec.replicas`` and deleted pods.
+
+        ``isvc`` (the InferenceService as stored; ``None``: gone) and ``live`` (its pods' metadata
+        by name) come from the controller loop's one cluster-wide listing per pass, taken when
+        this handle's :meth:`version` was ``listed_at``; if the handle changed since, the listing
+        is stale for it and the pass leaves it alone. Called with neither, this fetches them.
+        """
         rest = self.player.rest
         with self.lock:
-            if self.closed:
+            if self.closed or (listed_at is not None and listed_at != self.version()):
                 return
-            isvc = rest.get(self.path, allow=(404,))
+            if live is None:
+                isvc = rest.get(self.path, allow=(404,))
+                listing = rest.get(
+                    f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={self.selector}"
+                )
+                live = {i["metadata"]["name"]: i["metadata"] for i in listing.get("items", [])}
             if isvc is None:
                 return
             replicas = int(isvc.get("spec", {}).get("replicas", 1))
-            listing = rest.get(
-                f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={self.selector}"
-            )
-            live = {item["metadata"]["name"]: item["metadata"] for item in listing.get("items", [])}
             for name, pod in list(self._pods.items()):
                 meta = live.get(name)
                 if meta is None or meta.get("uid") != pod.uid:
@@ -828,14 +850,50 @@ class PodPlayer:
                 self._loop.start()
 
     def _controller_loop(self) -> None:
+        """Every ``RECONCILE_INTERVAL``: two cluster-wide lists, then each handle from them.
+
+        Two requests a pass whatever the number of InferenceServices (a session's tests deploy
+        hundreds; a GET and a LIST per handle every half second loaded the apiserver more than
+        the tests did).
+        """
         while not self._stop.wait(RECONCILE_INTERVAL):
-            for handle in list(self.handles.values()):
+            handles = [(h, h.version()) for h in list(self.handles.values()) if not h.closed]
+            if not handles:
+                continue
+            try:
+                isvcs, pods = self._list_cluster()
+            except _API_ERRORS as exc:
+                _log.debug("controller pass skipped: %s", exc)
+                continue
+            for handle, version in handles:
                 try:
-                    handle.sync_from_cluster()
+                    handle.sync_from_cluster(
+                        isvcs.get((handle.namespace, handle.name)),
+                        pods.get((handle.namespace, handle.name), {}),
+                        listed_at=version,
+                    )
                 except _API_ERRORS as exc:
                     _log.debug("controller pass for %s skipped: %s", handle.name, exc)
                 except Exception:  # the loop must outlive one bad pass
                     _log.exception("controller pass for %s failed", handle.name)
+
+    def _list_cluster(
+        self,
+    ) -> tuple[
+        dict[tuple[str, str], dict[str, Any]],
+        dict[tuple[str, str], dict[str, dict[str, Any]]],
+    ]:
+        """Every InferenceService, and every service-labelled pod's metadata, by (ns, name)."""
+        listed = self.rest.get(f"/apis/{GROUP}/{VERSION}/{INFERENCE_SERVICE_PLURAL}")
+        isvcs = {
+            (i["metadata"]["namespace"], i["metadata"]["name"]): i for i in listed.get("items", [])
+        }
+        pods: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        for item in self.rest.get(f"/api/v1/pods?labelSelector={SERVICE_LABEL}").get("items", []):
+            meta = item["metadata"]
+            key = (meta["namespace"], meta.get("labels", {}).get(SERVICE_LABEL, ""))
+            pods.setdefault(key, {})[meta["name"]] = meta
+        return isvcs, pods
 
     def close(self) -> None:
         """Stop the controller loop, then every pod (processes and network namespaces)."""
