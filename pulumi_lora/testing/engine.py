@@ -74,8 +74,16 @@ class LocalEngine:
         return auto.PulumiCommand(root=str(self.pulumi.path.parent.parent))
 
     def inline_stack(self, project: str, stack: str, program: Callable[[], None]) -> auto.Stack:
-        """Create (or select) a stack running ``program`` in-process: no language host needed."""
+        """Create (or select) a stack running ``program`` in-process: no language host needed.
+
+        Its workspace (``Pulumi.yaml`` and the stack's config file) lives under ``home`` too; the
+        Automation API's default is a new ``/tmp/automation-*`` directory per stack that nothing
+        ever removes.
+        """
+        work_dir = self.home / "workspaces" / f"{project}.{stack}"
+        work_dir.mkdir(parents=True, exist_ok=True)
         opts = auto.LocalWorkspaceOptions(
+            work_dir=str(work_dir),
             pulumi_home=str(self.home / "pulumi-home"),
             env_vars=self.env,
             pulumi_command=self.command(),
