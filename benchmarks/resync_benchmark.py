@@ -23,9 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -38,12 +36,12 @@ from typing import Any
 import httpx
 from lightkube import KubeConfig
 from lightkube.resources.core_v1 import Pod
-from prometheus_client.parser import text_string_to_metric_families
 
 from pulumi_lora._cluster import adapter_manifest, apply_adapter, as_dict, pod_from_object
 from pulumi_lora._executor import run_async
 from pulumi_lora._reconcile import Desired, PodView, plan, pod_program
 from pulumi_lora._sglang import AsyncSGLangClient
+from pulumi_lora.testing.loop import LoopProcess
 from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
 
 ADAPTERS = 50
@@ -63,80 +61,14 @@ def log(message: str) -> None:
 # --- the loop as a process ----------------------------------------------------------------------
 
 
-class LoopProcess:
-    """``python -m pulumi_lora._resync`` with JSON logs collected from stderr."""
-
-    def __init__(self, kubeconfig: Path, namespace: str | None, *extra: str) -> None:
-        argv = [sys.executable, "-m", "pulumi_lora._resync", "--kubeconfig", str(kubeconfig)]
-        argv += [
-            "--metrics-host",
-            "127.0.0.1",
-            "--metrics-port",
-            "0",
-            "--lease-namespace",
-            "default",
-        ]
-        argv += ["--namespace", namespace] if namespace else []
-        self.proc = subprocess.Popen(
-            [*argv, *extra],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.port = int(self.wait("serving", 60)[0]["port"])
-        self.wait("caches_synced", 60)
-
-    def metric(self, name: str) -> float:
-        """The sum of a metric's samples, from the loop's ``/metrics``."""
-        text = PROBE.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == name
-        )
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with contextlib.suppress(ValueError), self._lock:
-                self.lines.append(json.loads(line))
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [line for line in self.lines if line.get("event") == name]
-
-    def wait(self, name: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while len(found := self.events(name)) < count:
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"the loop did not log {name!r} x{count} in {timeout}s")
-            time.sleep(0.05)
-        return found
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU of the process so far (from /proc)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def rss_mb(self) -> tuple[float, float]:
-        """Current and peak resident memory, MB."""
-        status = dict(
-            line.split(":", 1)
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
-        )
-        return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def start_loop(tb: Testbed, namespace: str | None, *extra: str) -> LoopProcess:
+    """``pulumi-lora resync`` against the testbed, once its caches are synced."""
+    args = ["--kubeconfig", str(tb.kubeconfig_path), "--metrics-host", "127.0.0.1"]
+    args += ["--metrics-port", "0", "--lease-namespace", "default"]
+    args += ["--namespace", namespace] if namespace else []
+    loop = LoopProcess([*args, *extra], tb.directory / f"resync-{time.monotonic_ns()}.log")
+    loop.wait_event("caches_synced", 60)
+    return loop
 
 
 # --- the polling baseline -----------------------------------------------------------------------
@@ -302,7 +234,7 @@ def scenario_recovery(tb: Testbed, rounds: int, poll_rounds: int) -> dict[str, R
     results: dict[str, Recovery] = {}
 
     log("recovery: event-driven loop")
-    loop = LoopProcess(tb.kubeconfig_path, namespace)
+    loop = start_loop(tb, namespace)
     try:
         wait_all_loaded(handle)
 
@@ -387,9 +319,9 @@ def scenario_scale(tb: Testbed, services: int, idle: float) -> Scale:
         list(pool.map(create, range(1000)))
     log("scale: starting the loop (default 30 s verification)")
     started = time.monotonic()
-    loop = LoopProcess(tb.kubeconfig_path, namespace, "--log-level", "debug")
+    loop = start_loop(tb, namespace, "--log-level", "debug")
     try:
-        loop.wait("verify_sweep", 300)
+        loop.wait_event("verify_sweep", 300)
         wait_quiet(loop)
         initial = time.monotonic() - started
         log(f"scale: initial sync done in {initial:.1f} s; measuring {idle:.0f} s idle")

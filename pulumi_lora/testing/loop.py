@@ -140,6 +140,18 @@ class LoopProcess:
             if sample == name and all((k, v) in sample_labels for k, v in labels.items())
         )
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the process so far (Linux ``/proc``)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mb(self) -> tuple[float, float]:
+        """Current and peak resident memory in MB (Linux ``/proc``)."""
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{self.pid}/status").read_text().splitlines()
+        )
+        return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+
     def tail(self, lines: int = 60) -> str:
         """The last log lines, for failure messages."""
         with self._lock:
