@@ -65,6 +65,7 @@ from pulumi_lora._reconcile import (
 )
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
+from pulumi_lora._shared_views import SharedViews
 
 #: Field manager for the status this provider writes (the re-sync loop uses its own).
 STATUS_MANAGER = "pulumi-lora-provider"
@@ -203,6 +204,40 @@ class ClientPool:
 
 POOL = ClientPool()
 
+#: One target on one cluster: what a write by this process invalidates.
+Scope = tuple[k8s.KubeSource, str, str]
+
+
+@dataclass(frozen=True)
+class LookKey:
+    """What a look at a target depends on: the target, and how its pods are asked."""
+
+    scope: Scope
+    transport: Transport
+    api_key_secret: tuple[str, str] | None
+    api_key: str | None = field(repr=False)  # the config's key: in memory only, never shown
+    timeouts: ClientTimeouts
+
+
+@dataclass(frozen=True)
+class TargetLook:
+    """One look at a target: the InferenceService (None when it can't be used), its pods, and
+    what each Ready pod serves (a pod whose ``/v1/models`` failed has its error beside)."""
+
+    target: k8s.Target | None
+    pods: tuple[PodView, ...] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+
+#: How long the provider's diffs and reads share one look at a target (see ``_shared_views``):
+#: short, so an out-of-band change is seen within it even by a long-lived caller.
+LOOK_MAX_AGE_SECONDS = 2.0
+#: The looks shared by this process's diffs and reads; writes through ``Session.execute``
+#: invalidate their target's.
+LOOKS: SharedViews[LookKey, TargetLook] = SharedViews(
+    LOOK_MAX_AGE_SECONDS, scope_of=lambda key: key.scope
+)
+
 
 @dataclass(frozen=True)
 class PodReport:
@@ -252,6 +287,11 @@ class Session:
             kubeconfig=self.args.kubeconfig_path or self.config.kubeconfig,
             context=self.args.kube_context or self.config.context,
         )
+
+    @property
+    def scope(self) -> Scope:
+        """The target on its cluster, as shared looks are invalidated."""
+        return (self.source, self.args.target_namespace, self.args.inference_service)
 
     @property
     def timeouts(self) -> ClientTimeouts:
@@ -315,6 +355,27 @@ class Session:
             ):
                 found.append(cr)
         return found
+
+    def look(self) -> TargetLook:
+        """Look at the target now: the InferenceService, its pods, each Ready pod's adapters."""
+        try:
+            target = self.resolve_target()
+        except ClusterError:
+            return TargetLook(None)
+        pods = k8s.list_pods(self.kube, target.namespace, target.name)
+        views, errors = self.views(pods, self.clients(pods, self.api_key(target)))
+        return TargetLook(target, tuple(views), errors)
+
+    def shared_look(self, looks: SharedViews[LookKey, TargetLook]) -> TargetLook:
+        """A look at the target shared with this process's other operations (bounded age)."""
+        args = self.args
+        secret = (
+            (args.api_key_secret_name, args.api_key_secret_key)
+            if args.api_key_secret_name
+            else None
+        )
+        key = LookKey(self.scope, args.transport, secret, self.config.api_key, self.timeouts)
+        return looks.get(key, self.look)
 
     def api_key(self, target: k8s.Target) -> str | None:
         """The SGLang API key: from the referenced Secret (target's namespace), else config."""
@@ -384,7 +445,8 @@ class Session:
         actions: Sequence[PodAction],
         clients: Mapping[str, SGLangClient],
     ) -> list[PodOutcome]:
-        """Run every pod's program in parallel."""
+        """Run every pod's program in parallel; then retire the shared looks at the target
+        (they may predate these loads and unloads)."""
         name = self.args.adapter_name
 
         def run(action: PodAction) -> PodOutcome:
@@ -393,7 +455,10 @@ class Session:
                 return PodOutcome(action.pod, loaded=False, waiting=True)
             return run_sync(pod_program(action, desired, name), client)
 
-        return parallel(run, actions)
+        try:
+            return parallel(run, actions)
+        finally:
+            LOOKS.invalidate(self.scope)
 
     def write_status(
         self,
@@ -528,8 +593,16 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
 
 
 @k8s.apiserver_errors()
-def observe(args: AdapterArgs, config: ProviderConfig) -> AdapterState | None:
-    """What the cluster says now (refresh): None when the CR is gone."""
+def observe(
+    args: AdapterArgs,
+    config: ProviderConfig,
+    looks: SharedViews[LookKey, TargetLook] | None = None,
+) -> AdapterState | None:
+    """What the cluster says now (refresh): None when the CR is gone.
+
+    The CR is always read afresh; the target's pods are looked at afresh, or through ``looks``
+    (``LOOKS``: shared with this process's other operations, at most its max age old).
+    """
     session = Session(args, config)
     cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
     if cr is None:
@@ -544,12 +617,8 @@ def observe(args: AdapterArgs, config: ProviderConfig) -> AdapterState | None:
     session = Session(live, config)
     if args.transport is Transport.DELEGATED:
         return state_from_cr(cr, ())
-    try:
-        target = session.resolve_target()
-    except ClusterError:
-        return state_from_cr(cr, ())
-    pods = k8s.list_pods(session.kube, target.namespace, target.name)
-    views, errors = session.views(pods, session.clients(pods, session.api_key(target)))
+    look = session.look() if looks is None else session.shared_look(looks)
+    errors = look.errors
     since = (cr.get("status") or {}).get("lastLoadedAt")
     name = live.adapter_name
     pod_reports = tuple(
@@ -562,7 +631,7 @@ def observe(args: AdapterArgs, config: ProviderConfig) -> AdapterState | None:
             error=errors.get(v.name, ""),
             since=since if v.adapters and name in v.adapters else None,
         )
-        for v in views
+        for v in look.pods
     )
     return state_from_cr(cr, pod_reports)
 

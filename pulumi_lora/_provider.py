@@ -6,6 +6,10 @@ Facts that decide correctness here (see docs/design.md):
 * ``diff`` is explicit and compares the new inputs with the *live* values recorded in the old
   outputs, so a refresh that saw an unloaded pod or an edited CR shows as a change.
 * ``update`` and ``read`` always return the full outputs (an update without outs wipes them).
+* ``diff``'s live look and ``read`` share one look at each target's pods (``ops.LOOKS``):
+  the engine runs all of one command's operations in one provider process, so N adapters on P
+  pods cost P ``/v1/models`` requests every couple of seconds, not N x P; this process's own
+  loads and unloads retire the looks they make stale.
 * The instance carries no state that can't be pickled; clients are built per call, config
   arrives through ``configure``. The class's import path is a stable API: it is pickled by
   reference into every stack's state.
@@ -128,7 +132,7 @@ class LoRAAdapterProvider(ResourceProvider):
         """
         try:
             args = _args(news)
-            state = ops.observe(args, self._config)
+            state = ops.observe(args, self._config, ops.LOOKS)
         except (PulumiLoRAError, ValidationError):
             return []
         if state is None:
@@ -146,7 +150,7 @@ class LoRAAdapterProvider(ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         """Refresh: the CR's live spec and every Ready pod's truth; gone when the CR is."""
         args = _args(props)
-        state = ops.observe(args, self._config)
+        state = ops.observe(args, self._config, ops.LOOKS)
         if state is None:
             return ReadResult(id_="", outs={})
         live = args.model_copy(

@@ -1,0 +1,108 @@
+"""Looks at the cluster shared by the concurrent operations of one provider process.
+
+The engine runs every dynamic-provider operation of one ``pulumi`` command in one long-lived
+``python -m pulumi.dynamic`` process, several at a time on threads. Without sharing, a refresh
+or a preview of N adapters on one InferenceService asks the apiserver for the same pods N times
+and every pod for the same ``/v1/models`` N times. :class:`SharedViews` lets those operations
+share one look per key, under three rules that keep drift detection exact:
+
+* **Bounded age.** A look is reused for at most ``max_age`` seconds after it *started*, so it
+  never hides an out-of-band change older than that. The process lives for one engine run, so
+  a look is also never older than the command that uses it.
+* **Own writes invalidate.** ``invalidate(scope)`` (called after this process loads or unloads
+  on a target) retires every look of that scope, including one still being taken: a look that
+  started before the write is neither stored nor joined by later callers.
+* **Single flight.** Callers asking for the same key while a look is being taken wait for it
+  instead of taking their own; a failed look raises in every caller that waited for it and is
+  not kept.
+
+Only the standard library: what a look is and how it is taken belong to the caller.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class _Look(Generic[V]):
+    """One look: its value, when it started, the scope's generation it belongs to."""
+
+    value: V
+    started: float
+    generation: int
+
+
+class SharedViews(Generic[K, V]):
+    """A process-wide, bounded-age, single-flight cache of looks, keyed by ``K``.
+
+    Each key belongs to a *scope* (``scope_of(key)``, e.g. one InferenceService on one
+    cluster); invalidation works per scope, so one write retires every look at that target
+    whatever credentials or transport it was taken with. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        max_age: float,
+        scope_of: Callable[[K], Hashable],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_age = max_age
+        self._scope_of = scope_of
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._looks: dict[K, _Look[V]] = {}
+        self._pending: dict[tuple[K, int], Future[V]] = {}
+        self._generations: dict[Hashable, int] = {}
+
+    def get(self, key: K, take: Callable[[], V]) -> V:
+        """A look at ``key`` no older than ``max_age`` and newer than the last invalidation.
+
+        Reuses a stored look, joins one being taken, or takes one with ``take()`` (on this
+        thread, outside the lock).
+        """
+        scope = self._scope_of(key)
+        with self._lock:
+            generation = self._generations.get(scope, 0)
+            look = self._looks.get(key)
+            if (
+                look is not None
+                and look.generation == generation
+                and self._clock() - look.started < self.max_age
+            ):
+                return look.value
+            pending = self._pending.get((key, generation))
+            if pending is None:
+                mine: Future[V] = Future()
+                self._pending[(key, generation)] = mine
+        if pending is not None:
+            return pending.result()
+        started = self._clock()
+        try:
+            value = take()
+        except BaseException as exc:
+            with self._lock:
+                del self._pending[(key, generation)]
+            mine.set_exception(exc)
+            raise
+        with self._lock:
+            del self._pending[(key, generation)]
+            if self._generations.get(scope, 0) == generation:
+                self._looks[key] = _Look(value, started, generation)
+        mine.set_result(value)
+        return value
+
+    def invalidate(self, scope: Hashable) -> None:
+        """Retire every look of ``scope``, stored or being taken (this process just wrote)."""
+        with self._lock:
+            self._generations[scope] = self._generations.get(scope, 0) + 1
+            for key in [k for k in self._looks if self._scope_of(k) == scope]:
+                del self._looks[key]

@@ -1,0 +1,178 @@
+"""SharedViews: bounded age, invalidation by own writes (even mid-look), single flight."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pulumi_lora import _operations as ops
+from pulumi_lora._models import AdapterArgs
+from pulumi_lora._shared_views import SharedViews
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Counter:
+    """A look that counts how often it was taken and returns that count."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            self.calls += 1
+            return self.calls
+
+
+def views(clock: Clock, max_age: float = 2.0) -> SharedViews[tuple[str, str], int]:
+    """Keys are (scope, variant): invalidation works per scope."""
+    return SharedViews(max_age, scope_of=lambda key: key[0], clock=clock)
+
+
+class TestAge:
+    def test_a_look_is_reused_within_its_max_age(self) -> None:
+        clock, take = Clock(), Counter()
+        shared = views(clock)
+        assert shared.get(("llama", "a"), take) == 1
+        clock.now += 1.9
+        assert shared.get(("llama", "a"), take) == 1
+        assert take.calls == 1
+
+    def test_a_look_expires_at_its_max_age_counted_from_when_it_started(self) -> None:
+        clock = Clock()
+        shared = views(clock)
+
+        def slow() -> int:
+            clock.now += 1.5  # the look itself took 1.5 s
+            return 7
+
+        assert shared.get(("llama", "a"), slow) == 7
+        clock.now += 0.5  # 2.0 s after it started
+        assert shared.get(("llama", "a"), lambda: 8) == 8
+
+    def test_keys_are_separate(self) -> None:
+        clock, take = Clock(), Counter()
+        shared = views(clock)
+        assert shared.get(("llama", "a"), take) == 1
+        assert shared.get(("llama", "b"), take) == 2
+        assert shared.get(("mistral", "a"), take) == 3
+
+
+class TestInvalidation:
+    def test_invalidate_retires_every_look_of_the_scope_only(self) -> None:
+        clock, take = Clock(), Counter()
+        shared = views(clock)
+        shared.get(("llama", "a"), take)
+        shared.get(("llama", "b"), take)
+        shared.get(("mistral", "a"), take)
+        shared.invalidate("llama")
+        assert shared.get(("llama", "a"), take) == 4
+        assert shared.get(("llama", "b"), take) == 5
+        assert shared.get(("mistral", "a"), take) == 3
+
+    def test_a_look_taken_across_a_write_is_returned_but_not_kept(self) -> None:
+        """The look may predate this process's own load: the next caller must look again."""
+        clock = Clock()
+        shared = views(clock)
+
+        def across_a_write() -> int:
+            shared.invalidate("llama")  # our own load finished while the look was taken
+            return 1
+
+        assert shared.get(("llama", "a"), across_a_write) == 1
+        assert shared.get(("llama", "a"), lambda: 2) == 2
+
+    def test_a_caller_after_a_write_does_not_join_a_look_started_before_it(self) -> None:
+        clock = Clock()
+        shared = views(clock)
+        started, release = threading.Event(), threading.Event()
+
+        def before_the_write() -> int:
+            started.set()
+            assert release.wait(5)
+            return 1
+
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(shared.get, ("llama", "a"), before_the_write)
+            assert started.wait(5)
+            shared.invalidate("llama")
+            assert shared.get(("llama", "a"), lambda: 2) == 2
+            release.set()
+            assert first.result(5) == 1
+        assert shared.get(("llama", "a"), lambda: 3) == 2
+
+
+class TestSingleFlight:
+    def test_concurrent_callers_share_one_look(self) -> None:
+        clock = Clock()
+        shared = views(clock)
+        calls, release = Counter(), threading.Event()
+
+        def take() -> int:
+            assert release.wait(5)
+            return calls()
+
+        callers = 20
+        with ThreadPoolExecutor(callers) as pool:
+            results = [pool.submit(shared.get, ("llama", "a"), take) for _ in range(callers)]
+            _wait_until(lambda: len(shared._pending) == 1)
+            release.set()
+            assert [r.result(5) for r in results] == [1] * callers
+        assert calls.calls == 1
+
+    def test_a_failed_look_raises_in_every_waiter_and_is_not_kept(self) -> None:
+        clock = Clock()
+        shared = views(clock)
+        started, release = threading.Event(), threading.Event()
+
+        def failing() -> int:
+            started.set()
+            assert release.wait(5)
+            raise RuntimeError("apiserver away")
+
+        with ThreadPoolExecutor(2) as pool:
+            leader = pool.submit(shared.get, ("llama", "a"), failing)
+            assert started.wait(5)
+            waiter = pool.submit(shared.get, ("llama", "a"), lambda: 99)
+            release.set()
+            for future in (leader, waiter):
+                with pytest.raises(RuntimeError, match="apiserver away"):
+                    future.result(5)
+        assert shared.get(("llama", "a"), lambda: 2) == 2
+
+
+class TestOperationsInvalidateTheirTarget:
+    def test_execute_retires_the_shared_looks_at_its_target(self) -> None:
+        args = AdapterArgs(adapter_name="sql-lora", path="/adapters/sql", inference_service="llama")
+        session = ops.Session(args, ops.ProviderConfig(kubeconfig="/nowhere"))
+        key = ops.LookKey(session.scope, args.transport, None, None, session.timeouts)
+        other = ops.LookKey(
+            (session.source, "default", "mistral"), args.transport, None, None, session.timeouts
+        )
+        first, second = ops.TargetLook(None), ops.TargetLook(None)
+        assert ops.LOOKS.get(key, lambda: first) is first
+        assert ops.LOOKS.get(other, lambda: first) is first
+        session.execute(None, [], {})
+        assert ops.LOOKS.get(key, lambda: second) is second
+        assert ops.LOOKS.get(other, lambda: second) is first
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    done = threading.Event()
+    for _ in range(int(timeout / 0.01)):
+        if condition():
+            return
+        done.wait(0.01)
+    raise AssertionError("condition not met")
