@@ -61,8 +61,10 @@ class Controller:
         self.stopping = False
         self.pods_in_flight = asyncio.Semaphore(settings.concurrency)
         self._workers: dict[Key, PodWorker] = {}
-        self.statuses = StatusWriter(self.world, kube, metrics, settings.status_concurrency)
-        self.events = EventRecorder(kube, metrics)
+        self.events = EventRecorder(kube, metrics, self._under_way)
+        self.statuses = StatusWriter(
+            self.world, kube, metrics, settings.status_concurrency, self.events.settled
+        )
         self._secrets: dict[SecretRef, tuple[str, float]] = {}
         self._reported: dict[tuple[Key, str], str] = {}  # (CR, pod) → failure last reported
         self._watchers: list[asyncio.Task[None]] = []
@@ -159,6 +161,16 @@ class Controller:
             worker.task.cancel()
         for task in self._watchers + self._background:
             task.cancel()
+
+    def _under_way(self, key: Key) -> bool:
+        """Whether a CR's pass is still running: a serving pod of its target has no outcome
+        for its generation yet (its Events then wait for the rest, see ``_events``)."""
+        cr = self.world.crs.get(key)
+        return (
+            cr is not None
+            and self.world.availability(cr).ok
+            and self.world.outcomes_for(cr) is None
+        )
 
     # --- watch handlers ---------------------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """Kubernetes Events about the CRs, merged per CR and sent off the hot path.
 
 What the loop changed (loads, swaps, unloads) and what went wrong (failures, capacity) is recorded
-as Events on the CR. The same message about one CR within ``EVENT_WINDOW`` seconds becomes one
-Event naming every pod, as client-go's event correlator would merge them: 1,000 CRs re-loaded on
-5 pods make 1,000 Events, not 5,000. Sending happens on a queue, so an Event never delays a load.
+as Events on the CR. The same message about one CR becomes one Event naming every pod, as
+client-go's event correlator would merge them: it is gathered for ``EVENT_WINDOW`` seconds and,
+while the CR's pass is still under way (a serving pod has no outcome for it yet), held until the
+pass settles (the status writer then releases it with :meth:`EventRecorder.settled`), at most
+``EVENT_HOLD`` seconds. So 1,000 CRs loaded on 5 pods make 1,000 Events, one per CR per pass,
+whichever pods ran first. Sending happens on a queue, so an Event never delays a load.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pulumi_lora._resync import _logs as logs
@@ -23,6 +26,9 @@ from pulumi_lora._resync._views import Key, object_key
 EVENT_QUEUE = 2000
 #: Seconds during which Events of one kind about one CR are merged into one.
 EVENT_WINDOW = 1.0
+#: Longest an Event about a CR whose pass is under way is held back (a pod stuck in a slow run
+#: must not hold back what the others did).
+EVENT_HOLD = 30.0
 #: Stands for the pods in an Event's message until the Event is sent.
 PODS = "{pods}"
 
@@ -33,15 +39,20 @@ class _Draft:
 
     cr: Mapping[str, Any]
     warning: bool
+    since: float
     pods: list[str] = dataclasses.field(default_factory=list)
 
 
 class EventRecorder:
     """Merges, queues and sends Events; run :meth:`run` in a task or two."""
 
-    def __init__(self, kube: Kube, metrics: Metrics) -> None:
+    def __init__(
+        self, kube: Kube, metrics: Metrics, under_way: Callable[[Key], bool] = lambda _: False
+    ) -> None:
+        """``under_way(cr)``: whether that CR's pass is still running (its Events wait)."""
         self._kube = kube
         self._metrics = metrics
+        self._under_way = under_way
         self._queue: asyncio.Queue[tuple[Mapping[str, Any], str, str, bool]] = asyncio.Queue(
             EVENT_QUEUE
         )
@@ -56,17 +67,35 @@ class EventRecorder:
         warning: bool = False,
         pod: str | None = None,
     ) -> None:
-        """Queue an Event; the same message about the same CR within ``EVENT_WINDOW`` seconds
-        becomes one Event naming every pod (``{pods}`` in ``message`` stands for them)."""
+        """Gather an Event; the same message about the same CR in one pass becomes one Event
+        naming every pod (``{pods}`` in ``message`` stands for them)."""
         if not cr:
             return
         key = (object_key(cr), reason, message)
         draft = self._drafts.get(key)
         if draft is None:
-            draft = self._drafts[key] = _Draft(cr, warning)
-            asyncio.get_running_loop().call_later(EVENT_WINDOW, self._send_draft, key)
+            loop = asyncio.get_running_loop()
+            draft = self._drafts[key] = _Draft(cr, warning, loop.time())
+            loop.call_later(EVENT_WINDOW, self._due, key)
         if pod is not None and pod not in draft.pods:
             draft.pods.append(pod)
+
+    def settled(self, crs: Iterable[Key]) -> None:
+        """These CRs' passes settled (their status is computed): send what was gathered."""
+        done = set(crs)
+        for key in [k for k in self._drafts if k[0] in done]:
+            self._send_draft(key)
+
+    def _due(self, key: tuple[Key, str, str]) -> None:
+        """The window ended: send, unless the CR's pass is under way (then look again later)."""
+        draft = self._drafts.get(key)
+        if draft is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._under_way(key[0]) and loop.time() - draft.since < EVENT_HOLD:
+            loop.call_later(EVENT_WINDOW, self._due, key)
+            return
+        self._send_draft(key)
 
     def _send_draft(self, key: tuple[Key, str, str]) -> None:
         draft = self._drafts.pop(key, None)
@@ -92,7 +121,8 @@ class EventRecorder:
         while True:
             cr, reason, message, warning = await self._queue.get()
             try:
-                await self._kube.emit_event(cr, reason, message, warning=warning)
+                with self._metrics.write_seconds.labels("event").time():
+                    await self._kube.emit_event(cr, reason, message, warning=warning)
                 self._metrics.events.inc()
             except Exception as exc:  # an Event is never worth more than a log line
                 logs.event("event_failed", logging.WARNING, reason=reason, error=str(exc)[:300])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -115,6 +116,7 @@ class Kube:
         against its cache, which is how deletions missed meanwhile are noticed).
         """
         resource, labels = WATCHED[kind]
+        handling = metrics.watch_seconds.labels(kind)
         failures = 0
         while True:
             if version is None:
@@ -141,10 +143,12 @@ class Kube:
                     )
                     async with contextlib.aclosing(stream) as events:  # type: ignore[type-var]
                         async for event_type, obj in events:
+                            started = time.perf_counter()
                             data = k8s.as_dict(obj)
                             version = (data.get("metadata") or {}).get("resourceVersion") or version
                             failures = 0
                             on_event(event_type, data)
+                            handling.inc(time.perf_counter() - started)
             except TimeoutError:
                 metrics.watch_restarts.labels(kind, WatchAction.REWATCH.value).inc()
                 continue  # a routine re-issue: nothing broke

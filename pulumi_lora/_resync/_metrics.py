@@ -62,6 +62,19 @@ class Metrics:
             f"{prefix}_status_writes", "CR status writes (server-side apply)", registry=reg
         )
         self.events = Counter(f"{prefix}_events", "Kubernetes Events recorded", registry=reg)
+        self.write_seconds = Histogram(
+            f"{prefix}_write_seconds",
+            "One write to the apiserver, request to answer, by kind (status, event)",
+            ["kind"],
+            buckets=_LATENCY,
+            registry=reg,
+        )
+        self.watch_seconds = Counter(
+            f"{prefix}_watch_handling_seconds",
+            "Event-loop time spent applying watch events to the cache, by resource",
+            ["resource"],
+            registry=reg,
+        )
         self.watch_restarts = Counter(
             f"{prefix}_watch_restarts",
             "Watches resumed after they broke, by resource and how",

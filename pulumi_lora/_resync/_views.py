@@ -35,7 +35,8 @@ class SecretRef:
 
 @dataclass(frozen=True)
 class AdapterCR:
-    """One LoRAAdapter CR as the loop needs it (``raw`` is the watch's last copy of it)."""
+    """One LoRAAdapter CR as the loop needs it (``raw``: the watch's last copy of its kind,
+    metadata and spec)."""
 
     namespace: str
     name: str
@@ -103,8 +104,20 @@ def adapter_from_object(obj: Mapping[str, Any]) -> AdapterCR | None:
         api_key=_secret_ref(target[0], notes.get(ANNOTATION_API_KEY_SECRET)),
         operation=notes.get(ANNOTATION_OPERATION) or None,
         status=dict(obj.get("status") or {}),
-        raw=obj,
+        raw=_reference(obj),
     )
+
+
+def _reference(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What Events about a CR need of it (kind, identity, spec): its status and
+    ``managedFields`` are left out, as a thousand cached CRs would carry them for nothing."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": meta,
+        "spec": obj.get("spec") or {},
+    }
 
 
 def _policy(value: str | None) -> ReadinessPolicy:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from pulumi_lora._reconcile import extra_arg_value
@@ -33,11 +33,20 @@ STATUS_RETRY = 1.0
 class StatusWriter:
     """Writes the status of the CRs marked dirty; run :meth:`run` in a task."""
 
-    def __init__(self, world: World, kube: Kube, metrics: Metrics, concurrency: int) -> None:
+    def __init__(
+        self,
+        world: World,
+        kube: Kube,
+        metrics: Metrics,
+        concurrency: int,
+        settled: Callable[[Iterable[Key]], None] = lambda _: None,
+    ) -> None:
+        """``settled(crs)`` is told of every CR whose status was computed (written or not)."""
         self._world = world
         self._kube = kube
         self._metrics = metrics
         self._concurrency = concurrency
+        self._settled = settled
         self._dirty: set[Key] = set()
         self._dirty_event = asyncio.Event()
 
@@ -93,10 +102,12 @@ class StatusWriter:
         )
         wire = status.wire()
         if same_status(wire, cr.status):
+            self._settled([key])
             return
         async with gate:
             try:
-                stored = await self._kube.apply_status(cr.namespace, cr.name, wire)
+                with self._metrics.write_seconds.labels("status").time():
+                    stored = await self._kube.apply_status(cr.namespace, cr.name, wire)
             except Exception as exc:  # apiserver away, or the CR just went: try again soon
                 logs.event(
                     "status_write_failed", logging.WARNING, cr="/".join(key), error=str(exc)[:300]
@@ -107,3 +118,4 @@ class StatusWriter:
         current = self._world.crs.get(key)
         if current is not None and current.uid == cr.uid:
             self._world.put_cr(dataclasses.replace(current, status=stored.get("status") or {}))
+        self._settled([key])

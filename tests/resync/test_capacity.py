@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from _resync_harness import Cluster, emulator, served, wait_until
 from conftest import LoopFactory
 
@@ -31,7 +29,8 @@ def test_eviction_thrash_is_reported_not_looped(cluster: Cluster, loops: LoopFac
     assert loop.wait_event("over_capacity")["limit"] == "1"
 
     loads = loop.metric("pulumi_lora_resync_loads_total")
-    time.sleep(4)  # four verification sweeps
+    sweeps = len(loop.events("verify_sweep"))
+    wait_until(lambda: len(loop.events("verify_sweep")) >= sweeps + 4, 20, what="four sweeps")
     assert loop.metric("pulumi_lora_resync_loads_total") == loads == 2, "the loop re-loaded"
     state = emulator(pod.url, "GET", "/_emulator/state")
     assert len(state["adapters"]) == 1

@@ -5,12 +5,19 @@ Each test runs the loop as its own process (the CLI), with the least-privilege S
 
 from __future__ import annotations
 
-import time
+from datetime import UTC, datetime, timedelta
 
 from _resync_harness import Cluster, emulator, everywhere, served, wait_until
 from conftest import LoopFactory
 
 from pulumi_lora._models import parse_time
+
+
+def next_second(stamp: datetime | None) -> None:
+    """Wait until the clock is past the second ``stamp`` (a one-second API timestamp) is in, so
+    the next timestamp the apiserver or the loop writes is a later one."""
+    assert stamp is not None
+    wait_until(lambda: datetime.now(UTC) >= stamp + timedelta(seconds=1), 2, interval=0.01)
 
 
 def _adapters(cluster: Cluster, *names: str) -> dict[str, str]:
@@ -31,7 +38,7 @@ def test_a_restarted_pod_gets_its_adapters_back_at_once(
     before = parse_time(cluster.cr("sql-a")["status"]["lastLoadedAt"])  # type: ignore[index]
 
     victim = handle.pods()[0].name
-    time.sleep(1.1)  # lastLoadedAt has one-second resolution
+    next_second(before)  # lastLoadedAt has one-second resolution
     cluster.tb.restart_pod(cluster.namespace, victim)
     wait_until(lambda: handle.pod(victim).ready, 30, what="the restarted pod Ready")
     wait_until(lambda: served(handle).get(victim) == want, 5, what="the adapters back on it")
@@ -152,8 +159,9 @@ def test_deleting_one_claimant_leaves_the_name_to_the_other(
     """Rules 4 and 5: the older CR owns the name; deleting it hands the name over, no unload."""
     handle = cluster.deploy(replicas=2)
     first, second = cluster.tb.make_adapter("sql-one"), cluster.tb.make_adapter("sql-two")
-    cluster.apply_cr("owner", first, adapter="sql")
-    time.sleep(1.1)  # creationTimestamp decides ownership, at one-second resolution
+    owner = cluster.apply_cr("owner", first, adapter="sql")
+    # creationTimestamp decides ownership, at one-second resolution
+    next_second(parse_time(owner["metadata"]["creationTimestamp"]))
     cluster.apply_cr("claimant", second, adapter="sql")
     loops(cluster.namespace)
     wait_until(lambda: everywhere(handle, {"sql": first}), 20)

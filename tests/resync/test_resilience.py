@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from _resync_harness import Cluster, LoopProcess, everywhere, served, wait_until
+from _resync_harness import Cluster, LoopProcess, emulator, everywhere, served, wait_until
 from conftest import TEST_LEASE, Identity, LoopFactory
 
 
@@ -125,7 +125,8 @@ def test_sigterm_finishes_the_load_in_flight_then_releases_the_lease(
     loop.wait_event("caches_synced")
     a = cluster.tb.make_adapter("slow")
     cluster.apply_cr("slow", a)
-    time.sleep(0.4)  # the load is in flight now (it takes 1.5 s)
+    pod = handle.pods()[0]
+    wait_until(lambda: emulator(pod.url, "GET", "/_emulator/state")["updating"], 5, what="a load")
     assert served(handle) == {handle.pods()[0].name: {}}
     assert loop.stop() == 0
     assert everywhere(handle, {"slow": a}), "the in-flight load was cut short"
