@@ -13,8 +13,10 @@ import click
 from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._resync._settings import (
+    DEFAULT_LEASE_DURATION,
     DEFAULT_LEASE_NAME,
     DEFAULT_METRICS_PORT,
+    DEFAULT_RENEW_DEADLINE,
     LeaseSettings,
     ResyncSettings,
     default_identity,
@@ -95,13 +97,13 @@ _DEFAULTS = ClientTimeouts()
 @click.option(
     "--lease-duration",
     type=_SECONDS,
-    default=15.0,
+    default=DEFAULT_LEASE_DURATION,
     help="Seconds a standby waits on an unchanged Lease before taking over.",
 )
 @click.option(
     "--lease-renew-deadline",
     type=_SECONDS,
-    default=10.0,
+    default=DEFAULT_RENEW_DEADLINE,
     help="Seconds the leader acts without renewing, then stops.",
 )
 @click.option(

@@ -27,6 +27,10 @@ from pulumi_lora._resync._decide import LeaseMove, LeaseRecord, lease_move
 from pulumi_lora._resync._kube import jitter
 from pulumi_lora._resync._settings import LeaseSettings
 
+#: Seconds the release may take on shutdown: within the pod's 30 s grace after the 20 s drain,
+#: whatever the renew deadline (a Lease not released simply expires).
+RELEASE_TIMEOUT = 5.0
+
 
 def _micro_now() -> datetime:
     """Now, as a ``MicroTime``. lightkube's encoder drops a zero fraction ("…:05Z"), which the
@@ -201,7 +205,7 @@ class LeaderElector:
         self._set(False, released=True)
         settings = self.settings
         try:
-            async with asyncio.timeout(max(2.0, settings.renew_deadline / 2)):
+            async with asyncio.timeout(RELEASE_TIMEOUT):
                 lease = await self._client.get(Lease, settings.name, namespace=settings.namespace)
                 if lease.spec is None or lease.spec.holderIdentity != settings.identity:
                     return

@@ -19,6 +19,10 @@ FIELD_MANAGER = "pulumi-lora-resync"
 DEFAULT_LEASE_NAME = "pulumi-lora-resync"
 #: Default port of ``/healthz``, ``/readyz`` and ``/metrics``.
 DEFAULT_METRICS_PORT = 9464
+#: Default Lease timing in seconds (see :class:`LeaseSettings`): the renew deadline outlasts an
+#: apiserver restart, the duration adds two election rounds of margin.
+DEFAULT_LEASE_DURATION = 40.0
+DEFAULT_RENEW_DEADLINE = 30.0
 #: The in-cluster service account's namespace file (the Lease's default namespace).
 _SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -49,12 +53,15 @@ class LeaseSettings:
     """The Lease's namespace (the loop's own, in a cluster)."""
     identity: str = field(default_factory=default_identity)
     """This replica's ``holderIdentity``."""
-    duration: float = 15.0
+    duration: float = DEFAULT_LEASE_DURATION
     """Seconds a standby waits after the Lease last changed before taking it over. Bounds the
-    failover time after a leader dies without releasing (a clean shutdown releases at once)."""
-    renew_deadline: float = 10.0
-    """Seconds the leader keeps acting without a successful renewal; then it stops. Shorter than
-    ``duration`` so it has stopped before any standby may take over."""
+    failover time after a leader dies without releasing (a clean shutdown releases at once).
+    ``renew_deadline`` plus two rounds, so the leader has stopped well before a takeover."""
+    renew_deadline: float = DEFAULT_RENEW_DEADLINE
+    """Seconds the leader keeps acting without a successful renewal; then it stops. Long enough
+    to ride out an apiserver restart (kube-apiserver drains ~13 s after SIGTERM, then starts:
+    ~17 s without an answer on the testbed) instead of dropping its caches and starting over;
+    client-go's 10 s does not. Shorter than ``duration``."""
     retry_period: float = 2.0
     """Seconds between two election rounds (renewals, or attempts to acquire)."""
 
