@@ -1,20 +1,22 @@
-"""The demo: the root stack on the local testbed, end to end, with progress.
+"""The demo: the root stack on the local testbed, driven by the `pulumi` commands a user types.
 
 Starts the testbed (real etcd + kube-apiserver, three emulated SGLang pods of an InferenceService,
-adapter directories on disk), runs ``pulumi up`` of the root demo stack on the real engine,
-prints which adapter is loaded on which pod, restarts a pod with the re-sync loop running and
-times the adapters coming back, shows a clean refresh, and tears everything down (``--keep``
-leaves it up and says how to reach it).
+adapter directories on disk), then, in the repository's root (``Pulumi.yaml`` + ``__main__.py``),
+prints and runs ``pulumi stack init``, ``pulumi config set``, ``pulumi up``; shows which adapter
+each pod serves; restarts a pod and shows ``pulumi preview --refresh --expect-no-changes`` catch
+it and ``pulumi up`` heal it; then ``pulumi destroy`` and ``pulumi stack rm``, and tears the
+testbed down (``--keep`` leaves both up and says how to reach them). The CLI's backend and
+PULUMI_HOME are private to the run; its language host runs the program in ``.venv``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,14 +24,16 @@ from typing import Any
 import httpx
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
-from pulumi import automation as auto
 
-from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.engine import LocalEngine, ProjectDir
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "models"
 SERVICE = "llama"
+VENV = ROOT / ".venv"
+"""The stack's virtualenv (``Pulumi.yaml``: ``virtualenv: .venv``), made by tools/provision.py."""
+STACK = "demo"
 
 
 def say(message: str) -> None:
@@ -46,14 +50,10 @@ def step(title: str) -> Iterator[None]:
     say(f"{title}: done in {time.monotonic() - start:.1f}s")
 
 
-def load_program() -> Callable[[], None]:
-    """The root stack's program (``__main__.py``), run inline by the Automation API."""
-    spec = importlib.util.spec_from_file_location("pulumi_lora_demo_program", ROOT / "__main__.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    program: Callable[[], None] = module.program
-    return program
+def show(done: subprocess.CompletedProcess[str]) -> None:
+    """What the command printed, indented under it."""
+    for line in (done.stdout + done.stderr).rstrip().splitlines():
+        print(f"    {line}", flush=True)
 
 
 def table(handle: InferenceServiceHandle) -> str:
@@ -68,6 +68,34 @@ def table(handle: InferenceServiceHandle) -> str:
         text = ", ".join(f"{k} -> {v}" for k, v in sorted(served.items())) or "(none)"
         lines.append(f"  {pod.name:<34} {text}")
     return "\n".join(lines)
+
+
+def run_stack(shell: ProjectDir, testbed: Testbed, handle: InferenceServiceHandle) -> None:
+    """The user's commands: up, a restarted pod seen as drift and healed, a clean preview."""
+    shell.pulumi("config", "set", "pulumi-lora:kubeconfig", str(testbed.kubeconfig_path))
+    shell.pulumi("config", "set", "namespace", NAMESPACE)
+    shell.pulumi("config", "set", "inferenceService", SERVICE)
+    with step("pulumi up (real engine, Python language host)"):
+        show(shell.pulumi("up", "--yes"))
+    outputs = shell.outputs()
+    say(f"loaded: sql={outputs['sql_loaded']} chat={outputs['chat_loaded']}")
+    print(table(handle), flush=True)
+
+    victim = handle.ready_pods()[0].name
+    with step(f"restarting pod {victim} (SGLang loses its adapters)"):
+        testbed.restart_pod(NAMESPACE, victim)
+        handle.wait_ready(timeout=60)
+    print(table(handle), flush=True)
+    with step("drift: pulumi preview --refresh --expect-no-changes fails"):
+        drift = shell.pulumi("preview", "--refresh", "--expect-no-changes", check=False)
+        show(drift)
+        if drift.returncode == 0:
+            raise SystemExit("the preview did not see the restarted pod")
+    with step("pulumi up heals the restarted pod"):
+        show(shell.pulumi("up", "--yes", "--skip-preview"))
+    print(table(handle), flush=True)
+    with step("pulumi preview --refresh --expect-no-changes (clean)"):
+        show(shell.pulumi("preview", "--refresh", "--expect-no-changes"))
 
 
 def main() -> int:
@@ -89,33 +117,22 @@ def main() -> int:
                 testbed.make_adapter(name)
             handle.wait_ready(timeout=60)
         engine = LocalEngine(workdir / "engine")
-        stack = engine.inline_stack("pulumi-lora-demo", "demo", load_program())
-        stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
-        stack.set_config("namespace", auto.ConfigValue(NAMESPACE))
-        stack.set_config("inferenceService", auto.ConfigValue(SERVICE))
-        with step("pulumi up (real engine)"):
-            up = stack.up(on_output=lambda line: print("    " + line.rstrip("\n"), flush=True))
-        say(f"loaded: sql={up.outputs['sql_loaded'].value} chat={up.outputs['chat_loaded'].value}")
-        print(table(handle), flush=True)
-
-        victim = handle.ready_pods()[0].name
-        with step(f"restarting pod {victim} (SGLang loses its adapters)"):
-            testbed.restart_pod(NAMESPACE, victim)
-            handle.wait_ready(timeout=60)
-        print(table(handle), flush=True)
-        with step("pulumi up heals the restarted pod"):
-            stack.up()
-        print(table(handle), flush=True)
-
-        with step("pulumi preview --refresh --expect-no-changes (clean state)"):
-            stack.preview(refresh=True, expect_no_changes=True)
-        if args.keep:
-            say(f"left up. export KUBECONFIG={testbed.kubeconfig_path}; kubectl get lora -A")
-            say("stop it with: kill the demo (Ctrl-C) - everything it started is torn down")
-            while True:
-                time.sleep(3600)
-        with step("pulumi destroy"):
-            stack.destroy()
+        shell = engine.project(ROOT, echo=lambda line: print(f"  {line}", flush=True), venv=VENV)
+        backend = engine.shell_env["PULUMI_BACKEND_URL"]
+        say(f"in {ROOT}, with `source .venv/bin/activate` and PULUMI_BACKEND_URL={backend}:")
+        shell.pulumi("stack", "init", STACK)
+        try:
+            run_stack(shell, testbed, handle)
+            if args.keep:
+                say(f"left up. export KUBECONFIG={testbed.kubeconfig_path}; kubectl get lora -A")
+                say(f"pulumi: export PULUMI_BACKEND_URL={backend}")
+                say("stop it with: kill the demo (Ctrl-C) - everything it started is torn down")
+                while True:
+                    time.sleep(3600)
+            with step("pulumi destroy"):
+                show(shell.pulumi("destroy", "--yes", "--skip-preview"))
+        finally:
+            shell.pulumi("stack", "rm", STACK, "--yes", "--force", check=False)
     finally:
         with step("tearing the testbed down"):
             testbed.stop()

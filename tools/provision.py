@@ -4,12 +4,18 @@
 One step, pinned by ``tools/versions.toml`` (the only place versions live):
 
 * the project venv (``.venv``) with the package and its test/dev extras, pinned by constraints;
-* the ``pulumi-resource-pulumi-python`` plugin script in the venv's ``bin`` (the engine runs it for
-  dynamic resources; it runs the venv's python ``-u -m pulumi.dynamic``);
-* the Pulumi CLI (and, when its module can be fetched, ``pulumi-language-python``), built from
-  ``tools/go/pulumi``; kube-apiserver and kubectl from ``tools/go/kube``; etcd from
-  ``tools/go/etcd``. Binaries go to ``${PULUMI_LORA_CACHE:-~/.cache/pulumi-lora}/bin``, never into
-  the repo.
+* the Pulumi CLI, built from ``tools/go/pulumi``; kube-apiserver and kubectl from
+  ``tools/go/kube``; etcd from ``tools/go/etcd``;
+* the language hosts a user's ``pulumi up`` runs: ``pulumi-language-python`` and
+  ``pulumi-language-nodejs`` (the newest releases whose programs still live in the
+  ``github.com/pulumi/pulumi/sdk/v3`` module; see ``tools/versions.toml``) and
+  ``pulumi-language-yaml``, each from its own wrapper module under ``tools/go/``;
+* the two scripts Pulumi's distribution installs beside the CLI, copied from the ``sdk/v3`` module
+  at the CLI's version (the CLI build already downloaded it): ``pulumi-language-python-exec`` (the
+  Python host runs it to execute a program) and ``pulumi-resource-pulumi-python`` (the engine runs
+  it for dynamic resources).
+
+Binaries go to ``${PULUMI_LORA_CACHE:-~/.cache/pulumi-lora}/bin``, never into the repo.
 
 A binary already on ``PATH`` or in the cache is reused when its version matches; otherwise it is
 built (a cold build takes minutes on two cores, a warm one seconds). Every phase prints how long
@@ -136,9 +142,29 @@ def kubectl_version(path: Path) -> str | None:
     return _probe([str(path), "version", "--client"], r"Client Version:\s*v(\S+)")
 
 
-def language_python_version(path: Path) -> str | None:
-    """``pulumi-language-python --version`` prints the stamped version."""
-    return _probe([str(path), "--version"], r"v?(\d+\.\d+\.\d+\S*)")
+def module_version(module: str) -> Callable[[Path], str | None]:
+    """A probe reading the version of ``module`` built into a Go binary (``go version -m``).
+
+    The language hosts print no version of their own (only over gRPC); the module they were built
+    from is recorded in the binary, which is what the pin names.
+    """
+    pattern = rf"^\s*(?:dep|mod)\s+{re.escape(module)}\s+v(\S+)"
+
+    def probe(path: Path) -> str | None:
+        try:
+            out = subprocess.run(
+                ["go", "version", "-m", str(path)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        match = re.search(pattern, out.stdout, re.M)
+        return match.group(1) if match else None
+
+    return probe
 
 
 # --- Go tools ---------------------------------------------------------------------------------
@@ -173,9 +199,31 @@ def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
         )
     )
     pulumi = v["pulumi"]["cli"]
-    pulumi_ld = f"-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v{pulumi}"
+    sdk = "github.com/pulumi/pulumi/sdk/v3"
+    sdk_version = f"-X {sdk}/go/common/version.Version=v"
+    python_host = v["pulumi"]["language_python"]
+    nodejs_host = v["pulumi"]["language_nodejs"]
+    yaml_host = v["pulumi"]["language_yaml"]
     return [
         GoTool("etcd", "etcd", "go.etcd.io/etcd/server/v3", v["etcd"]["version"], etcd_version),
+        GoTool(
+            "pulumi-language-python",
+            "pulumi-language-python",
+            f"{sdk}/python/cmd/pulumi-language-python",
+            python_host,
+            module_version(sdk),
+            ldflags=sdk_version + python_host,
+            cgo=False,
+        ),
+        GoTool(
+            "pulumi-language-nodejs",
+            "pulumi-language-nodejs",
+            f"{sdk}/nodejs/cmd/pulumi-language-nodejs",
+            nodejs_host,
+            module_version(sdk),
+            ldflags=sdk_version + nodejs_host,
+            cgo=False,
+        ),
         GoTool(
             "pulumi",
             "pulumi",
@@ -183,7 +231,16 @@ def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
             pulumi,
             pulumi_version,
             tags="osusergo,grpcnotrace",
-            ldflags=pulumi_ld,
+            ldflags=sdk_version + pulumi,
+        ),
+        GoTool(
+            "pulumi-language-yaml",
+            "pulumi-language-yaml",
+            "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml",
+            yaml_host,
+            module_version("github.com/pulumi/pulumi-yaml"),
+            ldflags=f"-X github.com/pulumi/pulumi-yaml/pkg/version.Version=v{yaml_host}",
+            cgo=False,
         ),
         GoTool(
             "kube-apiserver",
@@ -246,28 +303,35 @@ def ensure_go_tool(tool: GoTool) -> Path:
     return target
 
 
-def ensure_language_python(v: dict[str, dict[str, str]]) -> Path | None:
-    """Build ``pulumi-language-python`` when its pinned pseudo-version is set and served.
+HOST_SCRIPTS = (
+    "python/cmd/pulumi-language-python-exec",
+    "python/dist/pulumi-resource-pulumi-python",
+)
+"""Files of the ``sdk/v3`` module that Pulumi's distribution installs beside the CLI."""
 
-    The module is untagged upstream, so it can only be fetched at an exact pseudo-version. When
-    ``versions.toml`` names none (the module proxy here refused every query for it), this
-    reports why and returns None: Automation API inline programs, which the tests use, need no
-    language host.
+
+def ensure_host_scripts(cli_version: str) -> list[Path]:
+    """Copy the ``sdk/v3`` module's host scripts, at the CLI's version, next to ``pulumi``.
+
+    The Python host runs ``pulumi-language-python-exec`` from its own directory; the engine finds
+    ``pulumi-resource-pulumi-python`` (dynamic providers) beside the CLI, as in a real install.
     """
-    pseudo = v["pulumi"].get("language_python", "")
-    target = bin_dir() / "pulumi-language-python"
-    if target.exists() and language_python_version(target) == v["pulumi"]["cli"]:
-        log(f"pulumi-language-python: reusing {target}")
-        return target
-    if not pseudo:
-        log(
-            "pulumi-language-python: not provisioned: the Go module proxy refuses "
-            "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 (403 on @latest "
-            "and on the version list); set pulumi.language_python in tools/versions.toml to a "
-            "served pseudo-version to build it"
-        )
-        return None
-    raise ProvisionError("pulumi-language-python pseudo-version pinning is not wired up yet")
+    listing = run(
+        ["go", "mod", "download", "-json", f"github.com/pulumi/pulumi/sdk/v3@v{cli_version}"],
+        cwd=GO_DIR / "pulumi",
+    )
+    module_dir = Path(json.loads(listing)["Dir"])
+    installed = []
+    for relative in HOST_SCRIPTS:
+        source = module_dir / relative
+        target = bin_dir() / source.name
+        text = source.read_text()
+        if not target.exists() or target.read_text() != text:
+            target.unlink(missing_ok=True)
+            target.write_text(text)
+        target.chmod(0o755)
+        installed.append(target)
+    return installed
 
 
 # --- Python side ------------------------------------------------------------------------------
@@ -316,23 +380,6 @@ def ensure_venv(v: dict[str, dict[str, str]], venv: Path, extras: str) -> Path:
     return python
 
 
-PLUGIN_SCRIPT = """#!/bin/sh
-# Pulumi's dynamic-provider plugin: the engine starts it for every dynamic resource.
-# Written by tools/provision.py; runs this venv's python so pulumi_lora is importable.
-exec "{python}" -u -m pulumi.dynamic "$@"
-"""
-
-
-def ensure_plugin_script(python: Path) -> Path:
-    """Write ``pulumi-resource-pulumi-python`` into the venv's bin (and the cache bin)."""
-    script = python.parent / "pulumi-resource-pulumi-python"
-    text = PLUGIN_SCRIPT.format(python=python)
-    if not script.exists() or script.read_text() != text:
-        script.write_text(text)
-        script.chmod(0o755)
-    return script
-
-
 # --- go.mod generation (kept in sync with versions.toml) ----------------------------------------
 
 
@@ -360,6 +407,13 @@ def check_gomods(v: dict[str, dict[str, str]]) -> list[str]:
             f"=> k8s.io/api v{v['kubernetes']['staging']}",
         ],
         "etcd": [f"go.etcd.io/etcd/server/v3 v{v['etcd']['version']}"],
+        "pulumi-language-python": [
+            f"github.com/pulumi/pulumi/sdk/v3 v{v['pulumi']['language_python']}"
+        ],
+        "pulumi-language-nodejs": [
+            f"github.com/pulumi/pulumi/sdk/v3 v{v['pulumi']['language_nodejs']}"
+        ],
+        "pulumi-language-yaml": [f"github.com/pulumi/pulumi-yaml v{v['pulumi']['language_yaml']}"],
     }
     for module, needles in expect.items():
         text = (GO_DIR / module / "go.mod").read_text()
@@ -390,15 +444,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         with phase("python venv", timings):
             python = ensure_venv(versions, args.venv, args.extras)
             report["python"] = str(python)
-            report["pulumi-resource-pulumi-python"] = str(ensure_plugin_script(python))
         if not args.skip_go:
             for tool in go_tools(versions):
                 with phase(f"{tool.name} {tool.version}", timings):
                     report[tool.name] = str(ensure_go_tool(tool))
-            with phase("pulumi-language-python", timings):
-                lang = ensure_language_python(versions)
-                if lang:
-                    report["pulumi-language-python"] = str(lang)
+            with phase("host scripts beside pulumi", timings):
+                for script in ensure_host_scripts(versions["pulumi"]["cli"]):
+                    report[script.name] = str(script)
     except ProvisionError as exc:
         log(f"FAILED: {exc}")
         return 1

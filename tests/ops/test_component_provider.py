@@ -1,9 +1,10 @@
-"""`provider/`: the plugin that serves LoRAAdapter to other Pulumi languages, checked without the
-language hosts (which cannot be built here; see provider/README.md).
+"""`provider/`: the plugin that serves LoRAAdapter to other Pulumi languages, checked in-process
+(fast tier; ``tests/cli/test_yaml_provider.py`` runs it under the real engine).
 
-The schema the host would serve is computed in-process with the SDK's own analyzer and compared
-with the committed ``provider/schema.json``; the plugin's environment is checked to pull in no
-Pulumi provider SDK; the YAML example is validated against the schema property by property.
+The schema the host serves is computed in-process with the SDK's own analyzer and compared with
+the committed ``provider/schema.json``; the plugin starts as an executable and prints its port
+first; its environment pulls in no Pulumi provider SDK; the YAML example is validated against
+the schema property by property.
 """
 
 from __future__ import annotations
@@ -150,11 +151,34 @@ def test_list_item_keys_are_one_word(schema: dict[str, Any], token: str, typed: 
 # --- the plugin folder --------------------------------------------------------------------------
 
 
-def test_plugin_yaml_pins_the_toolchain() -> None:
-    plugin = yaml.safe_load((PROVIDER / "PulumiPlugin.yaml").read_text())
-    assert plugin == {
-        "runtime": {"name": "python", "options": {"toolchain": "pip", "virtualenv": "venv"}}
-    }
+def test_the_plugin_starts_as_an_executable() -> None:
+    """The engine runs ``pulumi-resource-<schema name>`` itself (no language host, so it starts
+    under any CLI and host); a ``PulumiPlugin.yaml`` would make it a host-run plugin instead."""
+    entry = PROVIDER / "pulumi-resource-pulumi-lora"
+    assert entry.stat().st_mode & 0o111 == 0o111
+    assert not (PROVIDER / "PulumiPlugin.yaml").exists()
+    text = entry.read_text()
+    assert text.startswith("#!/bin/sh\n")
+    assert 'exec "$python" -u "$here" "$@"' in text  # runs __main__.py beside it
+
+
+def test_the_executable_serves_a_port_first(tmp_path: Path) -> None:
+    """Started as the engine starts it, the plugin's first line of output is its port."""
+    env = {"PULUMI_PYTHON_CMD": sys.executable, "PATH": "/usr/bin:/bin"}
+    with subprocess.Popen(
+        [str(PROVIDER / "pulumi-resource-pulumi-lora"), "127.0.0.1:1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    ) as plugin:
+        try:
+            assert plugin.stdout is not None
+            first = plugin.stdout.readline().strip()
+        finally:
+            plugin.kill()
+    assert first.isdigit() and 0 < int(first) < 65536, first
 
 
 def requirement_lines() -> list[str]:

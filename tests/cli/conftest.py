@@ -1,0 +1,124 @@
+"""Fixtures of the CLI tests: the user's path, `pulumi` subcommands in a project folder.
+
+A user's Python project has a virtualenv made from its ``requirements.txt``; here that happens
+once per session, in a fresh project that names this repository as a plain (non-editable)
+requirement, the way the README tells a user of the language host built here to do it
+(``python3 -m venv venv``, ``venv/bin/pip install -r requirements.txt``, then ``source
+venv/bin/activate``: that host runs programs in the activated virtualenv, see README "Language
+hosts"). Every other project folder links its ``venv`` to that one and runs with it activated, so
+the language host runs the program, and the engine serves its dynamic resources, with that
+virtualenv's Python. Plugin acquisition is left on, as a user has it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pulumi_lora.testing.engine import LocalEngine, ProjectDir
+from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.testbed import BinaryNotFoundError, Testbed, find_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+HOSTS = ("pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-pulumi-python")
+
+
+@dataclass(frozen=True)
+class UserVenv:
+    """The virtualenv of a fresh user project (``venv/`` in ``project``)."""
+
+    path: Path
+    project: Path
+
+
+def user_requirements() -> str:
+    """A user's ``requirements.txt``: this repository (built as a wheel) at the pinned versions."""
+    constraints = ROOT / ".venv" / "constraints.txt"  # written by tools/provision.py
+    return f"-c {constraints}\n{ROOT}\n"
+
+
+@pytest.fixture(scope="session")
+def user_venv(tmp_path_factory: pytest.TempPathFactory) -> UserVenv:
+    """``pulumi install`` in a fresh Python project: the venv every CLI test's program runs in."""
+    try:
+        pulumi = find_binary("pulumi")
+        for host in HOSTS:
+            if not (pulumi.path.parent / host).exists():
+                raise BinaryNotFoundError(host, [pulumi.path.parent])
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
+    project = tmp_path_factory.mktemp("fresh-project")
+    (project / "Pulumi.yaml").write_text(
+        "name: fresh\nruntime:\n  name: python\n  options:\n    virtualenv: venv\n"
+    )
+    (project / "requirements.txt").write_text(user_requirements())
+    (project / "__main__.py").write_text(
+        "import pulumi\nimport pulumi_lora\n\npulumi.export('version', pulumi_lora.__version__)\n"
+    )
+    venv = project / "venv"
+    for argv in (
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r", "requirements.txt"],
+    ):
+        done = subprocess.run(
+            argv, cwd=project, capture_output=True, text=True, timeout=900, check=False
+        )
+        assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+    return UserVenv(venv, project)
+
+
+@pytest.fixture
+def cli_engine(tmp_path: Path) -> LocalEngine:
+    """A private Pulumi installation for one test (file backend, own PULUMI_HOME)."""
+    try:
+        return LocalEngine(tmp_path / "engine")
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
+
+
+Project = Callable[..., ProjectDir]
+
+
+@pytest.fixture
+def project(
+    cli_engine: LocalEngine, user_venv: UserVenv, testbed: Testbed, tmp_path: Path
+) -> Iterator[Project]:
+    """``project(source, stack, files=None, init=True)``: a copy of a project folder (or of
+    ``files`` of it), its virtualenv linked to the user venv and activated; with ``init``, a stack
+    made and pointed at the testbed (``pulumi stack init``, ``pulumi config set
+    pulumi-lora:kubeconfig``), as a user sets one up. Stacks still holding resources are
+    destroyed at the end."""
+    made: list[ProjectDir] = []
+
+    def make(
+        source: Path, stack: str = "dev", files: tuple[str, ...] | None = None, init: bool = True
+    ) -> ProjectDir:
+        folder = tmp_path / (source.name or "root")
+        if files is None:
+            ignore = shutil.ignore_patterns("venv", ".venv", "Pulumi.*.yaml")
+            shutil.copytree(source, folder, ignore=ignore)
+        else:
+            folder.mkdir()
+            for name in files:
+                shutil.copy(source / name, folder / name)
+        settings = yaml.safe_load((folder / "Pulumi.yaml").read_text())
+        virtualenv = settings["runtime"]["options"]["virtualenv"]
+        (folder / virtualenv).symlink_to(user_venv.path, target_is_directory=True)
+        runner = cli_engine.project(folder, venv=folder / virtualenv)
+        made.append(runner)
+        if init:
+            runner.pulumi("stack", "init", stack)
+            runner.pulumi("config", "set", "pulumi-lora:kubeconfig", str(testbed.kubeconfig_path))
+        return runner
+
+    yield make
+    for runner in made:
+        runner.pulumi("destroy", "--yes", "--skip-preview", check=False)

@@ -1,0 +1,304 @@
+"""The user's path: `pulumi` commands at a shell in a Python project folder, on the testbed.
+
+Each project (the root demo stack, ``examples/quickstart``, ``examples/fleet``) is copied as
+shipped, its ``venv`` is the one ``pulumi install`` made for a fresh project, and it is driven
+only by ``pulumi`` subcommands of the built CLI: the ``pulumi-language-python`` host runs the
+program, the engine's ``pulumi-resource-pulumi-python`` serves the dynamic resources. Each
+scenario: ``up``, outputs checked against every pod's own ``/v1/models``; an out-of-band unload
+and a pod restart make ``preview --refresh --expect-no-changes`` fail; ``up`` heals;
+``refresh`` then ``preview --expect-no-changes`` pass; ``stack export`` holds no API key;
+``destroy`` leaves no CR and nothing loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from pulumi_lora import __version__
+from pulumi_lora.testing.engine import LocalEngine, ProjectDir
+from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
+
+from .conftest import EXAMPLES, ROOT, Project, UserVenv
+
+pytestmark = pytest.mark.full
+
+
+def served(handle: InferenceServiceHandle, key: str) -> dict[str, dict[str, str]]:
+    """Every Ready pod's adapters (name → path), read from its own ``/v1/models``."""
+    result = {}
+    headers = {"Authorization": f"Bearer {key}"}
+    for pod in handle.ready_pods():
+        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", headers=headers, timeout=5).json()
+        result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
+    return result
+
+
+@dataclass
+class Scenario:
+    """One project on the testbed: what it declares, and how its outputs say it is loaded."""
+
+    runner: ProjectDir
+    services: dict[str, InferenceServiceHandle]
+    declared: dict[str, dict[str, str]]
+    """Per service (``namespace/name``): adapter → path."""
+    key: str
+    check_outputs: Callable[[dict[str, Any], Scenario], None]
+    namespaces: list[str] = field(default_factory=list)
+
+    def pods_serve(self, expected: Callable[[str], dict[str, str]]) -> bool:
+        return all(
+            adapters == expected(service)
+            for service, handle in self.services.items()
+            for adapters in served(handle, self.key).values()
+        )
+
+
+def deploy(testbed: Testbed, namespace: str, name: str, key: str) -> InferenceServiceHandle:
+    handle = testbed.deploy_inference_service(
+        namespace, name, replicas=2, extra_args=(*DEFAULT_EXTRA_ARGS, "--api-key", key)
+    )
+    handle.wait_ready(timeout=60)
+    return handle
+
+
+def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
+    """Up, drift (out-of-band unload and a pod restart), heal, refresh, export, destroy."""
+    runner = scenario.runner
+    runner.pulumi("config", "set", "--secret", "pulumi-lora:sglangApiKey", scenario.key)
+
+    runner.pulumi("up", "--yes", "--skip-preview")
+    assert scenario.pods_serve(lambda service: scenario.declared[service])
+    scenario.check_outputs(runner.outputs(), scenario)
+    clean = runner.pulumi("preview", "--refresh", "--expect-no-changes")
+    assert clean.returncode == 0
+
+    (service, handle), *_ = scenario.services.items()
+    first, second = handle.ready_pods()[:2]
+    adapter = sorted(scenario.declared[service])[0]
+    unloaded = httpx.post(
+        f"{first.url}/unload_lora_adapter",
+        json={"lora_name": adapter},
+        headers={"Authorization": f"Bearer {scenario.key}"},
+        timeout=10,
+    )
+    assert unloaded.status_code == 200, unloaded.text
+    testbed.restart_pod(handle.namespace, second.name)
+    handle.wait_ready(timeout=60)
+    drift = runner.pulumi("preview", "--refresh", "--expect-no-changes", check=False)
+    assert drift.returncode != 0, drift.stdout
+    assert "LoRAAdapter" in drift.stdout
+
+    runner.pulumi("up", "--yes", "--skip-preview")  # heals: diff looks at the cluster
+    assert scenario.pods_serve(lambda service: scenario.declared[service])
+    runner.pulumi("refresh", "--yes", "--skip-preview")
+    assert runner.pulumi("preview", "--expect-no-changes").returncode == 0
+    scenario.check_outputs(runner.outputs(), scenario)
+
+    exported = runner.pulumi("stack", "export").stdout
+    assert scenario.key not in exported
+    assert json.loads(exported)["deployment"]["resources"]
+
+    runner.pulumi("destroy", "--yes", "--skip-preview")
+    assert scenario.pods_serve(lambda service: {})
+    for namespace in {h.namespace for h in scenario.services.values()}:
+        listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.strip() == ""
+
+
+def pods_of(outputs: list[dict[str, Any]]) -> dict[str, str]:
+    """Output ``pods`` items → pod name → loaded path (only pods reported as loaded)."""
+    return {p["pod"]: p["path"] for p in outputs if p["loaded"]}
+
+
+def test_root_stack(project: Project, testbed: Testbed, namespace: str) -> None:
+    key = secrets.token_hex(8)
+    for name in ("sql-lora", "chat-lora"):
+        testbed.make_adapter(name)
+    handle = deploy(testbed, namespace, "llama", key)
+    runner = project(ROOT, files=("Pulumi.yaml", "__main__.py"))
+    runner.pulumi("config", "set", "namespace", namespace)
+    runner.pulumi("config", "set", "inferenceService", "llama")
+    service = f"{namespace}/llama"
+
+    def check(outputs: dict[str, Any], scenario: Scenario) -> None:
+        adapters = served(handle, key)
+        for short in ("sql", "chat"):
+            assert outputs[f"{short}_loaded"] is True
+            by_pod = pods_of(outputs[f"{short}_pods"])
+            assert by_pod == {pod: a[f"{short}-lora"] for pod, a in adapters.items()}
+
+    declared = {service: {"sql-lora": "/adapters/sql-lora", "chat-lora": "/adapters/chat-lora"}}
+    run_scenario(Scenario(runner, {service: handle}, declared, key, check), testbed)
+
+
+def readme_quickstart() -> list[str]:
+    """The README's quickstart: the one ``sh`` block, line by line."""
+    (block,) = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return [line for line in block.splitlines() if line]
+
+
+def test_readme_quickstart_as_written(project: Project, testbed: Testbed, namespace: str) -> None:
+    """The README's quickstart lines, run in order in ``examples/quickstart`` (its kubeconfig and
+    namespace swapped for the testbed's); between its clean ``preview`` and ``destroy``, a pod
+    loses the adapter (unload) and another restarts: the same ``preview`` fails, ``up`` heals."""
+    lines = readme_quickstart()
+    assert lines[:3] == [
+        "cd examples/quickstart",
+        "python3 -m venv venv && venv/bin/pip install -r requirements.txt",  # = user_venv
+        "source venv/bin/activate",  # = ProjectDir(venv=...)
+    ]
+    path = testbed.make_adapter("sql-lora")  # the example's default adapterPath
+    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
+    handle.wait_ready(timeout=60)
+    runner = project(EXAMPLES / "quickstart", init=False)
+    swaps = {"~/.kube/config": str(testbed.kubeconfig_path), "models": namespace}
+
+    def loaded_everywhere() -> bool:
+        return all(a == {"sql-lora": path} for a in served(handle, "").values())
+
+    for line in lines[3:]:
+        argv = [swaps.get(word, word) for word in shlex.split(line)]
+        assert argv[0] == "pulumi", line
+        done = runner.pulumi(*argv[1:])
+        if argv[1:3] == ["up", "--yes"]:
+            assert loaded_everywhere()
+        elif argv[1:4] == ["stack", "output", "pods"]:
+            pods = json.loads(done.stdout)
+            assert {p["pod"]: p["path"] for p in pods if p["loaded"]} == {
+                pod.name: path for pod in handle.ready_pods()
+            }
+        elif argv[1:3] == ["preview", "--refresh"]:
+            first, second = handle.ready_pods()[:2]
+            unload = {"lora_name": "sql-lora"}
+            assert httpx.post(f"{first.url}/unload_lora_adapter", json=unload).status_code == 200
+            testbed.restart_pod(namespace, second.name)
+            handle.wait_ready(timeout=60)
+            drift = runner.pulumi(*argv[1:], check=False)
+            assert drift.returncode != 0 and "LoRAAdapter" in drift.stdout, drift.stdout
+            runner.pulumi("up", "--yes")
+            assert loaded_everywhere()
+            runner.pulumi(*argv[1:])  # clean again
+    assert argv[1:] == ["destroy", "--yes"]
+    assert all(a == {} for a in served(handle, "").values())
+    listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
+    assert listed.returncode == 0 and listed.stdout.strip() == "", listed.stderr
+
+
+def test_quickstart_example(project: Project, testbed: Testbed, namespace: str) -> None:
+    """The whole scenario, with a keyed server: the API key is secret config, never in state."""
+    key = secrets.token_hex(8)
+    path = testbed.make_adapter("sql-lora")  # the example's default adapterPath
+    handle = deploy(testbed, namespace, "llama", key)
+    runner = project(EXAMPLES / "quickstart")
+    runner.pulumi("config", "set", "namespace", namespace)  # the rest: Pulumi.yaml defaults
+
+    def check(outputs: dict[str, Any], scenario: Scenario) -> None:
+        assert outputs["loaded"] is True
+        assert pods_of(outputs["pods"]) == {pod: path for pod in served(handle, key)}
+        assert {c["type"]: c["status"] for c in outputs["conditions"]}["Loaded"] == "True"
+
+    service = f"{namespace}/llama"
+    scenario = Scenario(runner, {service: handle}, {service: {"sql-lora": path}}, key, check)
+    run_scenario(scenario, testbed)
+
+
+def test_fleet_example(project: Project, testbed: Testbed, namespace: str) -> None:
+    key = secrets.token_hex(8)
+    namespaces = {"search": namespace, "support": testbed.create_namespace("cli-fleet-support")}
+    data = yaml.safe_load((EXAMPLES / "fleet" / "adapters.yaml").read_text())
+    services: dict[str, InferenceServiceHandle] = {}
+    declared: dict[str, dict[str, str]] = {}
+    for entry in data["services"]:
+        entry["namespace"] = namespaces[entry["namespace"]]
+        service = f"{entry['namespace']}/{entry['inferenceService']}"
+        services[service] = deploy(testbed, entry["namespace"], entry["inferenceService"], key)
+        declared[service] = {a["name"]: testbed.make_adapter(a["name"]) for a in entry["adapters"]}
+    runner = project(EXAMPLES / "fleet")
+    (runner.path / "adapters.yaml").write_text(yaml.safe_dump(data))  # the test's namespaces
+
+    def check(outputs: dict[str, Any], scenario: Scenario) -> None:
+        keys = {
+            f"{s.split('/')[0]}/{name}" for s, adapters in declared.items() for name in adapters
+        }
+        assert outputs["loaded"] == dict.fromkeys(keys, True)
+        rows = [line.split() for line in outputs["table"].splitlines()[1:]]
+        expected = {
+            (s.split("/")[0], name, pod, path)
+            for s, handle in services.items()
+            for pod, adapters in served(handle, key).items()
+            for name, path in adapters.items()
+        }
+        assert {(r[0], r[2], r[3], r[5]) for r in rows if r[4] == "yes"} == expected
+        assert len(rows) == len(expected)
+
+    try:
+        run_scenario(Scenario(runner, services, declared, key, check), testbed)
+    finally:
+        testbed.release_namespace(namespaces["support"])
+
+
+def test_drift_check_on_a_cli_managed_stack(
+    project: Project, testbed: Testbed, namespace: str
+) -> None:
+    """``examples/drift-check`` opens a stack folder the CLI manages, its program run by the
+    language host (no ``--program``)."""
+    path = testbed.make_adapter("sql-lora")
+    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
+    handle.wait_ready(timeout=60)
+    runner = project(EXAMPLES / "quickstart")
+    runner.pulumi("config", "set", "namespace", namespace)
+    runner.pulumi("up", "--yes", "--skip-preview")
+
+    def drift_check() -> subprocess.CompletedProcess[str]:
+        script = EXAMPLES / "drift-check" / "drift_check.py"
+        argv = [sys.executable, str(script), "--stack", "dev", "--work-dir", str(runner.path)]
+        env = {**os.environ, **runner.engine.shell_env}
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=300, check=False
+        )
+
+    clean = drift_check()
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    pod = handle.ready_pods()[0]
+    httpx.post(f"{pod.url}/unload_lora_adapter", json={"lora_name": "sql-lora"}, timeout=10)
+    drifted = drift_check()
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    assert "differs from the cluster in 1 resource(s)" in drifted.stdout
+    runner.pulumi("up", "--yes", "--skip-preview")
+    assert all(a == {"sql-lora": path} for a in served(handle, "").values())
+    assert drift_check().returncode == 0
+
+
+def test_fresh_project_installs_and_runs_without_downloading(
+    user_venv: UserVenv, cli_engine: LocalEngine
+) -> None:
+    """`pulumi install` and `pulumi up` in a fresh project, plugin acquisition on: pulumi-lora
+    declares it has no plugin (``pulumi_lora/pulumi-plugin.json``), so nothing is looked up or
+    downloaded for it (without the file the Python host asks for a plugin ``lora`` v0.1.0)."""
+    installed = user_venv.path.glob("lib/python*/site-packages/pulumi_lora/pulumi-plugin.json")
+    assert json.loads(next(installed).read_text()) == {"resource": False}
+    runner = cli_engine.project(user_venv.project, venv=user_venv.path)
+    install = runner.pulumi("install", timeout=900)
+    runner.pulumi("stack", "init", "dev")
+    up = runner.pulumi("up", "--yes", "--skip-preview")
+    assert runner.outputs() == {"version": __version__}
+    for done in (install, up):
+        text = (done.stdout + done.stderr).lower()
+        assert "lora-0.1.0" not in text and "plugin" not in text, text
+    plugins = cli_engine.home / "pulumi-home" / "plugins"
+    assert not plugins.exists() or not any(plugins.iterdir())
+    runner.pulumi("destroy", "--yes", "--skip-preview")
