@@ -254,12 +254,15 @@ def wait_for_pods(
     deadline = time.monotonic() + timeout
     while True:
         pods = list_pods(client, target.namespace, target.name)
-        ready = sum(1 for p in pods if p.ready)
-        if (ready >= max(target.replicas, 1) and ready == len(pods)) or (
-            time.monotonic() >= deadline
-        ):
+        if all_ready(target, pods) or time.monotonic() >= deadline:
             return pods
         time.sleep(poll)
+
+
+def all_ready(target: Target, pods: Sequence[PodEndpoint]) -> bool:
+    """Pure: every desired replica is Ready, and no pod is not."""
+    ready = sum(1 for p in pods if p.ready)
+    return ready >= max(target.replicas, 1) and ready == len(pods)
 
 
 # --- the CR -------------------------------------------------------------------------------------

@@ -220,6 +220,14 @@ class LookKey:
 
 
 @dataclass(frozen=True)
+class TargetPods:
+    """The InferenceService (None when it can't be used) and its pods, as listed."""
+
+    target: k8s.Target | None
+    pods: tuple[k8s.PodEndpoint, ...] = ()
+
+
+@dataclass(frozen=True)
 class TargetLook:
     """One look at a target: the InferenceService (None when it can't be used), its pods, and
     what each Ready pod serves (a pod whose ``/v1/models`` failed has its error beside)."""
@@ -236,6 +244,11 @@ LOOK_MAX_AGE_SECONDS = 2.0
 #: invalidate their target's.
 LOOKS: SharedViews[LookKey, TargetLook] = SharedViews(
     LOOK_MAX_AGE_SECONDS, scope_of=lambda key: key.scope
+)
+#: The listings of targets and their pods shared by this process's operations (its own loads
+#: change neither, so nothing here invalidates them; their age alone bounds them).
+LISTINGS: SharedViews[Scope, TargetPods] = SharedViews(
+    LOOK_MAX_AGE_SECONDS, scope_of=lambda scope: scope
 )
 
 
@@ -356,15 +369,25 @@ class Session:
                 found.append(cr)
         return found
 
-    def look(self) -> TargetLook:
-        """Look at the target now: the InferenceService, its pods, each Ready pod's adapters."""
+    def list_target(self) -> TargetPods:
+        """List the target now: the InferenceService (None when it can't be used), its pods."""
         try:
             target = self.resolve_target()
         except ClusterError:
+            return TargetPods(None)
+        return TargetPods(target, tuple(k8s.list_pods(self.kube, target.namespace, target.name)))
+
+    def shared_listing(self) -> TargetPods:
+        """The target and its pods as listed for this process's operations (bounded age)."""
+        return LISTINGS.get(self.scope, self.list_target)
+
+    def look(self, listing: TargetPods) -> TargetLook:
+        """Ask each Ready pod of ``listing`` what it serves, now."""
+        if listing.target is None:
             return TargetLook(None)
-        pods = k8s.list_pods(self.kube, target.namespace, target.name)
-        views, errors = self.views(pods, self.clients(pods, self.api_key(target)))
-        return TargetLook(target, tuple(views), errors)
+        pods = listing.pods
+        views, errors = self.views(pods, self.clients(pods, self.api_key(listing.target)))
+        return TargetLook(listing.target, tuple(views), errors)
 
     def shared_look(self, looks: SharedViews[LookKey, TargetLook]) -> TargetLook:
         """A look at the target shared with this process's other operations (bounded age)."""
@@ -375,7 +398,7 @@ class Session:
             else None
         )
         key = LookKey(self.scope, args.transport, secret, self.config.api_key, self.timeouts)
-        return looks.get(key, self.look)
+        return looks.get(key, lambda: self.look(self.shared_listing()))
 
     def api_key(self, target: k8s.Target) -> str | None:
         """The SGLang API key: from the referenced Secret (target's namespace), else config."""
@@ -507,10 +530,20 @@ class Session:
         return k8s.apply_adapter(self.kube, manifest)
 
     def load_everywhere(
-        self, cr: Mapping[str, Any], target: k8s.Target, *, observe: bool
+        self,
+        cr: Mapping[str, Any],
+        target: k8s.Target,
+        *,
+        observe: bool,
+        seen: Sequence[k8s.PodEndpoint] = (),
     ) -> tuple[list[PodOutcome], list[k8s.PodEndpoint]]:
-        """Wait for the pods, then load (or swap) on every Ready one."""
-        pods = k8s.wait_for_pods(self.kube, target, self.args.ready_timeout_seconds)
+        """Wait for the pods (``seen``, listed moments ago, when they are all Ready), then load
+        (or swap) on every Ready one."""
+        pods = (
+            list(seen)
+            if k8s.all_ready(target, seen)
+            else k8s.wait_for_pods(self.kube, target, self.args.ready_timeout_seconds)
+        )
         if not any(p.ready for p in pods):
             raise NoReadyPods(target.namespace, target.name, [f"{p.name}: {p.state}" for p in pods])
         clients = self.clients(pods, self.api_key(target))
@@ -529,7 +562,8 @@ class Session:
 def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     """Apply the CR and load on every Ready pod; on failure leave no CR and no partial load."""
     session = Session(args, config)
-    target = session.resolve_target()
+    listing = session.shared_listing()
+    target = listing.target or session.resolve_target()  # afresh: raises why it can't be used
     session.check_collisions(target, own_uid=None)
     ensure_reachable(args, session.api_key(target))
     existing = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
@@ -543,7 +577,7 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     try:
         if args.transport is Transport.DELEGATED:
             return await_delegated(session, cr)
-        outcomes, pods = session.load_everywhere(cr, target, observe=False)
+        outcomes, pods = session.load_everywhere(cr, target, observe=False, seen=listing.pods)
         loads = (pods, outcomes)
         summary = summarize(outcomes)
         if not is_loaded(summary, session.policy):
@@ -570,12 +604,13 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     cr = session.apply_cr(operation="update")
     try:
         ensure_exclusive(cr)
-        target = session.resolve_target()
+        listing = session.shared_listing()
+        target = listing.target or session.resolve_target()  # afresh: raises why it can't be used
         session.check_collisions(target, own_uid=cr["metadata"].get("uid"))
         if args.transport is Transport.DELEGATED:
             cr = session.apply_cr()
             return await_delegated(session, cr)
-        outcomes, _ = session.load_everywhere(cr, target, observe=True)
+        outcomes, _ = session.load_everywhere(cr, target, observe=True, seen=listing.pods)
         state = session.write_status(
             cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc()
         )
@@ -617,7 +652,7 @@ def observe(
     session = Session(live, config)
     if args.transport is Transport.DELEGATED:
         return state_from_cr(cr, ())
-    look = session.look() if looks is None else session.shared_look(looks)
+    look = session.look(session.list_target()) if looks is None else session.shared_look(looks)
     errors = look.errors
     since = (cr.get("status") or {}).get("lastLoadedAt")
     name = live.adapter_name
