@@ -5,7 +5,10 @@ Register with ``pytest_plugins = ["pulumi_lora.testing.fixtures"]`` in a ``conft
 - ``testbed`` (session scope): one running testbed shared by every test of the session;
 - ``testbed_binaries`` (session scope): the located etcd, kube-apiserver and kubectl, for tests
   that start testbeds of their own;
-- ``namespace`` (function scope): a fresh, uniquely named namespace for one test;
+- ``namespace`` (function scope): a fresh, uniquely named namespace for one test, whose
+  InferenceServices (pods, emulator processes, CRs) are deleted when the test ends;
+- ``release_test_namespaces`` (autouse): for a test of the session testbed, the same for every
+  namespace the test made itself with ``testbed.create_namespace``;
 - ``netns_required`` (function scope): skips a test where pods cannot get network namespaces.
 
 When a real part is missing (a binary, or network namespaces), the tests are skipped with the
@@ -32,7 +35,14 @@ from pulumi_lora.testing.testbed import (
     netns_unavailable_reason,
 )
 
-__all__ = ["missing_real_part", "namespace", "netns_required", "testbed", "testbed_binaries"]
+__all__ = [
+    "missing_real_part",
+    "namespace",
+    "netns_required",
+    "release_test_namespaces",
+    "testbed",
+    "testbed_binaries",
+]
 
 
 def missing_real_part(reason: str) -> NoReturn:
@@ -65,11 +75,34 @@ def testbed() -> Iterator[Testbed]:
         bed.stop()
 
 
+@pytest.fixture(autouse=True)
+def release_test_namespaces(request: pytest.FixtureRequest) -> Iterator[None]:
+    """At the end of a test using ``testbed``, release every namespace it created.
+
+    A test that deploys into a namespace of its own making would otherwise leave its emulators
+    running (and probed) for the rest of the session. Namespaces made before the test (by
+    module- or session-scoped fixtures, which pytest sets up first) are left alone.
+    """
+    if "testbed" not in request.fixturenames:
+        yield
+        return
+    bed: Testbed = request.getfixturevalue("testbed")
+    before = len(bed.namespaces)
+    yield
+    for name in bed.namespaces[before:]:
+        bed.release_namespace(name)
+
+
 @pytest.fixture
-def namespace(testbed: Testbed, request: pytest.FixtureRequest) -> str:
-    """A new namespace named after the test (unique per test; never deleted, see Testbed)."""
+def namespace(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new namespace named after the test; its InferenceServices are deleted at teardown.
+
+    The namespace itself is never deleted (see :meth:`Testbed.create_namespace`).
+    """
     prefix = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40] or "test"
-    return testbed.create_namespace(prefix)
+    name = testbed.create_namespace(prefix)
+    yield name
+    testbed.release_namespace(name)
 
 
 @pytest.fixture

@@ -37,6 +37,8 @@ def test_public_classes_and_functions_are_documented() -> None:
         "kill_pod_process",
         "make_adapter",
         "create_namespace",
+        "release_namespace",
+        "emulator_pids",
         "kubectl",
     ):
         assert getattr(testbed.Testbed, method).__doc__, method

@@ -702,6 +702,8 @@ class InferenceServiceHandle:
             with pod.lock:
                 pod.gone = True
                 pod.running = False
+            pod.process.terminate()  # all at once: they shut down side by side
+        for pod in pods:
             pod.process.stop(_STOP_TIMEOUT)
             if pod.net is not None:
                 pod.net.teardown()
@@ -840,6 +842,19 @@ class PodPlayer:
     def handle(self, namespace: str, name: str) -> InferenceServiceHandle:
         """The handle of a deployed InferenceService; ``KeyError`` if not deployed here."""
         return self.handles[(namespace, name)]
+
+    def release_namespace(self, namespace: str) -> None:
+        """Delete every InferenceService deployed in ``namespace`` (pods, processes and CRs)."""
+        with self._lock:
+            doomed = [h for (ns, _), h in self.handles.items() if ns == namespace]
+        for handle in doomed:
+            handle.delete()
+
+    def emulator_pids(self) -> list[int]:
+        """Process ids of the emulators running now, over every InferenceService."""
+        with self._lock:
+            handles = list(self.handles.values())
+        return [pod.pid for handle in handles for pod in handle.pods() if pod.pid is not None]
 
     def _ensure_loop(self) -> None:
         with self._lock:

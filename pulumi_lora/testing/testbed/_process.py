@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -25,6 +26,8 @@ TAIL_LINES = 40
 """How many trailing log lines a start failure quotes."""
 
 _DROPPED_ENV = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 20000  # ports below are where other local services usually listen
 
 
 class ProcessStartError(RuntimeError):
@@ -45,11 +48,41 @@ class ProcessStartError(RuntimeError):
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing uses right now, below the ephemeral range.
+
+    Client connections take their local ports from the kernel's ephemeral range, so a port
+    picked there can be taken by any outgoing connection between this check and the server's
+    bind ("Address already in use": a pod that never starts). Below the range only servers bind.
+    Falls back to a port the kernel picks where the range leaves no room below it.
+    """
+    low = _ephemeral_range_start()
+    if low - _LOWEST_PORT >= 1000:
+        for _ in range(100):
+            port = _LOWEST_PORT + secrets.randbelow(low - _LOWEST_PORT)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        picked: int = sock.getsockname()[1]
+        return picked
+
+
+def _ephemeral_range_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux default 32768)."""
+    try:
+        return int(_PORT_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    """Whether a listening socket could bind ``127.0.0.1:port`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -137,6 +170,13 @@ class ManagedProcess:
     def failure(self, reason: str) -> ProcessStartError:
         """A :class:`ProcessStartError` for this process, quoting its log's tail."""
         return ProcessStartError(self.what, reason, self.command, tail(self.log_path))
+
+    def terminate(self) -> None:
+        """SIGTERM the process group without waiting (:meth:`stop` waits): stops many at once."""
+        with self._lock:
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                self._signal_group(proc, signal.SIGTERM)
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM the process group, wait up to ``timeout``, then SIGKILL; returns the status."""

@@ -119,6 +119,7 @@ class Testbed:
         self._kubeconfig: Path | None = None
         self._audit_log: Path | None = None
         self._started = False
+        self._namespaces: list[str] = []
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -361,7 +362,7 @@ class Testbed:
         """Create a namespace with a unique name starting with ``prefix``; return its name.
 
         Namespace deletion never finishes without a controller-manager, so tests use a fresh one
-        each instead of cleaning one up.
+        each instead of cleaning one up; :meth:`release_namespace` frees what runs in it.
         """
         base = _DNS_LABEL.sub("-", prefix.lower()).strip("-")[:50] or "test"
         name = f"{base}-{secrets.token_hex(3)}"
@@ -369,7 +370,31 @@ class Testbed:
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
         )
+        with self._lock:
+            self._namespaces.append(name)
         return name
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """The namespaces :meth:`create_namespace` made, oldest first."""
+        with self._lock:
+            return tuple(self._namespaces)
+
+    def release_namespace(self, namespace: str) -> None:
+        """Delete every InferenceService deployed in ``namespace``: pods, processes and CRs.
+
+        What a test calls at its end, so its emulators (each probed ten times a second) do not
+        keep running for the rest of a session. The namespace itself stays (see
+        :meth:`create_namespace`). Does nothing once the testbed is stopped.
+        """
+        player = self._player
+        if player is not None:
+            player.release_namespace(namespace)
+
+    def emulator_pids(self) -> list[int]:
+        """Process ids of the emulators running now (one per pod whose container runs)."""
+        player = self._player
+        return [] if player is None else player.emulator_pids()
 
     # --- pods --------------------------------------------------------------------------------
 

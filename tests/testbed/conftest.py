@@ -1,0 +1,61 @@
+"""The testing kit's own rule, checked after every test here: no emulator outlives its test.
+
+A test's namespace is released at its end (``namespace`` fixture, ``release_test_namespaces``);
+an emulator left running would be probed ten times a second for the rest of the session. The
+check reads ``/proc``, so it sees every emulator this process or its children started, whatever
+the testbed's bookkeeping says.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pulumi_lora.testing.testbed._pods import EMULATOR_MODULE
+
+
+def _descendants() -> set[int]:
+    """Live (non-zombie) descendants of this process."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def live_emulators() -> dict[int, str]:
+    """This process's descendants that run the SGLang emulator: pid → command line."""
+    found = {}
+    for pid in _descendants():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        command = " ".join(part.decode(errors="replace") for part in argv if part)
+        if EMULATOR_MODULE in command:
+            found[pid] = command
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """Once a test's fixtures are torn down, fail its teardown if an emulator still runs."""
+    yield
+    left = live_emulators()
+    assert not left, f"{len(left)} emulator(s) outlived {item.nodeid}: " + "; ".join(
+        f"pid {pid}: {command[:160]}" for pid, command in sorted(left.items())
+    )
