@@ -65,7 +65,7 @@ from pulumi_lora._reconcile import (
 )
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
-from pulumi_lora._shared_views import SharedViews
+from pulumi_lora._shared_views import OwnWrites, SharedViews
 
 #: Field manager for the status this provider writes (the re-sync loop uses its own).
 STATUS_MANAGER = "pulumi-lora-provider"
@@ -245,6 +245,26 @@ LOOK_MAX_AGE_SECONDS = 2.0
 LOOKS: SharedViews[LookKey, TargetLook] = SharedViews(
     LOOK_MAX_AGE_SECONDS, scope_of=lambda key: key.scope
 )
+
+
+@dataclass(frozen=True)
+class CrListing:
+    """Every LoRAAdapter CR of a cluster, as listed from ``started`` (``time.monotonic``) on."""
+
+    started: float
+    crs: tuple[Mapping[str, Any], ...]
+
+
+#: Cluster-wide CR listings shared by this process's collision checks: N creates would
+#: otherwise list every CR N times (quadratic in the fleet).
+CR_LISTINGS: SharedViews[k8s.KubeSource, CrListing] = SharedViews(
+    LOOK_MAX_AGE_SECONDS, scope_of=lambda source: source
+)
+#: The CRs this process applied or deleted (source, namespace, name), laid over those listings
+#: so its own concurrent creates see each other's claims.
+OWN_CRS: OwnWrites[tuple[k8s.KubeSource, str, str], Mapping[str, Any]] = OwnWrites(
+    LOOK_MAX_AGE_SECONDS
+)
 #: The listings of targets and their pods shared by this process's operations (its own loads
 #: change neither, so nothing here invalidates them; their age alone bounds them).
 LISTINGS: SharedViews[Scope, TargetPods] = SharedViews(
@@ -328,9 +348,13 @@ class Session:
         return target
 
     def check_collisions(self, target: k8s.Target, own_uid: str | None) -> None:
-        """Refuse a name another CR claims on this target, or a startup adapter's other path."""
+        """Refuse a name another CR claims on this target, or a startup adapter's other path.
+
+        The CRs come from the listing shared with this process's other operations (at most
+        its max age old, with this process's own writes laid over it).
+        """
         args = self.args
-        for other in self.claims(target, own_uid):
+        for other in self.claims(target, own_uid, shared=True):
             meta = other["metadata"]
             raise NameCollision(
                 args.adapter_name,
@@ -347,10 +371,13 @@ class Session:
                 f"the server's startup --lora-paths ({served[args.adapter_name]})",
             )
 
-    def claims(self, target: k8s.Target, own_uid: str | None) -> list[dict[str, Any]]:
-        """Other LoRAAdapter CRs declaring the same adapter name on the same target."""
+    def claims(
+        self, target: k8s.Target, own_uid: str | None, *, shared: bool = False
+    ) -> list[Mapping[str, Any]]:
+        """Other LoRAAdapter CRs declaring the same adapter name on the same target (listed now,
+        or ``shared``: see ``adapters``)."""
         found = []
-        for cr in k8s.list_adapters(self.kube):
+        for cr in self.adapters() if shared else k8s.list_adapters(self.kube):
             meta, spec = cr.get("metadata") or {}, cr.get("spec") or {}
             ref = spec.get("inferenceServiceRef") or {}
             same_target = (
@@ -368,6 +395,24 @@ class Session:
             ):
                 found.append(cr)
         return found
+
+    def adapters(self) -> list[Mapping[str, Any]]:
+        """Every LoRAAdapter CR of the cluster: the shared listing (bounded age), with the CRs
+        this process applied or deleted since it started laid over it."""
+        listing = CR_LISTINGS.get(self.source, self._list_adapters)
+        crs = {_cr_key(cr): cr for cr in listing.crs}
+        for (source, namespace, name), cr in OWN_CRS.since(listing.started).items():
+            if source != self.source:
+                continue
+            if cr is None:
+                crs.pop((namespace, name), None)
+            else:
+                crs[(namespace, name)] = cr
+        return list(crs.values())
+
+    def _list_adapters(self) -> CrListing:
+        started = time.monotonic()
+        return CrListing(started, tuple(k8s.list_adapters(self.kube)))
 
     def list_target(self) -> TargetPods:
         """List the target now: the InferenceService (None when it can't be used), its pods."""
@@ -527,7 +572,14 @@ class Session:
         manifest = k8s.adapter_manifest(
             self.args.namespace, self.args.cr_name, self.args.spec().wire(), notes
         )
-        return k8s.apply_adapter(self.kube, manifest)
+        applied = k8s.apply_adapter(self.kube, manifest)
+        OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), applied)
+        return applied
+
+    def delete_cr(self) -> None:
+        """Delete the CR and wait until it is gone (recorded for the shared listings)."""
+        k8s.delete_adapter(self.kube, self.args.namespace, self.args.cr_name)
+        OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), None)
 
     def load_everywhere(
         self,
@@ -702,7 +754,7 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
                 "the CR is kept so the delete can be retried",
                 unloading=True,
             )
-    k8s.delete_adapter(session.kube, args.namespace, args.cr_name)
+    session.delete_cr()
 
 
 def await_delegated(session: Session, cr: Mapping[str, Any], poll: float = 0.5) -> AdapterState:
@@ -810,6 +862,11 @@ def ensure_reachable(args: AdapterArgs, api_key: str | None) -> None:
         )
 
 
+def _cr_key(cr: Mapping[str, Any]) -> tuple[str, str]:
+    meta = cr.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
 def _pod_url(pod: k8s.PodEndpoint) -> str:
     host = f"[{pod.ip}]" if pod.ip and ":" in pod.ip else pod.ip
     return f"http://{host}:{pod.port}"
@@ -828,7 +885,7 @@ def _remove_cr_patiently(session: Session, patience: float = 30.0) -> None:
     deadline = time.monotonic() + patience
     while True:
         try:
-            k8s.delete_adapter(session.kube, session.args.namespace, session.args.cr_name)
+            session.delete_cr()
             return
         except _RETRY_DELETE_ON as exc:
             if time.monotonic() >= deadline:

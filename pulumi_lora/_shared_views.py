@@ -106,3 +106,33 @@ class SharedViews(Generic[K, V]):
             self._generations[scope] = self._generations.get(scope, 0) + 1
             for key in [k for k in self._looks if self._scope_of(k) == scope]:
                 del self._looks[key]
+
+
+class OwnWrites(Generic[K, V]):
+    """What this process itself wrote, and when: laid over a shared listing taken before it.
+
+    A listing shared for its max age can predate this process's own writes; invalidating it on
+    every write would make each of N concurrent creates list again. Instead, each write is
+    recorded (``None``: deleted) and ``since(started)`` returns the writes a listing that
+    started then may lack. Writes older than ``keep`` (the listing's max age) can't matter to a
+    listing still in use and are forgotten. Thread-safe.
+    """
+
+    def __init__(self, keep: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.keep = keep
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._writes: dict[K, tuple[float, V | None]] = {}
+
+    def record(self, key: K, value: V | None) -> None:
+        """This process just wrote ``value`` at ``key`` (None: deleted it)."""
+        now = self._clock()
+        with self._lock:
+            self._writes[key] = (now, value)
+            for old in [k for k, (at, _) in self._writes.items() if now - at > self.keep]:
+                del self._writes[old]
+
+    def since(self, started: float) -> dict[K, V | None]:
+        """The writes that finished at or after ``started`` (a listing's start), by key."""
+        with self._lock:
+            return {k: v for k, (at, v) in self._writes.items() if at >= started}

@@ -1,16 +1,19 @@
-"""SharedViews: bounded age, invalidation by own writes (even mid-look), single flight."""
+"""SharedViews: bounded age, invalidation by own writes (even mid-look), single flight;
+OwnWrites laid over a shared CR listing, so N creates list once and still see their own CRs."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
+from pulumi_lora import _cluster as k8s
 from pulumi_lora import _operations as ops
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._shared_views import SharedViews
+from pulumi_lora._shared_views import OwnWrites, SharedViews
 
 
 class Clock:
@@ -167,6 +170,92 @@ class TestOperationsInvalidateTheirTarget:
         session.execute(None, [], {})
         assert ops.LOOKS.get(key, lambda: second) is second
         assert ops.LOOKS.get(other, lambda: second) is first
+
+
+class TestOwnWrites:
+    def test_writes_since_a_listing_started_are_laid_over_it(self) -> None:
+        clock = Clock()
+        writes: OwnWrites[str, int] = OwnWrites(2.0, clock=clock)
+        writes.record("before", 1)
+        clock.now += 0.5
+        started = clock.now
+        writes.record("after", 2)
+        writes.record("gone", None)
+        assert writes.since(started) == {"after": 2, "gone": None}
+
+    def test_writes_older_than_any_usable_listing_are_forgotten(self) -> None:
+        clock = Clock()
+        writes: OwnWrites[str, int] = OwnWrites(2.0, clock=clock)
+        writes.record("old", 1)
+        clock.now += 2.5
+        writes.record("new", 2)
+        assert writes.since(0.0) == {"new": 2}
+
+
+def cr(namespace: str, name: str, adapter: str, target: str = "llama") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
+        "spec": {"name": adapter, "path": "/a", "inferenceServiceRef": {"name": target}},
+    }
+
+
+class TestCollisionChecksShareOneListing:
+    """N creates list the cluster's CRs once per max age, and still see their own writes."""
+
+    @pytest.fixture
+    def listed(self, monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
+        """What the cluster lists, one entry per LIST request made."""
+        calls: list[list[dict[str, Any]]] = []
+        stored = [cr("models", "other", "chat-lora")]
+
+        def list_adapters(_client: object, _namespace: str | None = None) -> list[dict[str, Any]]:
+            calls.append(list(stored))
+            return list(stored)
+
+        monkeypatch.setattr(k8s, "list_adapters", list_adapters)
+        monkeypatch.setattr(ops.Session, "kube", property(lambda _self: None))
+        return calls
+
+    @staticmethod
+    def session(adapter: str, name: str, kubeconfig: str = "/bench") -> ops.Session:
+        args = AdapterArgs(
+            adapter_name=adapter,
+            path="/a",
+            inference_service="llama",
+            namespace="models",
+            resource_name=name,
+        )
+        return ops.Session(args, ops.ProviderConfig(kubeconfig=kubeconfig))
+
+    def test_one_listing_serves_many_checks_and_own_writes_are_seen(
+        self, listed: list[list[dict[str, Any]]]
+    ) -> None:
+        target = k8s.Target("models", "llama", "sglang", 1)
+        first = self.session("sql-lora", "first", kubeconfig="/own-writes")
+        assert first.claims(target, None, shared=True) == []
+        ops.OWN_CRS.record((first.source, "models", "first"), cr("models", "first", "sql-lora"))
+        second = self.session("sql-lora", "second", kubeconfig="/own-writes")
+        claimed = second.claims(target, None, shared=True)
+        assert [c["metadata"]["name"] for c in claimed] == ["first"]
+        ops.OWN_CRS.record((first.source, "models", "first"), None)
+        assert second.claims(target, None, shared=True) == []
+        assert len(listed) == 1
+
+    def test_own_writes_on_another_cluster_are_not_laid_over(
+        self, listed: list[list[dict[str, Any]]]
+    ) -> None:
+        target = k8s.Target("models", "llama", "sglang", 1)
+        elsewhere = self.session("sql-lora", "first", kubeconfig="/elsewhere")
+        ops.OWN_CRS.record((elsewhere.source, "models", "first"), cr("models", "first", "sql-lora"))
+        here = self.session("sql-lora", "second", kubeconfig="/here")
+        assert here.claims(target, None, shared=True) == []
+
+    def test_a_fresh_check_lists_every_time(self, listed: list[list[dict[str, Any]]]) -> None:
+        target = k8s.Target("models", "llama", "sglang", 1)
+        session = self.session("chat-lora", "mine", kubeconfig="/fresh")
+        assert len(session.claims(target, None)) == 1
+        assert len(session.claims(target, None)) == 1
+        assert len(listed) == 2
 
 
 def _wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
