@@ -45,7 +45,7 @@ from pulumi_lora._resync._settings import ResyncSettings
 from pulumi_lora._resync._status import EVICTED_REASON
 from pulumi_lora._resync._views import AdapterCR, Key, SecretRef, adapter_from_object, object_key
 from pulumi_lora._resync._worker import PodWorker
-from pulumi_lora._resync._world import AdapterTask, PodState, World
+from pulumi_lora._resync._world import AdapterTask, PodState, Unload, World
 from pulumi_lora._resync._writer import StatusWriter
 
 
@@ -324,6 +324,15 @@ class Controller:
         if work.empty:
             return
         started = time.monotonic()
+        streamed: dict[int, PodOutcome] = {}
+
+        def as_it_happens(task: AdapterTask, outcome: PodOutcome) -> None:
+            """Record each outcome when it comes, so statuses (and their Events) are written
+            while the rest of the run goes on; not where a later load may evict this one."""
+            if self.world.pods.get(worker.key) is state:
+                streamed[len(streamed)] = outcome
+                self._record_results(state, [(task, outcome)], reason, datetime.now(UTC))
+
         run = await run_pod(
             state.facts,
             work,
@@ -331,6 +340,7 @@ class Controller:
             timeouts=self.settings.timeouts,
             still_permitted=self._permitted,
             settled=state.settled,
+            on_result=None if self.world.may_evict(state.facts.target) else as_it_happens,
         )
         if self.world.pods.get(worker.key) is not state:
             logs.event(
@@ -342,15 +352,50 @@ class Controller:
         state.settled = run.settled
         if run.untouched:
             return  # exactly as the last clean run left it: every outcome stands
-        self._record(state, run, reason, datetime.now(UTC))
+        late = [r for i, r in enumerate(run.results) if streamed.get(i) is not r[1]]
+        self._record(state, late, run.unloaded, reason, datetime.now(UTC))
         self._after_run(
             worker, state=state, run=run, reason=reason, started=started, declared=work.declared
         )
 
-    def _record(self, state: PodState, run: PodRun, reason: ReloadReason, now: datetime) -> None:
+    def _record(
+        self,
+        state: PodState,
+        results: list[tuple[AdapterTask, PodOutcome]],
+        unloaded: list[tuple[Unload, PodOutcome]],
+        reason: ReloadReason,
+        now: datetime,
+    ) -> None:
+        """What a run did that was not recorded as it happened: its adapters' outcomes (all of
+        them, where evictions are possible) and its unloads."""
+        self._record_results(state, results, reason, now)
+        pod = state.facts.name
+        for unload, outcome in unloaded:
+            if outcome.error:
+                self.metrics.failures.labels(outcome.reason).inc()
+                continue
+            state.unloads.pop(unload.name, None)
+            if outcome.did_unload:
+                self.metrics.unloads.labels(reason.value).inc()
+                self.events.record(
+                    unload.source,
+                    "AdapterUnloaded",
+                    f"unloaded {unload.name} from {PODS}: its LoRAAdapter was deleted",
+                    pod=pod,
+                )
+
+    def _record_results(
+        self,
+        state: PodState,
+        results: list[tuple[AdapterTask, PodOutcome]],
+        reason: ReloadReason,
+        now: datetime,
+    ) -> None:
+        """Keep adapters' outcomes on a pod, count them, gather their Events, and mark the CRs
+        whose status they change."""
         key, pod = state.facts.key, state.facts.name
         touched: set[Key] = set()
-        for task, outcome in run.results:
+        for task, outcome in results:
             if self.world.record(key, task, outcome):
                 touched.add(task.cr)
             cr = self.world.crs.get(task.cr)
@@ -364,19 +409,6 @@ class Controller:
             if cr is not None:
                 self._report(
                     cr.raw, key=task.cr, pod=pod, outcome=outcome, reason=reason, path=task.path
-                )
-        for unload, outcome in run.unloaded:
-            if outcome.error:
-                self.metrics.failures.labels(outcome.reason).inc()
-                continue
-            state.unloads.pop(unload.name, None)
-            if outcome.did_unload:
-                self.metrics.unloads.labels(reason.value).inc()
-                self.events.record(
-                    unload.source,
-                    "AdapterUnloaded",
-                    f"unloaded {unload.name} from {PODS}: its LoRAAdapter was deleted",
-                    pod=pod,
                 )
         self.statuses.mark(touched)
 

@@ -134,11 +134,14 @@ async def run_pod(
     timeouts: ClientTimeouts,
     still_permitted: Callable[[AdapterTask], bool],
     settled: Settled | None = None,
+    on_result: Callable[[AdapterTask, PodOutcome], None] | None = None,
 ) -> PodRun:
     """Apply ``work`` on one pod and return what happened (never raises for SGLang errors).
 
     ``settled`` is what the pod's last clean run left; when ``/v1/models`` shows the same again,
-    the run stops there (``untouched``).
+    the run stops there (``untouched``). ``on_result`` is told each adapter's outcome as soon as
+    it is known (an outcome it was told is replaced in ``results`` only if a later load of the
+    run evicted that adapter).
     """
     run = PodRun()
     keys: dict[SecretRef, str | PulumiLoRAError] = {}
@@ -178,6 +181,8 @@ async def run_pod(
             if outcome.reason == "Unauthorized" and task.api_key is not None:
                 run.unauthorized.add(task.api_key)
             run.results.append((task, outcome))
+            if on_result is not None:
+                on_result(task, outcome)
         for unload in work.unloads:
             client = client_for(unload.api_key)
             if isinstance(client, PulumiLoRAError):

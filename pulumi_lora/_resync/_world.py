@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pulumi_lora._errors import NameCollision
-from pulumi_lora._reconcile import Availability, PodOutcome, startup_adapters
+from pulumi_lora._reconcile import Availability, PodOutcome, extra_arg_value, startup_adapters
 from pulumi_lora._resync._decide import (
     RECOVERY_REASONS,
     CapacityNote,
@@ -205,6 +205,13 @@ class World:
     def startup_of(target: Target) -> dict[str, str]:
         """Adapters the target's servers load at start (their ``--lora-paths``)."""
         return startup_adapters(target.extra_args, target.sglang_adapters)
+
+    def may_evict(self, target: Key) -> bool:
+        """Whether the target's servers may evict adapters when others load: only with
+        ``--max-loaded-loras`` (or an unknown target). Elsewhere an outcome a load returned
+        stands for the rest of the run, so it can be reported at once."""
+        known = self.targets.get(target)
+        return known is None or extra_arg_value(known.extra_args, "--max-loaded-loras") is not None
 
     # --- targets and pods -------------------------------------------------------------------
 

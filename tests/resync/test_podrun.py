@@ -68,7 +68,12 @@ def work(
 
 
 def run(
-    server: EmulatorServer, plan: PodWork, *, key: str | Exception = "k", allowed: bool = True
+    server: EmulatorServer,
+    plan: PodWork,
+    *,
+    key: str | Exception = "k",
+    allowed: bool = True,
+    on_result: Any = None,
 ) -> PodRun:
     async def read_key(ref: SecretRef) -> str:
         if isinstance(key, Exception):
@@ -82,6 +87,7 @@ def run(
             read_key=read_key,
             timeouts=ClientTimeouts(),
             still_permitted=lambda t: allowed,
+            on_result=on_result,
         )
     )
 
@@ -103,6 +109,18 @@ def test_loads_keeps_and_swaps(start: Any) -> None:
     outcome = swapped.results[0][1]
     assert outcome.did_unload and outcome.did_load and outcome.loaded
     assert served(server) == {"a": "/adapters/a2", "b": "/adapters/b"}
+
+
+def test_each_outcome_is_told_as_soon_as_it_is_known(start: Any) -> None:
+    server = start()
+    told: list[tuple[str, bool, dict[str, str]]] = []
+
+    def on_result(task: AdapterTask, outcome: Any) -> None:
+        told.append((task.name, outcome.loaded, served(server)))  # the server, at that moment
+
+    done = run(server, work(task("a"), task("b")), on_result=on_result)
+    assert told == [("a", True, {"a": "/adapters/a"}), ("b", True, served(server))]
+    assert [t.name for t, _ in done.results] == ["a", "b"]
 
 
 def test_an_eviction_within_the_run_is_caught_and_later_skipped(start: Any) -> None:

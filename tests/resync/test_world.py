@@ -147,6 +147,13 @@ class TestPodWork:
         assert w.pods[key].capacity is None
 
 
+class TestEvictions:
+    def test_only_a_load_limit_lets_a_later_load_evict_an_earlier_one(self) -> None:
+        assert not world().may_evict(("models", "llama"))
+        assert world(extra_args=("--max-loaded-loras", "4")).may_evict(("models", "llama"))
+        assert world().may_evict(("models", "unknown"))  # nothing known: assume it may
+
+
 class TestOutcomes:
     def test_a_status_waits_for_every_serving_pod_at_this_generation(self) -> None:
         a = cr("a")
