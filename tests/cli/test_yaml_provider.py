@@ -47,7 +47,8 @@ def yaml_engine(tmp_path: Path, user_venv: UserVenv) -> LocalEngine:
 
 def test_the_plugin_serves_the_committed_schema(yaml_engine: LocalEngine, tmp_path: Path) -> None:
     runner = yaml_engine.project(tmp_path)
-    served = json.loads(runner.pulumi("package", "get-schema", str(PROVIDER)).stdout)
+    entry = PROVIDER / "pulumi-resource-pulumi-lora"  # the folder needs a PulumiPlugin.yaml
+    served = json.loads(runner.pulumi("package", "get-schema", str(entry)).stdout)
     committed = json.loads((PROVIDER / "schema.json").read_text())
     assert served["resources"] == committed["resources"]
     assert served["types"] == committed["types"]
