@@ -1,0 +1,52 @@
+// One LoRAAdapter from TypeScript: the component the Python package defines, served by the
+// plugin in ../../provider (Pulumi.yaml names it under plugins.providers).
+import * as pulumi from "@pulumi/pulumi";
+
+/** The inputs of pulumi-lora:index:LoRAAdapter (../../provider/schema.json). */
+interface LoRAAdapterArgs {
+    adapterName: pulumi.Input<string>;
+    path: pulumi.Input<string>;
+    inferenceService: pulumi.Input<string>;
+    namespace?: pulumi.Input<string>;
+    pinned?: pulumi.Input<boolean>;
+    readinessPolicy?: pulumi.Input<"AllReadyPods" | "AnyReadyPod">;
+}
+
+/** One pod's view of the adapter (the `pods` output). */
+interface PodStatus {
+    pod: string;
+    ready: boolean;
+    loaded: boolean;
+    path?: string;
+    reason?: string;
+    error?: string;
+    since?: string;
+}
+
+/**
+ * A remote component: the engine asks the plugin to construct it (the last argument of the
+ * super call), and the outputs named in the props arrive on the instance. A generated SDK
+ * (`pulumi package add`) would write this class; the language host built here cannot generate.
+ */
+class LoRAAdapter extends pulumi.ComponentResource {
+    public readonly loaded!: pulumi.Output<boolean>;
+    public readonly pods!: pulumi.Output<PodStatus[]>;
+    public readonly crName!: pulumi.Output<string>;
+
+    constructor(name: string, args: LoRAAdapterArgs, opts?: pulumi.ComponentResourceOptions) {
+        const outputs = { loaded: undefined, pods: undefined, crName: undefined };
+        super("pulumi-lora:index:LoRAAdapter", name, { ...args, ...outputs }, opts, true);
+    }
+}
+
+const config = new pulumi.Config();
+const sql = new LoRAAdapter("sql", {
+    adapterName: "sql-lora",
+    path: "/adapters/sql-lora",
+    inferenceService: config.get("inferenceService") ?? "llama",
+    namespace: config.get("namespace") ?? "models",
+});
+
+export const loaded = sql.loaded;
+export const pods = sql.pods;
+export const crName = sql.crName;
