@@ -1,0 +1,137 @@
+"""A fleet's operations share one look at the target, and the sharing hides no drift.
+
+On the real engine: a refresh of many adapters lists the target's pods once per look (not once
+per adapter), drift made out of band before a command is seen by it, and this process's own
+loads retire the looks they make stale.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi import automation as auto
+
+from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
+from pulumi_lora._operations import LOOK_MAX_AGE_SECONDS, ProviderConfig
+from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
+from tests.e2e.conftest import emulator_post, served
+
+ADAPTERS = 10
+
+
+class AuditCounter:
+    """Requests the apiserver answered about one namespace from now on (its audit log)."""
+
+    def __init__(self, log: Path | None, namespace: str) -> None:
+        assert log is not None, "the testbed runs with its audit log on"
+        self.log, self.namespace = log, namespace
+        self.offset = log.stat().st_size
+
+    def count(self, verb: str, resource: str) -> int:
+        """How many ``verb`` requests on ``resource`` in the namespace since construction."""
+        found = 0
+        with self.log.open("rb") as lines:
+            lines.seek(self.offset)
+            for line in lines:
+                event = json.loads(line)
+                ref = event.get("objectRef") or {}
+                found += (
+                    event.get("stage") == "ResponseComplete"
+                    and event.get("verb") == verb
+                    and ref.get("resource") == resource
+                    and ref.get("namespace") == self.namespace
+                )
+        return found
+
+
+def fleet_stack(engine: LocalEngine, testbed: Testbed, namespace: str) -> auto.Stack:
+    paths = [testbed.make_adapter(f"fleet-{i}") for i in range(ADAPTERS)]
+
+    def program() -> None:
+        for i, path in enumerate(paths):
+            adapter = LoRAAdapter(
+                f"a{i}",
+                LoRAAdapterArgs(
+                    adapter_name=f"fleet-{i}",
+                    path=path,
+                    inference_service="llama",
+                    namespace=namespace,
+                ),
+            )
+            pulumi.export(f"a{i}_loaded", adapter.loaded)
+
+    stack = engine.inline_stack("lora-fleet", "fleet", program)
+    stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
+    return stack
+
+
+def drift_seen(stack: auto.Stack) -> bool:
+    """`pulumi preview --refresh --expect-no-changes` fails exactly when drift is seen."""
+    try:
+        stack.preview(refresh=True, expect_no_changes=True)
+    except auto.errors.CommandError:
+        return True
+    return False
+
+
+def test_a_fleet_refresh_shares_its_look_and_drift_is_still_seen(
+    engine: LocalEngine, testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
+) -> None:
+    stack = fleet_stack(engine, testbed, namespace)
+    assert stack.up().summary.resource_changes == {"create": 1 + 2 * ADAPTERS}
+
+    audit = AuditCounter(testbed.audit_log_path, namespace)
+    start = time.monotonic()
+    stack.refresh()
+    looks_allowed = 1 + int((time.monotonic() - start) / LOOK_MAX_AGE_SECONDS)
+    assert audit.count("get", "loraadapters") >= ADAPTERS  # each CR is read afresh
+    for verb, resource in (("list", "pods"), ("get", "inferenceservices")):
+        assert 1 <= audit.count(verb, resource) <= min(looks_allowed, ADAPTERS - 1)
+
+    # Drift made just before a command is seen by it: an unload on one pod, a restart of another.
+    first, second = isvc.ready_pods()[:2]
+    emulator_post(first.url, "/unload_lora_adapter", {"lora_name": "fleet-3"})
+    assert drift_seen(stack)
+    testbed.restart_pod(namespace, second.name)
+    isvc.wait_ready(timeout=30)
+    assert drift_seen(stack)
+    healed = stack.up().summary.resource_changes or {}
+    assert healed.get(auto.OpType.UPDATE) == ADAPTERS
+    assert all(len(adapters) == ADAPTERS for adapters in served(isvc).values())
+    assert not drift_seen(stack)
+    stack.destroy()
+
+
+def props(namespace: str, name: str, path: str) -> dict[str, Any]:
+    return {
+        "adapter_name": name,
+        "path": path,
+        "inference_service": "llama",
+        "namespace": namespace,
+    }
+
+
+def test_own_loads_retire_the_shared_look(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+) -> None:
+    """A look taken before this process loaded an adapter must not make its diff see drift."""
+    p = LoRAAdapterProvider()
+    p._config = config
+    first = p.create(props(namespace, "look-a", testbed.make_adapter("look-a")))
+    first_outs = first.outs or {}
+    looked = p.read(first.id, first_outs).outs or {}  # the look now shared
+    assert all(pod["loaded"] for pod in looked["pods"])
+    path_b = testbed.make_adapter("look-b")
+    second = p.create(props(namespace, "look-b", path_b))
+    second_outs = second.outs or {}
+    assert not p.diff(second.id, second_outs, props(namespace, "look-b", path_b)).changes
+    read = p.read(second.id, second_outs).outs or {}
+    assert all(pod["loaded"] and pod["path"] == path_b for pod in read["pods"])
+    p.delete(first.id, first_outs)
+    p.delete(second.id, second_outs)
