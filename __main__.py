@@ -1,7 +1,7 @@
 """The demo stack: two adapters on every Ready pod of one SGLang InferenceService.
 
-``pulumi up`` here (with the CLI and its Python language host), or ``bash scripts/demo.sh``,
-which runs this same program through the Automation API against the local testbed.
+``pulumi up`` here with ``.venv`` activated (the README's quickstart, in this folder), or ``bash
+scripts/demo.sh``, which types those same ``pulumi`` commands against the local testbed.
 """
 
 import pulumi
