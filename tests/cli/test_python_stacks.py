@@ -228,10 +228,7 @@ def test_fleet_example(project: Project, testbed: Testbed, namespace: str) -> No
         assert {(r[0], r[2], r[3], r[5]) for r in rows if r[4] == "yes"} == expected
         assert len(rows) == len(expected)
 
-    try:
-        run_scenario(Scenario(runner, services, declared, key, check), testbed)
-    finally:
-        testbed.release_namespace(namespaces["support"])
+    run_scenario(Scenario(runner, services, declared, key, check), testbed)
 
 
 def test_drift_check_on_a_cli_managed_stack(
