@@ -18,13 +18,20 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from pulumi_lora.testing.engine import LocalEngine, ProjectDir
 from pulumi_lora.testing.fixtures import missing_real_part
-from pulumi_lora.testing.testbed import BinaryNotFoundError, Testbed, find_binary
+from pulumi_lora.testing.testbed import (
+    BinaryNotFoundError,
+    InferenceServiceHandle,
+    Testbed,
+    find_binary,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -84,6 +91,28 @@ def cli_engine(tmp_path: Path) -> LocalEngine:
         missing_real_part(str(exc))
 
 
+@pytest.fixture
+def consumer_engine(tmp_path: Path, user_venv: UserVenv) -> LocalEngine:
+    """A private installation for a program of another language that uses ``provider/``: its
+    shell names the Python that serves the plugin and the dynamic child (``PULUMI_PYTHON_CMD``,
+    the user venv's), and, offline, resolves no package in Pulumi's registry."""
+    return LocalEngine(
+        tmp_path / "consumer-engine",
+        extra_env={
+            "PULUMI_PYTHON_CMD": str(user_venv.path / "bin" / "python"),
+            "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+        },
+    )
+
+
+def require_program(name: str) -> None:
+    """A language host or tool the test runs; missing, it skips (fails under ``CI=true``)."""
+    try:
+        find_binary(name)
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
+
+
 Project = Callable[..., ProjectDir]
 
 
@@ -122,3 +151,13 @@ def project(
     yield make
     for runner in made:
         runner.pulumi("destroy", "--yes", "--skip-preview", check=False)
+
+
+def served(handle: InferenceServiceHandle, key: str = "") -> dict[str, dict[str, str]]:
+    """Every Ready pod's adapters (name → path), read from its own ``/v1/models``."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    result = {}
+    for pod in handle.ready_pods():
+        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", headers=headers, timeout=5).json()
+        result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
+    return result

@@ -19,7 +19,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -30,19 +30,9 @@ from pulumi_lora import __version__
 from pulumi_lora.testing.engine import LocalEngine, ProjectDir
 from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
 
-from .conftest import EXAMPLES, ROOT, Project, UserVenv
+from .conftest import EXAMPLES, ROOT, Project, UserVenv, served
 
 pytestmark = pytest.mark.full
-
-
-def served(handle: InferenceServiceHandle, key: str) -> dict[str, dict[str, str]]:
-    """Every Ready pod's adapters (name → path), read from its own ``/v1/models``."""
-    result = {}
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    for pod in handle.ready_pods():
-        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", headers=headers, timeout=5).json()
-        result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
-    return result
 
 
 @dataclass
@@ -54,8 +44,7 @@ class Scenario:
     declared: dict[str, dict[str, str]]
     """Per service (``namespace/name``): adapter → path."""
     key: str
-    check_outputs: Callable[[dict[str, Any], Scenario], None]
-    namespaces: list[str] = field(default_factory=list)
+    check_outputs: Callable[[dict[str, Any]], None]
 
     def pods_serve(self, expected: Callable[[str], dict[str, str]]) -> bool:
         return all(
@@ -80,7 +69,7 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
 
     runner.pulumi("up", "--yes", "--skip-preview")
     assert scenario.pods_serve(lambda service: scenario.declared[service])
-    scenario.check_outputs(runner.outputs(), scenario)
+    scenario.check_outputs(runner.outputs())
     clean = runner.pulumi("preview", "--refresh", "--expect-no-changes")
     assert clean.returncode == 0
 
@@ -104,7 +93,7 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
     assert scenario.pods_serve(lambda service: scenario.declared[service])
     runner.pulumi("refresh", "--yes", "--skip-preview")
     assert runner.pulumi("preview", "--expect-no-changes").returncode == 0
-    scenario.check_outputs(runner.outputs(), scenario)
+    scenario.check_outputs(runner.outputs())
 
     exported = runner.pulumi("stack", "export").stdout
     assert scenario.key not in exported
@@ -133,7 +122,7 @@ def test_root_stack(project: Project, testbed: Testbed, namespace: str) -> None:
     runner.pulumi("config", "set", "inferenceService", "llama")
     service = f"{namespace}/llama"
 
-    def check(outputs: dict[str, Any], scenario: Scenario) -> None:
+    def check(outputs: dict[str, Any]) -> None:
         adapters = served(handle, key)
         for short in ("sql", "chat"):
             assert outputs[f"{short}_loaded"] is True
@@ -168,7 +157,7 @@ def test_readme_quickstart_as_written(project: Project, testbed: Testbed, namesp
     swaps = {"~/.kube/config": str(testbed.kubeconfig_path), "models": namespace}
 
     def loaded_everywhere() -> bool:
-        return all(a == {"sql-lora": path} for a in served(handle, "").values())
+        return all(a == {"sql-lora": path} for a in served(handle).values())
 
     for line in lines[3:]:
         argv = [swaps.get(word, word) for word in shlex.split(line)]
@@ -194,7 +183,7 @@ def test_readme_quickstart_as_written(project: Project, testbed: Testbed, namesp
             runner.pulumi("refresh", "--yes")
             runner.pulumi(*argv[1:])  # clean again
     assert argv[1:] == ["destroy", "--yes"]
-    assert all(a == {} for a in served(handle, "").values())
+    assert all(a == {} for a in served(handle).values())
     listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
     assert listed.returncode == 0 and listed.stdout.strip() == "", listed.stderr
 
@@ -213,7 +202,7 @@ def test_fleet_example(project: Project, testbed: Testbed, namespace: str) -> No
     runner = project(EXAMPLES / "fleet")
     (runner.path / "adapters.yaml").write_text(yaml.safe_dump(data))  # the test's namespaces
 
-    def check(outputs: dict[str, Any], scenario: Scenario) -> None:
+    def check(outputs: dict[str, Any]) -> None:
         keys = {
             f"{s.split('/')[0]}/{name}" for s, adapters in declared.items() for name in adapters
         }
@@ -259,7 +248,7 @@ def test_drift_check_on_a_cli_managed_stack(
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     assert "differs from the cluster in 1 resource(s)" in drifted.stdout
     runner.pulumi("up", "--yes", "--skip-preview")
-    assert all(a == {"sql-lora": path} for a in served(handle, "").values())
+    assert all(a == {"sql-lora": path} for a in served(handle).values())
     assert drift_check().returncode == 0
 
 

@@ -10,46 +10,22 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from pulumi_lora.testing.engine import LocalEngine
-from pulumi_lora.testing.fixtures import missing_real_part
-from pulumi_lora.testing.testbed import BinaryNotFoundError, Testbed, find_binary
+from pulumi_lora.testing.testbed import Testbed
 
-from .conftest import EXAMPLES, ROOT, UserVenv
+from .conftest import EXAMPLES, ROOT, require_program, served
 
 pytestmark = pytest.mark.full
 
 
-@pytest.fixture
-def ts_engine(tmp_path: Path, user_venv: UserVenv) -> LocalEngine:
-    """A private installation whose shell names the plugin's Python (``PULUMI_PYTHON_CMD``)."""
-    try:
-        find_binary("pulumi-language-nodejs")
-        if shutil.which("npm") is None:
-            raise BinaryNotFoundError("npm", [])
-        return LocalEngine(
-            tmp_path / "engine",
-            extra_env={"PULUMI_PYTHON_CMD": str(user_venv.path / "bin" / "python")},
-        )
-    except BinaryNotFoundError as exc:
-        missing_real_part(str(exc))
-
-
-def served(pods: list[Any]) -> dict[str, dict[str, str]]:
-    result = {}
-    for pod in pods:
-        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=5).json()
-        result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
-    return result
-
-
 def test_typescript_example_up_and_destroy(
-    ts_engine: LocalEngine, testbed: Testbed, namespace: str, tmp_path: Path
+    consumer_engine: LocalEngine, testbed: Testbed, namespace: str, tmp_path: Path
 ) -> None:
+    require_program("pulumi-language-nodejs")
+    require_program("npm")
     path = testbed.make_adapter("sql-lora")
     handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
     handle.wait_ready(timeout=60)
@@ -65,7 +41,7 @@ def test_typescript_example_up_and_destroy(
         check=False,
     )
     assert npm.returncode == 0, npm.stdout + npm.stderr
-    runner = ts_engine.project(folder)
+    runner = consumer_engine.project(folder)
     runner.pulumi("stack", "init", "dev")
     runner.pulumi("config", "set", "pulumi-lora:kubeconfig", str(testbed.kubeconfig_path))
     runner.pulumi("config", "set", "namespace", namespace)
@@ -76,9 +52,9 @@ def test_typescript_example_up_and_destroy(
         assert outputs["crName"] == "sql-lora"
         by_pod = {p["pod"]: p["path"] for p in outputs["pods"] if p["loaded"]}
         assert by_pod == {pod.name: path for pod in handle.ready_pods()}
-        assert all(a == {"sql-lora": path} for a in served(handle.ready_pods()).values())
+        assert all(a == {"sql-lora": path} for a in served(handle).values())
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
-    assert all(a == {} for a in served(handle.ready_pods()).values())
+    assert all(a == {} for a in served(handle).values())
     listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
     assert listed.returncode == 0 and listed.stdout.strip() == "", listed.stderr
