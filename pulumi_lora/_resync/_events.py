@@ -27,8 +27,9 @@ EVENT_QUEUE = 2000
 #: Seconds during which Events of one kind about one CR are merged into one.
 EVENT_WINDOW = 1.0
 #: Longest an Event about a CR whose pass is under way is held back (a pod stuck in a slow run
-#: must not hold back what the others did).
-EVENT_HOLD = 30.0
+#: must not hold back what the others did). Longer than an initial sync of 1,000 CRs on a busy
+#: machine (about a minute, measured), where pods waiting for a slot keep passes open.
+EVENT_HOLD = 120.0
 #: Stands for the pods in an Event's message until the Event is sent.
 PODS = "{pods}"
 

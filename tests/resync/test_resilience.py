@@ -9,11 +9,19 @@ import pytest
 from _resync_harness import Cluster, LoopProcess, emulator, everywhere, served, wait_until
 from conftest import TEST_LEASE, Identity, LoopFactory
 
+from pulumi_lora._resync._settings import DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE
+
 
 @pytest.mark.parametrize(
     "lease",
     [
-        pytest.param({"--lease-duration": "60", "--lease-renew-deadline": "45"}, id="keeps-lease"),
+        pytest.param(
+            {
+                "--lease-duration": str(DEFAULT_LEASE_DURATION),
+                "--lease-renew-deadline": str(DEFAULT_RENEW_DEADLINE),
+            },
+            id="default-lease-keeps-it",
+        ),
         pytest.param({}, id="loses-lease"),
     ],
 )
@@ -22,10 +30,11 @@ def test_the_loop_recovers_from_an_apiserver_restart(
 ) -> None:
     """The apiserver drains for 15 s on SIGTERM (the testbed then kills it) and comes back.
 
-    With a Lease that outlives the outage the leader keeps acting and its watches must resume
-    (re-watch, then 410 → relist → diff); with the tests' 3 s Lease it stops acting within the
-    renew deadline and starts over as leader once the apiserver answers again. Either way a pod
-    restarted during the outage, and a CR created after it, are handled.
+    With the default Lease (its 30 s renew deadline outlives the outage) the leader keeps acting
+    and its watches must resume (re-watch, then 410 → relist → diff); with the tests' 3 s Lease
+    it stops acting within the renew deadline and starts over as leader once the apiserver
+    answers again. Either way a pod restarted during the outage, and a CR created after it, are
+    handled.
     """
     handle = cluster.deploy(replicas=2)
     a = cluster.tb.make_adapter("sql-a")
