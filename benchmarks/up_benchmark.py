@@ -38,6 +38,7 @@ import os
 import re
 import resource
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,6 +79,35 @@ class Size:
         return f"{self.adapters} adapters x {self.pods} pods, {self.latency * 1000:.0f} ms/load"
 
 
+class ProviderWatch:
+    """CPU seconds of the engine's dynamic-provider processes (``python -m pulumi.dynamic``),
+    polled from ``/proc`` while they live (each is gone, and its CPU counted among this
+    process's children, when its command ends; up to one poll interval of it is missed)."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self._seen: dict[int, float] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._poll, args=(interval,), daemon=True).start()
+
+    def total(self) -> float:
+        """CPU seconds of every provider process seen so far."""
+        with self._lock:
+            return sum(self._seen.values())
+
+    def _poll(self, interval: float) -> None:
+        while True:
+            for proc in Path("/proc").glob("[0-9]*"):
+                try:
+                    if b"pulumi.dynamic" not in (proc / "cmdline").read_bytes():
+                        continue
+                except OSError:
+                    continue
+                cpu = _cpu_seconds(int(proc.name))
+                with self._lock:
+                    self._seen[int(proc.name)] = max(cpu, self._seen.get(int(proc.name), 0.0))
+            time.sleep(interval)
+
+
 @dataclass
 class Meter:
     """Where one step's time goes: CPU seconds per component, apiserver requests."""
@@ -85,6 +115,7 @@ class Meter:
     testbed: Testbed
     namespace: str
     pods: list[int] = field(default_factory=list)
+    providers: ProviderWatch = field(default_factory=ProviderWatch)
     _requests: int = 0
     _offset: int = 0
 
@@ -93,8 +124,10 @@ class Meter:
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         own = resource.getrusage(resource.RUSAGE_SELF)
         cluster = [pid for pid in self.testbed.pids.values() if pid is not None]
+        providers = self.providers.total()
         return {
-            "engine+provider": children.ru_utime + children.ru_stime,
+            "engine": children.ru_utime + children.ru_stime - providers,
+            "provider": providers,
             "program": own.ru_utime + own.ru_stime,
             "apiserver+etcd": sum(_cpu_seconds(pid) for pid in cluster),
             "pods": sum(_cpu_seconds(pid) for pid in self.pods),
@@ -140,7 +173,7 @@ def step(label: str, meter: Meter, walls: dict[str, float]) -> Iterator[None]:
     after = meter.sample()
     spent = {k: after[k] - before[k] for k in after}
     cpu = "  ".join(
-        f"{k} {spent[k]:5.1f}" for k in ("engine+provider", "program", "apiserver+etcd", "pods")
+        f"{k} {spent[k]:4.1f}" for k in ("engine", "provider", "program", "apiserver+etcd", "pods")
     )
     print(
         f"  {label:<28} {elapsed:7.2f} s   cpu s: {cpu}   apiserver requests "
@@ -149,11 +182,29 @@ def step(label: str, meter: Meter, walls: dict[str, float]) -> Iterator[None]:
     )
 
 
+class NoopComponent(pulumi.ComponentResource):
+    """A no-op resource in a ``LoRAAdapter``'s shape: a component with one dynamic child."""
+
+    def __init__(self, name: str, path: str) -> None:
+        super().__init__("bench:index:NoopComponent", name, {})
+        probe = ProbeFile(name, path=path, content="x", opts=pulumi.ResourceOptions(parent=self))
+        self.register_outputs({"observed": probe.observed})
+
+
 def run_fleet(
-    tb: Testbed, engine: LocalEngine, tmp: Path, *, name: str, size: Size, steps: tuple[str, ...]
+    tb: Testbed,
+    engine: LocalEngine,
+    tmp: Path,
+    *,
+    name: str,
+    size: Size,
+    steps: tuple[str, ...],
+    shaped: bool = False,
 ) -> dict[str, float]:
     """Deploy one fleet's InferenceService, run ``steps`` on the no-op and the LoRAAdapter
-    stacks (each step on both, side by side), destroy both; return wall times by step."""
+    stacks (each step on each, side by side; ``shaped`` adds no-op components, for where the
+    engine's time goes); return wall times by step. Nothing is destroyed: the testbed and the
+    engine's home are thrown away whole."""
     ns = tb.create_namespace(f"bench-{name}")
     handle = tb.deploy_inference_service(
         ns,
@@ -169,6 +220,10 @@ def run_fleet(
         for i in range(size.adapters):
             ProbeFile(f"noop-{i}", path=str(tmp / f"{name}-noop-{i}"), content="x")
 
+    def shaped_program() -> None:
+        for i in range(size.adapters):
+            NoopComponent(f"noop-{i}", path=str(tmp / f"{name}-shaped-{i}"))
+
     def lora_program() -> None:
         for i, path in enumerate(paths):
             LoRAAdapter(
@@ -180,8 +235,10 @@ def run_fleet(
         pulumi.export("n", size.adapters)
 
     print(f"{name}: {size}")
-    noop = engine.inline_stack(f"{name}-noop", "noop", noop_program)
-    lora = engine.inline_stack(f"{name}-lora", "lora", lora_program)
+    stacks = {"no-op": engine.inline_stack(f"{name}-noop", "noop", noop_program)}
+    if shaped:
+        stacks["no-op components"] = engine.inline_stack(f"{name}-shaped", "shaped", shaped_program)
+    stacks["lora"] = lora = engine.inline_stack(f"{name}-lora", "lora", lora_program)
     lora.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(tb.kubeconfig_path)))
     actions: dict[str, Callable[[auto.Stack], object]] = {
         "up": lambda s: s.up(),
@@ -191,12 +248,9 @@ def run_fleet(
     }
     walls: dict[str, float] = {}
     for label in ("up", *steps):
-        for kind, stack in (("no-op", noop), ("lora", lora)):
+        for kind, stack in stacks.items():
             with step(f"{kind} {label}", meter, walls):
                 actions[label](stack)
-    for kind, stack in (("no-op", noop), ("lora", lora)):
-        with step(f"{kind} destroy", meter, walls):
-            stack.destroy()
     tb.delete_inference_service(ns, "llama")
     return walls
 
@@ -263,6 +317,11 @@ def main() -> None:
     parser.add_argument("--only", choices=("small", "fleet"))
     parser.add_argument("--small", type=Size.parse, default=Size(50, 4, 0.1))
     parser.add_argument("--fleet", type=Size.parse, default=Size(300, 8, 0.02))
+    parser.add_argument(
+        "--shaped",
+        action="store_true",
+        help="also run no-op components (a LoRAAdapter's shape): the engine's share of the gap",
+    )
     args = parser.parse_args()
 
     figures: list[Figure] = []
@@ -277,12 +336,19 @@ def main() -> None:
                 name="small",
                 size=args.small,
                 steps=("refresh", "up (nothing to do)"),
+                shaped=args.shaped,
             )
             figures += small_figures(args.small, walls)
             floors.append(f"small floor {args.small.floor:.2f} s")
         if args.only in (None, "fleet"):
             walls = run_fleet(
-                tb, engine, Path(tmp), name="fleet", size=args.fleet, steps=("preview --refresh",)
+                tb,
+                engine,
+                Path(tmp),
+                name="fleet",
+                size=args.fleet,
+                steps=("preview --refresh",),
+                shaped=args.shaped,
             )
             figures += fleet_figures(args.fleet, walls)
             floors.append(f"fleet floor {args.fleet.floor:.2f} s")
