@@ -9,7 +9,9 @@ Facts that decide correctness here (see docs/design.md):
 * ``diff``'s live look and ``read`` share one look at each target's pods (``ops.LOOKS``):
   the engine runs all of one command's operations in one provider process, so N adapters on P
   pods cost P ``/v1/models`` requests every couple of seconds, not N x P; this process's own
-  loads and unloads retire the looks they make stale.
+  loads and unloads retire the looks they make stale. A diff that follows this process's own
+  ``read`` of the same resource (a refresh, then its diff, in one command) trusts that read
+  while it is as young as a shared look, instead of looking again (``RecentReads``).
 * The instance carries no state that can't be pickled; clients are built per call, config
   arrives through ``configure``. The class's import path is a stable API: it is pickled by
   reference into every stack's state.
@@ -18,6 +20,8 @@ Facts that decide correctness here (see docs/design.md):
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,7 +121,7 @@ class LoRAAdapterProvider(ResourceProvider):
         replaces = [k for k in REPLACE_KEYS if _changed(before.get(k), after.get(k))]
         updates = [k for k in UPDATE_KEYS if _changed(before.get(k), after.get(k))]
         drift = live_drift(olds, news)
-        if not (replaces or updates or drift):
+        if not (replaces or updates or drift or RECENT_READS.vouches_for(_id, olds)):
             drift = self._observed_drift(news)
         return DiffResult(
             changes=bool(replaces or updates or drift),
@@ -150,6 +154,7 @@ class LoRAAdapterProvider(ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         """Refresh: the CR's live spec and every Ready pod's truth; gone when the CR is."""
         args = _args(props)
+        started = time.monotonic()
         state = ops.observe(args, self._config, ops.LOOKS)
         if state is None:
             return ReadResult(id_="", outs={})
@@ -160,6 +165,7 @@ class LoRAAdapterProvider(ResourceProvider):
             }
         )
         outs = outputs(live, state)
+        RECENT_READS.record(id_, outs, started)
         return ReadResult(id_=id_, outs=outs, inputs=_inputs(outs))
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
@@ -170,6 +176,54 @@ class LoRAAdapterProvider(ResourceProvider):
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         """Unload everywhere, remove the CR, wait until it is gone."""
         ops.delete(_args(props), self._config)
+
+
+class RecentReads:
+    """The outputs this process's ``read`` returned lately, by resource id (thread-safe).
+
+    The engine follows a refresh's read with a diff of the same resource, in the same provider
+    process; when the diff's old outputs are exactly what that read returned, and the read
+    started less than ``max_age`` ago, the read is as good as a look at the cluster now (the
+    rule of ``ops.LOOKS``) and the diff need not look again.
+    """
+
+    def __init__(self, max_age: float) -> None:
+        self.max_age = max_age
+        self._lock = threading.Lock()
+        self._reads: dict[str, tuple[float, str]] = {}
+
+    def record(self, id_: str, outs: Mapping[str, Any], started: float) -> None:
+        """A ``read`` of ``id_``, started at ``started`` (``time.monotonic``), returned ``outs``."""
+        with self._lock:
+            self._reads[id_] = (started, _fingerprint(outs))
+
+    def vouches_for(self, id_: str, olds: Mapping[str, Any]) -> bool:
+        """Whether a young enough read of ``id_`` returned exactly ``olds``."""
+        with self._lock:
+            started, seen = self._reads.get(id_, (-float("inf"), ""))
+        return time.monotonic() - started < self.max_age and seen == _fingerprint(olds)
+
+
+RECENT_READS = RecentReads(ops.LOOK_MAX_AGE_SECONDS)
+
+
+def _fingerprint(props: Mapping[str, Any]) -> str:
+    """Pure: the inputs and outputs of ``props`` as canonical JSON (numbers as floats: the
+    engine hands integers back as floats)."""
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, Mapping):
+            return {str(k): canonical(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [canonical(v) for v in value]
+        return str(value)
+
+    kept = {k: props.get(k) for k in (*INPUT_KEYS, *OUTPUT_KEYS)}
+    return json.dumps(canonical(kept), sort_keys=True)
 
 
 def validation_failures(
