@@ -1,4 +1,5 @@
-"""The chaos run CI can afford: 60 s of faults on 20 adapters x 4 pods, every invariant checked.
+"""The chaos run CI can afford: 60 s of faults on 20 adapters x 4 pods, every invariant checked,
+and no process of the run left behind.
 
 Real etcd, kube-apiserver (restarted once), kubectl and Pulumi engine; the re-sync loop as a
 process under its least-privilege ServiceAccount; emulated SGLang pods. The longer run is
@@ -28,15 +29,9 @@ def test_faults_restarts_and_pulumi_runs_lose_nothing_and_leave_nothing(
     assert [f for f in faults if f.recovered is None] == []  # each one healed, and was timed
     assert report.healed_after_last is not None and report.healed_after_last <= report.bound
     assert report.final_up == "ok (up, refresh, no changes)" and report.loop_exits == []
-
-
-def test_a_run_stops_every_process_it_started(testbed_binaries: object, tmp_path: Path) -> None:
-    report = run_chaos(
-        ChaosOptions(duration=6, adapters=2, replicas=1, apiserver_restart=False, workdir=tmp_path)
-    )
-    assert report.ok, report.render()
-    assert report.faults and report.final_up == "ok (up, refresh, no changes)"
-    assert processes_mentioning(str(tmp_path)) == []  # etcd, apiserver, pods, the loop
+    # The run stopped every process it started (etcd, apiserver, pods, the loop). Checked on
+    # this run rather than a run of its own: a chaos run's set-up and final checks cost a minute.
+    assert processes_mentioning(str(tmp_path)) == []
 
 
 def processes_mentioning(text: str) -> list[str]:

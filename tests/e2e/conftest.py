@@ -51,3 +51,9 @@ def served(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
 def emulator_post(url: str, route: str, body: dict[str, Any]) -> httpx.Response:
     """Talk to one emulator directly (out-of-band changes in tests)."""
     return httpx.post(f"{url}{route}", json=body, timeout=10)
+
+
+def emulator_state(url: str) -> dict[str, Any]:
+    """An emulator's admin view of itself (``GET /_emulator/state``: adapters, ever loaded)."""
+    state: dict[str, Any] = httpx.get(f"{url}/_emulator/state", timeout=5).json()
+    return state

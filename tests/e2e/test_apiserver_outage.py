@@ -16,8 +16,9 @@ from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import ApiserverUnreachable
 from pulumi_lora._operations import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora.testing.loop import wait_until
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import emulator_post, served
+from tests.e2e.conftest import emulator_post, emulator_state, served
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,13 @@ def test_an_apiserver_restart_in_the_middle_of_a_create_leaves_nothing_half_done
     props = inputs(own, pods, "mid-create")
 
     def outage() -> None:
-        time.sleep(0.5)
+        # The loads are in flight (each takes 2 s): now the apiserver goes away, for 3 s.
+        wait_until(
+            lambda: any(emulator_state(pod.url)["updating"] for pod in pods.ready_pods()),
+            timeout=15,
+            interval=0.02,
+            what="a load in flight",
+        )
         own.stop_apiserver()
         time.sleep(3)
         own.start_apiserver()

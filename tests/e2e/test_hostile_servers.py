@@ -17,8 +17,9 @@ from pulumi_lora._cluster import get_adapter
 from pulumi_lora._operations import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._settings import ClientTimeouts
+from pulumi_lora.testing.loop import wait_until
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import emulator_post, served
+from tests.e2e.conftest import emulator_post, emulator_state, served
 
 
 @pytest.mark.parametrize(
@@ -122,7 +123,11 @@ def test_a_slow_load_times_out_naming_the_pod_and_leaves_nothing(
     assert f"pod {slow.name}" in message and "timed out" in message
     assert "loaded on 2/3 Ready pods" in message and len(message) < 2000
     assert get_adapter(testbed.client(), namespace, "slow") is None
-    time.sleep(max(0.0, 7.0 - took))  # past the stall: a late load has landed by now
+    wait_until(
+        lambda: "slow" in emulator_state(slow.url)["ever_loaded"],
+        timeout=15,
+        what="the late load to land on the slow pod",
+    )
     assert all("slow" not in adapters for adapters in served(isvc).values())
 
 
@@ -151,10 +156,13 @@ def test_a_swap_whose_unload_times_out_is_not_reported_loaded(
     assert stored is not None and stored["spec"]["path"] == v2
     loaded = {c["type"]: c for c in stored["status"]["conditions"]}["Loaded"]
     assert loaded["status"] == "False" and slow.name in loaded["message"]
-    time.sleep(3)  # the stalled unload lands: the slow pod serves nothing, the others v2
-    assert {pod: adapters.get("swap") for pod, adapters in served(isvc).items()} == {
-        pod.name: (None if pod.name == slow.name else v2) for pod in isvc.ready_pods()
-    }
+    # The stalled unload lands: the slow pod serves nothing, the others v2.
+    expected = {pod.name: (None if pod.name == slow.name else v2) for pod in isvc.ready_pods()}
+    wait_until(
+        lambda: {pod: adapters.get("swap") for pod, adapters in served(isvc).items()} == expected,
+        timeout=15,
+        what="the stalled unload to land",
+    )
     # The next update (the next `pulumi up`) heals it.
     healed = provider.update(
         f"{namespace}/swap",
