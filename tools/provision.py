@@ -142,13 +142,18 @@ def kubectl_version(path: Path) -> str | None:
     return _probe([str(path), "version", "--client"], r"Client Version:\s*v(\S+)")
 
 
+def built_module_version(go_version_m: str, module: str) -> str | None:
+    """Pure: the version of ``module`` in the output of ``go version -m BINARY``."""
+    match = re.search(rf"^\s*(?:dep|mod)\s+{re.escape(module)}\s+v(\S+)", go_version_m, re.M)
+    return match.group(1) if match else None
+
+
 def module_version(module: str) -> Callable[[Path], str | None]:
     """A probe reading the version of ``module`` built into a Go binary (``go version -m``).
 
     The language hosts print no version of their own (only over gRPC); the module they were built
     from is recorded in the binary, which is what the pin names.
     """
-    pattern = rf"^\s*(?:dep|mod)\s+{re.escape(module)}\s+v(\S+)"
 
     def probe(path: Path) -> str | None:
         try:
@@ -161,8 +166,7 @@ def module_version(module: str) -> Callable[[Path], str | None]:
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
-        match = re.search(pattern, out.stdout, re.M)
-        return match.group(1) if match else None
+        return built_module_version(out.stdout, module)
 
     return probe
 

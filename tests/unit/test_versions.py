@@ -63,3 +63,31 @@ def test_python_pins_fit_pyproject_and_the_sdk_is_pinned() -> None:
     declared = " ".join(project["dependencies"])
     for name in ("pulumi", "httpx", "pydantic", "lightkube", "click"):
         assert name in declared and f"{name}==" in pins
+
+
+def test_a_language_host_is_known_by_the_module_built_into_it() -> None:
+    """The hosts print no version; ``go version -m`` names the module they were built from."""
+    printed = """/cache/bin/pulumi-language-python: go1.26.8
+\tpath\tgithub.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+\tmod\tgithub.com/pulumi/pulumi/sdk/v3\tv3.79.0\th1:GJ46WDwJ78jQ9qJW0nI1WdnypjCNkRQG9rVymw0go9A=
+\tdep\tgithub.com/pulumi/pulumi-yaml\tv1.25.0\th1:abc=
+\tdep\tgolang.org/x/text\tv0.3.6\th1:def=
+"""
+    tool = provision()
+    assert tool.built_module_version(printed, "github.com/pulumi/pulumi/sdk/v3") == "3.79.0"
+    assert tool.built_module_version(printed, "github.com/pulumi/pulumi-yaml") == "1.25.0"
+    assert tool.built_module_version(printed, "github.com/pulumi/pulumi") is None
+
+
+def test_every_language_host_is_pinned_and_built_from_its_wrapper() -> None:
+    tool = provision()
+    versions = tool.load_versions()
+    hosts = {t.name: t for t in tool.go_tools(versions) if t.name.startswith("pulumi-language-")}
+    assert set(hosts) == {
+        "pulumi-language-python",
+        "pulumi-language-nodejs",
+        "pulumi-language-yaml",
+    }
+    for name, host in hosts.items():
+        assert (ROOT / "tools" / "go" / host.module_dir / "go.mod").is_file()
+        assert host.version == versions["pulumi"][name.replace("pulumi-language-", "language_")]
