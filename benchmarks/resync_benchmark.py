@@ -51,7 +51,6 @@ from pulumi_lora._cluster import (
 )
 from pulumi_lora._executor import run_async
 from pulumi_lora._reconcile import Desired, PodView, plan, pod_program
-from pulumi_lora._resync._podrun import skip_sniffio_search
 from pulumi_lora._sglang import AsyncSGLangClient
 from pulumi_lora.testing.loop import LoopProcess
 from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
@@ -698,7 +697,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", choices=("recovery", "scale"), help="run one scenario")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    skip_sniffio_search()  # the bare client and the pollers get the loop's own client fix
     with _testbed() as tb:
         recovery = (
             scenario_recovery(tb, args.rounds, args.poll_rounds) if args.only != "scale" else None

@@ -20,7 +20,6 @@ from pulumi_lora._resync._controller import Controller
 from pulumi_lora._resync._kube import Kube
 from pulumi_lora._resync._lease import LeaderElector
 from pulumi_lora._resync._metrics import Metrics
-from pulumi_lora._resync._podrun import skip_sniffio_search
 from pulumi_lora._resync._server import HealthServer
 from pulumi_lora._resync._settings import ResyncSettings
 from pulumi_lora._version import __version__
@@ -118,7 +117,6 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 async def serve(settings: ResyncSettings, stop: asyncio.Event | None = None) -> None:
     """Run the loop until SIGTERM/SIGINT (or ``stop``, when given, is set)."""
-    skip_sniffio_search()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -10,9 +10,7 @@ right before acting on it (the provider may have started an operation meanwhile)
 
 from __future__ import annotations
 
-import importlib.util
 import ssl
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -61,19 +59,6 @@ class PodRun:
     def failed(self) -> list[PodOutcome]:
         """Outcomes that ended in an error."""
         return [o for _, o in self.results + self.unloaded if o.error]
-
-
-def skip_sniffio_search() -> None:
-    """Make httpcore's per-request ``import sniffio`` fail at once when sniffio isn't installed.
-
-    httpcore asks sniffio which async library runs, importing it on every request; anyio 4 no
-    longer installs it, and a failed import is not cached, so each request searched
-    ``sys.path`` four times: a quarter of the loop's CPU per load (measured, 5,000 loads).
-    Recording the absence makes the import fail at once, and httpcore then assumes asyncio,
-    which is what runs. Nothing changes when sniffio is installed.
-    """
-    if importlib.util.find_spec("sniffio") is None:
-        sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 
 @cache
