@@ -49,6 +49,7 @@ import pulumi
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
+from pulumi_lora._component import unwrap_sorted_batch_setitems
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.engine_probe import ProbeFile
 from pulumi_lora.testing.testbed import Testbed
@@ -188,6 +189,7 @@ class NoopComponent(pulumi.ComponentResource):
     def __init__(self, name: str, path: str) -> None:
         super().__init__("bench:index:NoopComponent", name, {})
         probe = ProbeFile(name, path=path, content="x", opts=pulumi.ResourceOptions(parent=self))
+        unwrap_sorted_batch_setitems()
         self.register_outputs({"observed": probe.observed})
 
 
@@ -219,6 +221,7 @@ def run_fleet(
     def noop_program() -> None:
         for i in range(size.adapters):
             ProbeFile(f"noop-{i}", path=str(tmp / f"{name}-noop-{i}"), content="x")
+            unwrap_sorted_batch_setitems()  # as LoRAAdapter does: no pile of pickler wrappers
 
     def shaped_program() -> None:
         for i in range(size.adapters):
