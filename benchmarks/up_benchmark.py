@@ -103,6 +103,8 @@ class ProviderWatch:
                         continue
                 except OSError:
                     continue
+                if not _descends_from_us(int(proc.name)):
+                    continue  # another program's engine on the same machine
                 cpu = _cpu_seconds(int(proc.name))
                 with self._lock:
                     self._seen[int(proc.name)] = max(cpu, self._seen.get(int(proc.name), 0.0))
@@ -154,6 +156,18 @@ class Meter:
                 ):
                     self._requests += 1
         return self._requests
+
+
+def _descends_from_us(pid: int) -> bool:
+    """Whether ``pid`` is a descendant of this process (Linux ``/proc``)."""
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return False
+        if pid == os.getpid():
+            return True
+    return False
 
 
 def _cpu_seconds(pid: int) -> float:
