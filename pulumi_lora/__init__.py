@@ -4,31 +4,80 @@
 every Ready SGLang pod of the target, with conditions and per-pod status as outputs and drift
 visible to ``pulumi refresh``. The SGLang emulator and the local testbed live in
 ``pulumi_lora.testing``.
+
+The names below load on first use (PEP 562): importing the Pulumi SDK takes most of a second,
+and processes that never touch it (the SGLang emulator of every testbed pod, the re-sync
+loop) import this package too.
 """
 
-from pulumi_lora._component import (
-    TYPE_TOKEN,
-    ConditionInfo,
-    LoRAAdapter,
-    LoRAAdapterArgs,
-    LoRAAdapterResource,
-    PodStatus,
-)
-from pulumi_lora._errors import (
-    AdapterNotLoaded,
-    ClusterError,
-    ConfigurationError,
-    InferenceServiceNotFound,
-    NameCollision,
-    NoReadyPods,
-    PulumiLoRAError,
-    RuntimeMismatch,
-    SGLangError,
-    TransportUnavailable,
-)
-from pulumi_lora._models import Policy, Transport
-from pulumi_lora._provider import LoRAAdapterProvider
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pulumi_lora._version import __version__
+
+if TYPE_CHECKING:
+    from pulumi_lora._component import (
+        TYPE_TOKEN,
+        ConditionInfo,
+        LoRAAdapter,
+        LoRAAdapterArgs,
+        LoRAAdapterResource,
+        PodStatus,
+    )
+    from pulumi_lora._errors import (
+        AdapterNotLoaded,
+        ClusterError,
+        ConfigurationError,
+        InferenceServiceNotFound,
+        NameCollision,
+        NoReadyPods,
+        PulumiLoRAError,
+        RuntimeMismatch,
+        SGLangError,
+        TransportUnavailable,
+    )
+    from pulumi_lora._models import Policy, Transport
+    from pulumi_lora._provider import LoRAAdapterProvider
+
+_HOMES = {
+    "TYPE_TOKEN": "_component",
+    "ConditionInfo": "_component",
+    "LoRAAdapter": "_component",
+    "LoRAAdapterArgs": "_component",
+    "LoRAAdapterResource": "_component",
+    "PodStatus": "_component",
+    "AdapterNotLoaded": "_errors",
+    "ClusterError": "_errors",
+    "ConfigurationError": "_errors",
+    "InferenceServiceNotFound": "_errors",
+    "NameCollision": "_errors",
+    "NoReadyPods": "_errors",
+    "PulumiLoRAError": "_errors",
+    "RuntimeMismatch": "_errors",
+    "SGLangError": "_errors",
+    "TransportUnavailable": "_errors",
+    "Policy": "_models",
+    "Transport": "_models",
+    "LoRAAdapterProvider": "_provider",
+}
+"""Each public name and the private module that defines it."""
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use, then keep it here."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "TYPE_TOKEN",

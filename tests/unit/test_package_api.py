@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pulumi_lora
 
 INTENDED = {
@@ -38,3 +41,16 @@ def test_the_provider_keeps_its_pickled_import_path() -> None:
     # Stacks' state references the provider by module and class name: renaming breaks them.
     assert pulumi_lora.LoRAAdapterProvider.__module__ == "pulumi_lora._provider"
     assert pulumi_lora.TYPE_TOKEN == "pulumi-lora:index:LoRAAdapter"
+
+
+def test_the_emulator_and_the_loop_do_not_import_the_pulumi_sdk() -> None:
+    """Every testbed pod runs an emulator and every loop imports this package: neither needs the
+    Pulumi SDK, which takes most of a second to import (public names load on first use)."""
+    code = (
+        "import sys, pulumi_lora.testing.emulator, pulumi_lora._resync._app\n"
+        "print(sorted(m for m in sys.modules if m == 'pulumi' or m.startswith('pulumi.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
