@@ -9,7 +9,9 @@ Register with ``pytest_plugins = ["pulumi_lora.testing.fixtures"]`` in a ``conft
   InferenceServices (pods, emulator processes, CRs) are deleted when the test ends;
 - ``release_test_namespaces`` (autouse): for a test of the session testbed, the same for every
   namespace the test made itself with ``testbed.create_namespace``;
-- ``netns_required`` (function scope): skips a test where pods cannot get network namespaces.
+- ``netns_required`` (function scope): skips a test where pods cannot get network namespaces;
+- ``engine`` (function scope): a private Pulumi installation (``LocalEngine``: the built CLI,
+  a file backend, its own ``PULUMI_HOME``) for one test.
 
 When a real part is missing (a binary, or network namespaces), the tests are skipped with the
 reason, except under CI (``CI=true``), where a skip would hide that the real thing did not run:
@@ -21,10 +23,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
+from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import (
     BINARIES,
     Binary,
@@ -36,6 +40,7 @@ from pulumi_lora.testing.testbed import (
 )
 
 __all__ = [
+    "engine",
     "missing_real_part",
     "namespace",
     "netns_required",
@@ -103,6 +108,15 @@ def namespace(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]
     name = testbed.create_namespace(prefix)
     yield name
     testbed.release_namespace(name)
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> LocalEngine:
+    """A private Pulumi installation per test (the built CLI, file backend, own PULUMI_HOME)."""
+    try:
+        return LocalEngine(tmp_path / "engine")
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,15 +83,6 @@ def user_venv(tmp_path_factory: pytest.TempPathFactory) -> UserVenv:
 
 
 @pytest.fixture
-def cli_engine(tmp_path: Path) -> LocalEngine:
-    """A private Pulumi installation for one test (file backend, own PULUMI_HOME)."""
-    try:
-        return LocalEngine(tmp_path / "engine")
-    except BinaryNotFoundError as exc:
-        missing_real_part(str(exc))
-
-
-@pytest.fixture
 def consumer_engine(tmp_path: Path, user_venv: UserVenv) -> LocalEngine:
     """A private installation for a program of another language that uses ``provider/``: its
     shell names the Python that serves the plugin and the dynamic child (``PULUMI_PYTHON_CMD``,
@@ -118,7 +109,7 @@ Project = Callable[..., ProjectDir]
 
 @pytest.fixture
 def project(
-    cli_engine: LocalEngine, user_venv: UserVenv, testbed: Testbed, tmp_path: Path
+    engine: LocalEngine, user_venv: UserVenv, testbed: Testbed, tmp_path: Path
 ) -> Iterator[Project]:
     """``project(source, stack, files=None, init=True)``: a copy of a project folder (or of
     ``files`` of it), its virtualenv linked to the user venv and activated; with ``init``, a stack
@@ -141,7 +132,7 @@ def project(
         settings = yaml.safe_load((folder / "Pulumi.yaml").read_text())
         virtualenv = settings["runtime"]["options"]["virtualenv"]
         (folder / virtualenv).symlink_to(user_venv.path, target_is_directory=True)
-        runner = cli_engine.project(folder, venv=folder / virtualenv)
+        runner = engine.project(folder, venv=folder / virtualenv)
         made.append(runner)
         if init:
             runner.pulumi("stack", "init", stack)
@@ -161,3 +152,21 @@ def served(handle: InferenceServiceHandle, key: str = "") -> dict[str, dict[str,
         body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", headers=headers, timeout=5).json()
         result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
     return result
+
+
+def stack_on_testbed(runner: ProjectDir, testbed: Testbed, namespace: str) -> None:
+    """``pulumi stack init dev``, the testbed's kubeconfig and ``namespace`` as stack config."""
+    runner.pulumi("stack", "init", "dev")
+    runner.pulumi("config", "set", "pulumi-lora:kubeconfig", str(testbed.kubeconfig_path))
+    runner.pulumi("config", "set", "namespace", namespace)
+
+
+def assert_nothing_left(
+    testbed: Testbed, handles: Iterable[InferenceServiceHandle], key: str = ""
+) -> None:
+    """After a destroy: no pod serves an adapter, and no LoRAAdapter CR is left (kubectl)."""
+    for handle in handles:
+        assert all(adapters == {} for adapters in served(handle, key).values())
+        listed = testbed.kubectl("get", "loraadapters", "-n", handle.namespace, "-o", "name")
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.strip() == ""

@@ -30,7 +30,7 @@ from pulumi_lora import __version__
 from pulumi_lora.testing.engine import LocalEngine, ProjectDir
 from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
 
-from .conftest import EXAMPLES, ROOT, Project, UserVenv, served
+from .conftest import EXAMPLES, ROOT, Project, UserVenv, assert_nothing_left, served
 
 pytestmark = pytest.mark.full
 
@@ -46,9 +46,10 @@ class Scenario:
     key: str
     check_outputs: Callable[[dict[str, Any]], None]
 
-    def pods_serve(self, expected: Callable[[str], dict[str, str]]) -> bool:
+    def all_loaded(self) -> bool:
+        """Every Ready pod of every service serves exactly what is declared for it."""
         return all(
-            adapters == expected(service)
+            adapters == self.declared[service]
             for service, handle in self.services.items()
             for adapters in served(handle, self.key).values()
         )
@@ -68,7 +69,7 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
     runner.pulumi("config", "set", "--secret", "pulumi-lora:sglangApiKey", scenario.key)
 
     runner.pulumi("up", "--yes", "--skip-preview")
-    assert scenario.pods_serve(lambda service: scenario.declared[service])
+    assert scenario.all_loaded()
     scenario.check_outputs(runner.outputs())
     clean = runner.pulumi("preview", "--refresh", "--expect-no-changes")
     assert clean.returncode == 0
@@ -90,7 +91,7 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
     assert "LoRAAdapter" in drift.stdout
 
     runner.pulumi("up", "--yes", "--skip-preview")  # heals: diff looks at the cluster
-    assert scenario.pods_serve(lambda service: scenario.declared[service])
+    assert scenario.all_loaded()
     runner.pulumi("refresh", "--yes", "--skip-preview")
     assert runner.pulumi("preview", "--expect-no-changes").returncode == 0
     scenario.check_outputs(runner.outputs())
@@ -100,11 +101,7 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
     assert json.loads(exported)["deployment"]["resources"]
 
     runner.pulumi("destroy", "--yes", "--skip-preview")
-    assert scenario.pods_serve(lambda service: {})
-    for namespace in {h.namespace for h in scenario.services.values()}:
-        listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
-        assert listed.returncode == 0, listed.stderr
-        assert listed.stdout.strip() == ""
+    assert_nothing_left(testbed, scenario.services.values(), scenario.key)
 
 
 def pods_of(outputs: list[dict[str, Any]]) -> dict[str, str]:
@@ -183,9 +180,7 @@ def test_readme_quickstart_as_written(project: Project, testbed: Testbed, namesp
             runner.pulumi("refresh", "--yes")
             runner.pulumi(*argv[1:])  # clean again
     assert argv[1:] == ["destroy", "--yes"]
-    assert all(a == {} for a in served(handle).values())
-    listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
-    assert listed.returncode == 0 and listed.stdout.strip() == "", listed.stderr
+    assert_nothing_left(testbed, [handle])
 
 
 def test_fleet_example(project: Project, testbed: Testbed, namespace: str) -> None:
@@ -253,14 +248,14 @@ def test_drift_check_on_a_cli_managed_stack(
 
 
 def test_fresh_project_installs_and_runs_without_downloading(
-    user_venv: UserVenv, cli_engine: LocalEngine
+    user_venv: UserVenv, engine: LocalEngine
 ) -> None:
     """`pulumi install` and `pulumi up` in a fresh project, plugin acquisition on: pulumi-lora
     declares it has no plugin (``pulumi_lora/pulumi-plugin.json``), so nothing is looked up or
     downloaded for it (without the file the Python host asks for a plugin ``lora`` v0.1.0)."""
     installed = user_venv.path.glob("lib/python*/site-packages/pulumi_lora/pulumi-plugin.json")
     assert json.loads(next(installed).read_text()) == {"resource": False}
-    runner = cli_engine.project(user_venv.project, venv=user_venv.path)
+    runner = engine.project(user_venv.project, venv=user_venv.path)
     install = runner.pulumi("install", timeout=900)
     runner.pulumi("stack", "init", "dev")
     up = runner.pulumi("up", "--yes", "--skip-preview")
@@ -269,6 +264,6 @@ def test_fresh_project_installs_and_runs_without_downloading(
         text = (done.stdout + done.stderr).lower()
         for needle in ("plugin", "pulumi-resource-lora", "lora-0.1.0:"):
             assert needle not in text, text
-    plugins = cli_engine.home / "pulumi-home" / "plugins"
+    plugins = engine.home / "pulumi-home" / "plugins"
     assert not plugins.exists() or not any(plugins.iterdir())
     runner.pulumi("destroy", "--yes", "--skip-preview")

@@ -16,7 +16,7 @@ import pytest
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import Testbed
 
-from .conftest import EXAMPLES, ROOT, require_program, served
+from .conftest import EXAMPLES, ROOT, assert_nothing_left, require_program, served, stack_on_testbed
 
 pytestmark = pytest.mark.full
 
@@ -42,9 +42,7 @@ def test_typescript_example_up_and_destroy(
     )
     assert npm.returncode == 0, npm.stdout + npm.stderr
     runner = consumer_engine.project(folder)
-    runner.pulumi("stack", "init", "dev")
-    runner.pulumi("config", "set", "pulumi-lora:kubeconfig", str(testbed.kubeconfig_path))
-    runner.pulumi("config", "set", "namespace", namespace)
+    stack_on_testbed(runner, testbed, namespace)
     try:
         runner.pulumi("up", "--yes", "--skip-preview")
         outputs = runner.outputs()
@@ -55,6 +53,4 @@ def test_typescript_example_up_and_destroy(
         assert all(a == {"sql-lora": path} for a in served(handle).values())
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
-    assert all(a == {} for a in served(handle).values())
-    listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
-    assert listed.returncode == 0 and listed.stdout.strip() == "", listed.stderr
+    assert_nothing_left(testbed, [handle])

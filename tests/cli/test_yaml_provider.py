@@ -19,7 +19,7 @@ import pytest
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import Testbed
 
-from .conftest import EXAMPLES, ROOT, require_program, served
+from .conftest import EXAMPLES, ROOT, assert_nothing_left, require_program, served, stack_on_testbed
 
 pytestmark = pytest.mark.full
 
@@ -51,9 +51,7 @@ def test_yaml_example_up_drift_heal_destroy(
     shutil.copytree(EXAMPLES / "yaml", folder, ignore=shutil.ignore_patterns("Pulumi.*.yaml"))
     (tmp_path / "provider").symlink_to(PROVIDER, target_is_directory=True)
     runner = consumer_engine.project(folder)
-    runner.pulumi("stack", "init", "dev")
-    runner.pulumi("config", "set", "pulumi-lora:kubeconfig", str(testbed.kubeconfig_path))
-    runner.pulumi("config", "set", "namespace", namespace)
+    stack_on_testbed(runner, testbed, namespace)
 
     try:
         runner.pulumi("up", "--yes", "--skip-preview")
@@ -73,6 +71,4 @@ def test_yaml_example_up_drift_heal_destroy(
         assert runner.pulumi("preview", "--refresh", "--expect-no-changes").returncode == 0
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
-    assert all(a == {} for a in served(handle).values())
-    listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
-    assert listed.returncode == 0 and listed.stdout.strip() == "", listed.stderr
+    assert_nothing_left(testbed, [handle])

@@ -1,28 +1,16 @@
-"""Fixtures for the full tier: the real Pulumi engine, the testbed, and helpers to inspect pods."""
+"""Fixtures of the e2e tests (the engine and testbed come from ``pulumi_lora.testing.fixtures``):
+provider config, a Ready InferenceService, and helpers to inspect pods."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from pulumi_lora._operations import ProviderConfig
-from pulumi_lora.testing.engine import LocalEngine
-from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from pulumi_lora.testing.testbed._binaries import BinaryNotFoundError
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> LocalEngine:
-    """A private offline Pulumi installation per test (file backend, own PULUMI_HOME)."""
-    try:
-        return LocalEngine(tmp_path / "engine")
-    except BinaryNotFoundError as exc:
-        missing_real_part(str(exc))
 
 
 @pytest.fixture

@@ -1,27 +1,15 @@
-"""Fixtures of the operations tests: the real engine for the examples, and pod helpers."""
+"""Fixtures of the operations tests: pod helpers (the engine comes from
+``pulumi_lora.testing.fixtures``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from pulumi_lora.testing.engine import LocalEngine
-from pulumi_lora.testing.fixtures import missing_real_part
-from pulumi_lora.testing.testbed import BinaryNotFoundError, InferenceServiceHandle
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> LocalEngine:
-    """A private offline Pulumi installation per test (file backend, own PULUMI_HOME)."""
-    try:
-        return LocalEngine(tmp_path / "engine")
-    except BinaryNotFoundError as exc:
-        missing_real_part(str(exc))
-
+from pulumi_lora.testing.testbed import InferenceServiceHandle
 
 Served = Callable[[InferenceServiceHandle], dict[str, dict[str, str]]]
 Unload = Callable[[str, str], None]
