@@ -154,6 +154,23 @@ def served(handle: InferenceServiceHandle, key: str = "") -> dict[str, dict[str,
     return result
 
 
+def example_beside_provider(name: str, into: Path, *ignore: str) -> Path:
+    """A copy of ``examples/NAME`` at the same distance from a link to ``provider/`` as in the
+    repository, so its relative plugin path (``../../provider``) holds."""
+    folder = into / "examples" / name
+    shutil.copytree(EXAMPLES / name, folder, ignore=shutil.ignore_patterns(*ignore))
+    (into / "provider").symlink_to(ROOT / "provider", target_is_directory=True)
+    return folder
+
+
+def ready_service(testbed: Testbed, namespace: str) -> InferenceServiceHandle:
+    """``llama`` in ``namespace``: two Ready pods, with ``/adapters/sql-lora`` on disk."""
+    testbed.make_adapter("sql-lora")
+    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
+    handle.wait_ready(timeout=60)
+    return handle
+
+
 def stack_on_testbed(runner: ProjectDir, testbed: Testbed, namespace: str) -> None:
     """``pulumi stack init dev``, the testbed's kubeconfig and ``namespace`` as stack config."""
     runner.pulumi("stack", "init", "dev")

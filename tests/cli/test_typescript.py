@@ -7,7 +7,6 @@ engine constructs the component in the plugin named by the example's ``Pulumi.ya
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,14 @@ import pytest
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import Testbed
 
-from .conftest import EXAMPLES, ROOT, assert_nothing_left, require_program, served, stack_on_testbed
+from .conftest import (
+    assert_nothing_left,
+    example_beside_provider,
+    ready_service,
+    require_program,
+    served,
+    stack_on_testbed,
+)
 
 pytestmark = pytest.mark.full
 
@@ -26,12 +32,9 @@ def test_typescript_example_up_and_destroy(
 ) -> None:
     require_program("pulumi-language-nodejs")
     require_program("npm")
-    path = testbed.make_adapter("sql-lora")
-    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
-    handle.wait_ready(timeout=60)
-    folder = tmp_path / "examples" / "typescript"
-    shutil.copytree(EXAMPLES / "typescript", folder, ignore=shutil.ignore_patterns("node_modules"))
-    (tmp_path / "provider").symlink_to(ROOT / "provider", target_is_directory=True)
+    path = "/adapters/sql-lora"
+    handle = ready_service(testbed, namespace)
+    folder = example_beside_provider("typescript", tmp_path, "node_modules")
     npm = subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund"],
         cwd=folder,

@@ -10,7 +10,6 @@ is installed as a user installs it.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import httpx
@@ -19,7 +18,15 @@ import pytest
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import Testbed
 
-from .conftest import EXAMPLES, ROOT, assert_nothing_left, require_program, served, stack_on_testbed
+from .conftest import (
+    ROOT,
+    assert_nothing_left,
+    example_beside_provider,
+    ready_service,
+    require_program,
+    served,
+    stack_on_testbed,
+)
 
 pytestmark = pytest.mark.full
 
@@ -43,13 +50,9 @@ def test_yaml_example_up_drift_heal_destroy(
     consumer_engine: LocalEngine, testbed: Testbed, namespace: str, tmp_path: Path
 ) -> None:
     require_program("pulumi-language-yaml")
-    path = testbed.make_adapter("sql-lora")
-    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
-    handle.wait_ready(timeout=60)
-    # The example as shipped, at the same distance from provider/ (its `packages:` path).
-    folder = tmp_path / "examples" / "yaml"
-    shutil.copytree(EXAMPLES / "yaml", folder, ignore=shutil.ignore_patterns("Pulumi.*.yaml"))
-    (tmp_path / "provider").symlink_to(PROVIDER, target_is_directory=True)
+    path = "/adapters/sql-lora"
+    handle = ready_service(testbed, namespace)
+    folder = example_beside_provider("yaml", tmp_path, "Pulumi.*.yaml")  # as shipped
     runner = consumer_engine.project(folder)
     stack_on_testbed(runner, testbed, namespace)
 

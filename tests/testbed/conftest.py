@@ -8,39 +8,19 @@ the testbed's bookkeeping says.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pulumi_lora.testing.testbed._pods import EMULATOR_MODULE
-
-
-def _descendants() -> set[int]:
-    """Live (non-zombie) descendants of this process."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
+from pulumi_lora.testing.testbed._process import live_descendants
 
 
 def live_emulators() -> dict[int, str]:
     """This process's descendants that run the SGLang emulator: pid → command line."""
     found = {}
-    for pid in _descendants():
+    for pid in live_descendants():
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:

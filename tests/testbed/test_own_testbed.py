@@ -6,12 +6,10 @@ Runs in file order: the last test stops the testbed and checks that nothing is l
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,6 +23,7 @@ from pulumi_lora.testing.testbed import (
     netns_unavailable_reason,
     new_token,
 )
+from pulumi_lora.testing.testbed._process import live_descendants
 
 READER = StaticToken(new_token(), "reader", groups=("readers",))
 
@@ -108,33 +107,12 @@ def test_audit_log_records_who_did_what(own: Testbed) -> None:
     assert READER.token not in path.read_text()
 
 
-def _children() -> set[int]:
-    """Live (non-zombie) descendants of this process, read from /proc."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
-
-
 def _links() -> str:
     return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=False).stdout
 
 
 def test_teardown_leaves_nothing_behind(own: Testbed) -> None:
-    before = _children()
+    before = live_descendants()
     ns = own.create_namespace("teardown")
     loop = own.deploy_inference_service(ns, "loop", replicas=1, startup_delay=0.2)
     pids = [i.pid for i in loop.wait_ready(30)]
@@ -146,13 +124,13 @@ def test_teardown_leaves_nothing_behind(own: Testbed) -> None:
     directory = own.directory
     component_pids = [p for p in own.pids.values() if p]
     assert len(component_pids) == 2 and all(pids)
-    assert _children() - before  # the emulators (and etcd, apiserver) are our children
+    assert live_descendants() - before  # the emulators (and etcd, apiserver) are our children
 
     own.stop()
 
-    alive = [p for p in [*pids, *component_pids] if p in _children()]
+    alive = [p for p in [*pids, *component_pids] if p in live_descendants()]
     assert not alive, f"processes left: {alive}"
-    assert _children() - before == set()
+    assert live_descendants() - before == set()
     assert not any(n.startswith(f"pulumi-lora-{own.id}") for n in existing_namespaces())
     assert f"vh{own.id}-" not in _links() and f"vp{own.id}-" not in _links()
     assert not directory.exists()

@@ -85,6 +85,29 @@ def _bindable(port: int) -> bool:
         return True
 
 
+def live_descendants() -> set[int]:
+    """Process ids of this process's live (non-zombie) descendants, read from ``/proc``.
+
+    What tests use to prove that nothing a testbed (or a test) started outlives it.
+    """
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
     """The last ``lines`` lines of a log file ("" if it does not exist)."""
     try:
