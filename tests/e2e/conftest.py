@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pulumi import automation as auto
 
 from pulumi_lora._operations import ProviderConfig
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
@@ -45,3 +46,12 @@ def emulator_state(url: str) -> dict[str, Any]:
     """An emulator's admin view of itself (``GET /_emulator/state``: adapters, ever loaded)."""
     state: dict[str, Any] = httpx.get(f"{url}/_emulator/state", timeout=5).json()
     return state
+
+
+def drift_seen(stack: auto.Stack) -> bool:
+    """`pulumi preview --refresh --expect-no-changes` fails exactly when drift is seen."""
+    try:
+        stack.preview(refresh=True, expect_no_changes=True)
+    except auto.errors.CommandError:
+        return True
+    return False

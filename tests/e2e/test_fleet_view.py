@@ -20,7 +20,7 @@ from pulumi_lora._operations import LOOK_MAX_AGE_SECONDS, ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import emulator_post, served
+from tests.e2e.conftest import drift_seen, emulator_post, served
 
 ADAPTERS = 10
 
@@ -69,15 +69,6 @@ def fleet_stack(engine: LocalEngine, testbed: Testbed, namespace: str) -> auto.S
     stack = engine.inline_stack("lora-fleet", "fleet", program)
     stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
     return stack
-
-
-def drift_seen(stack: auto.Stack) -> bool:
-    """`pulumi preview --refresh --expect-no-changes` fails exactly when drift is seen."""
-    try:
-        stack.preview(refresh=True, expect_no_changes=True)
-    except auto.errors.CommandError:
-        return True
-    return False
 
 
 def test_a_fleet_refresh_shares_its_look_and_drift_is_still_seen(

@@ -21,7 +21,7 @@ from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import emulator_post, served
+from tests.e2e.conftest import drift_seen, emulator_post, served
 
 Declared = dict[str, dict[str, Any]]
 
@@ -42,15 +42,6 @@ def stack_for(engine: LocalEngine, testbed: Testbed, declared: Declared, name: s
     stack = engine.inline_stack("lora-e2e", name, program_of(declared))
     stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
     return stack
-
-
-def drift_seen(stack: auto.Stack) -> bool:
-    """`pulumi preview --refresh --expect-no-changes` fails exactly when drift is seen."""
-    try:
-        stack.preview(refresh=True, expect_no_changes=True)
-    except auto.errors.CommandError:
-        return True
-    return False
 
 
 def everywhere(handle: InferenceServiceHandle, name: str, path: str) -> bool:
