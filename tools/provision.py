@@ -148,6 +148,34 @@ def built_module_version(go_version_m: str, module: str) -> str | None:
     return match.group(1) if match else None
 
 
+def built_ldflag(go_version_m: str, variable: str) -> str | None:
+    """Pure: the value ``-X variable=VALUE`` set in the ``-ldflags`` build setting ``go version
+    -m BINARY`` prints (how a provider stamped at link time is known without running it)."""
+    match = re.search(
+        rf"^\s*build\s+-ldflags=.*-X {re.escape(variable)}=v?([^\s\"']+)", go_version_m, re.M
+    )
+    return match.group(1) if match else None
+
+
+def _go_version_m(path: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["go", "version", "-m", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout
+
+
+def ldflag_version(variable: str) -> Callable[[Path], str | None]:
+    """A probe reading the version stamped into a Go binary with ``-X variable=...``."""
+    return lambda path: built_ldflag(_go_version_m(path), variable)
+
+
 def module_version(module: str) -> Callable[[Path], str | None]:
     """A probe reading the version of ``module`` built into a Go binary (``go version -m``).
 
@@ -155,20 +183,7 @@ def module_version(module: str) -> Callable[[Path], str | None]:
     from is recorded in the binary, which is what the pin names.
     """
 
-    def probe(path: Path) -> str | None:
-        try:
-            out = subprocess.run(
-                ["go", "version", "-m", str(path)],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return built_module_version(out.stdout, module)
-
-    return probe
+    return lambda path: built_module_version(_go_version_m(path), module)
 
 
 # --- Go tools ---------------------------------------------------------------------------------
@@ -186,6 +201,8 @@ class GoTool:
     tags: str = ""
     ldflags: str = ""
     cgo: bool = True
+    prepare: Callable[[], None] | None = None
+    """Runs before a build (e.g. generating files the module expects but does not ship)."""
 
 
 def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
@@ -208,6 +225,8 @@ def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
     python_host = v["pulumi"]["language_python"]
     nodejs_host = v["pulumi"]["language_nodejs"]
     yaml_host = v["pulumi"]["language_yaml"]
+    k8s = v["pulumi_kubernetes"]
+    k8s_version_var = f"{K8S_PROVIDER_MODULE}/pkg/version.Version"
     return [
         GoTool("etcd", "etcd", "go.etcd.io/etcd/server/v3", v["etcd"]["version"], etcd_version),
         GoTool(
@@ -245,6 +264,16 @@ def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
             module_version("github.com/pulumi/pulumi-yaml"),
             ldflags=f"-X github.com/pulumi/pulumi-yaml/pkg/version.Version=v{yaml_host}",
             cgo=False,
+        ),
+        GoTool(
+            "pulumi-resource-kubernetes",
+            "pulumi-kubernetes",
+            f"{K8S_PROVIDER_MODULE}/cmd/pulumi-resource-kubernetes",
+            k8s["version"],
+            ldflag_version(k8s_version_var),
+            ldflags=f"-X {k8s_version_var}={k8s['version']}",
+            cgo=False,
+            prepare=lambda: prepare_kubernetes_provider(k8s["provider"], k8s["version"]),
         ),
         GoTool(
             "kube-apiserver",
@@ -290,6 +319,8 @@ def ensure_go_tool(tool: GoTool) -> Path:
     if shutil.which("go") is None:
         raise ProvisionError(f"{tool.name} {tool.version} must be built, but `go` is not on PATH")
     target.parent.mkdir(parents=True, exist_ok=True)
+    if tool.prepare is not None:
+        tool.prepare()
     env = dict(os.environ, CGO_ENABLED="1" if tool.cgo else "0", GOFLAGS="-mod=readonly")
     cmd = ["go", "build", "-trimpath", "-o", str(target)]
     if tool.tags:
@@ -305,6 +336,48 @@ def ensure_go_tool(tool: GoTool) -> Path:
             f"built {target} but it reports version {found!r}, want {tool.version}"
         )
     return target
+
+
+K8S_PROVIDER_MODULE = "github.com/pulumi/pulumi-kubernetes/provider/v4"
+K8S_PROVIDER_CMD = "cmd/pulumi-resource-kubernetes"
+K8S_SOURCE_DIR = GO_DIR / "pulumi-kubernetes" / "provider"
+"""Where the wrapper's ``replace`` points: a writable copy of the provider module (gitignored)."""
+
+
+def embedded_schema(schema: dict[str, object], version: str) -> str:
+    """Pure: what the provider's ``generate.go`` writes to ``schema-embed.json``: the schema with
+    its version set, compact."""
+    return json.dumps({**schema, "version": version}, separators=(",", ":"))
+
+
+def prepare_kubernetes_provider(pseudo_version: str, version: str) -> None:
+    """Copy the served provider module into ``K8S_SOURCE_DIR`` and generate its embedded files.
+
+    The module proxy serves ``provider/v4`` without ``schema-embed.json`` and
+    ``terraform-mapping-embed.json`` (generated in pulumi-kubernetes' own build by
+    ``go generate``, never committed), so ``go:embed`` fails on the served copy ("pattern
+    schema-embed.json: no matching files found"). This does what its ``generate.go`` does.
+    """
+    listing = run(
+        ["go", "mod", "download", "-json", f"{K8S_PROVIDER_MODULE}@v{pseudo_version}"],
+        cwd=GO_DIR / "pulumi-kubernetes",
+    )
+    served = Path(json.loads(listing)["Dir"])
+    stamp = K8S_SOURCE_DIR / ".prepared"
+    key = f"{pseudo_version} {version}"
+    if stamp.exists() and stamp.read_text() == key:
+        return
+    if K8S_SOURCE_DIR.exists():
+        shutil.rmtree(K8S_SOURCE_DIR)
+    shutil.copytree(served, K8S_SOURCE_DIR)
+    for path in [K8S_SOURCE_DIR, *K8S_SOURCE_DIR.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)  # the module cache is read-only
+    cmd = K8S_SOURCE_DIR / K8S_PROVIDER_CMD
+    schema = json.loads((cmd / "schema.json").read_text())
+    (cmd / "schema-embed.json").write_text(embedded_schema(schema, version))
+    mapping = json.loads((cmd / "terraform-mapping.json").read_text())
+    (cmd / "terraform-mapping-embed.json").write_text(json.dumps(mapping, separators=(",", ":")))
+    stamp.write_text(key)
 
 
 HOST_SCRIPTS = (
@@ -418,6 +491,11 @@ def check_gomods(v: dict[str, dict[str, str]]) -> list[str]:
             f"github.com/pulumi/pulumi/sdk/v3 v{v['pulumi']['language_nodejs']}"
         ],
         "pulumi-language-yaml": [f"github.com/pulumi/pulumi-yaml v{v['pulumi']['language_yaml']}"],
+        "pulumi-kubernetes": [
+            f"{K8S_PROVIDER_MODULE} v{v['pulumi_kubernetes']['provider']}",
+            f"=> github.com/pulumi/pulumi-kubernetes/sdk/v4 v{v['pulumi_kubernetes']['sdk']}",
+            f"{K8S_PROVIDER_MODULE} => ./provider",
+        ],
     }
     for module, needles in expect.items():
         text = (GO_DIR / module / "go.mod").read_text()

@@ -9,54 +9,17 @@ used by that account, allowed, with no request of it ever denied.
 
 from __future__ import annotations
 
-import json
 import secrets
 from pathlib import Path
-from typing import Any
 
 from _resync_harness import Cluster, everywhere, wait_until
 from conftest import Identity, LoopFactory, make_identity
 
 from pulumi_lora._models import ANNOTATION_API_KEY_SECRET
 from pulumi_lora.deploy import WATCH_RULES, lease_rules, resync_manifests
+from pulumi_lora.testing.audit import audited, granted
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import Testbed
-
-Grant = tuple[str, str, str]  # (API group, resource[/subresource], verb)
-
-
-def granted(rules: list[dict[str, Any]]) -> set[Grant]:
-    """Every (group, resource, verb) the rules allow."""
-    return {
-        (group, resource, verb)
-        for rule in rules
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-
-
-def audited(log: Path, user: str) -> tuple[set[Grant], list[dict[str, Any]]]:
-    """What ``user`` did (allowed), and what it was denied, from the audit log."""
-    used: set[Grant] = set()
-    denied = []
-    for line in log.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        if (
-            entry.get("user", {}).get("username") != user
-            or entry.get("stage") != "ResponseComplete"
-        ):
-            continue
-        ref = entry.get("objectRef") or {}
-        resource = ref.get("resource", "") + (
-            f"/{ref['subresource']}" if ref.get("subresource") else ""
-        )
-        decision = (entry.get("annotations") or {}).get("authorization.k8s.io/decision")
-        if decision == "allow":
-            used.add((ref.get("apiGroup", ""), resource, entry["verb"]))
-        else:
-            denied.append(entry)
-    return used, denied
 
 
 def test_every_granted_rule_is_used_and_nothing_is_denied(

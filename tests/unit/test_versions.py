@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 import tomllib
@@ -91,3 +92,35 @@ def test_every_language_host_is_pinned_and_built_from_its_wrapper() -> None:
     for name, host in hosts.items():
         assert (ROOT / "tools" / "go" / host.module_dir / "go.mod").is_file()
         assert host.version == versions["pulumi"][name.replace("pulumi-language-", "language_")]
+
+
+def test_a_provider_is_known_by_the_version_stamped_at_link_time() -> None:
+    """pulumi-resource-kubernetes is built from a local copy (a replace), so its module version
+    reads ``(devel)``; the ``-X`` stamp in the recorded build settings names the release."""
+    printed = """/cache/bin/pulumi-resource-kubernetes: go1.26.8
+\tpath\tgithub.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes
+\tmod\tgithub.com/pulumi/pulumi-kubernetes/provider/v4\t(devel)\t
+\tbuild\t-ldflags="-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=4.25.0"
+\tbuild\tCGO_ENABLED=0
+"""
+    tool = provision()
+    variable = "github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version"
+    assert tool.built_ldflag(printed, variable) == "4.25.0"
+    assert tool.built_ldflag(printed, "example.com/other.Version") is None
+    assert tool.built_ldflag("", variable) is None
+
+
+def test_the_kubernetes_sdk_is_the_release_of_the_built_provider() -> None:
+    versions = provision().load_versions()
+    release = versions["pulumi_kubernetes"]["version"]
+    assert versions["python"]["pulumi-kubernetes"] == release
+    assert versions["pulumi_kubernetes"]["sdk"] == release
+
+
+def test_the_embedded_schema_is_the_served_schema_with_its_version() -> None:
+    """What the provider's generate.go writes: same content, version set, no whitespace."""
+    tool = provision()
+    schema = {"name": "kubernetes", "version": "", "resources": {"a": {"b": [1, 2]}}}
+    embedded = tool.embedded_schema(schema, "4.25.0")
+    assert json.loads(embedded) == {**schema, "version": "4.25.0"}
+    assert " " not in embedded and "\n" not in embedded
