@@ -148,13 +148,34 @@ def built_module_version(go_version_m: str, module: str) -> str | None:
     return match.group(1) if match else None
 
 
-def built_ldflag(go_version_m: str, variable: str) -> str | None:
-    """Pure: the value ``-X variable=VALUE`` set in the ``-ldflags`` build setting ``go version
-    -m BINARY`` prints (how a provider stamped at link time is known without running it)."""
-    match = re.search(
-        rf"^\s*build\s+-ldflags=.*-X {re.escape(variable)}=v?([^\s\"']+)", go_version_m, re.M
-    )
-    return match.group(1) if match else None
+def stamp_path(binary: Path) -> Path:
+    """Where :func:`write_stamp` records what a binary was built as."""
+    return binary.with_name(binary.name + ".stamp.json")
+
+
+def write_stamp(binary: Path, version: str) -> None:
+    """Record the version a binary was built as, with its size and mtime (to notice a swap)."""
+    info = binary.stat()
+    stamp = {"version": version, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    stamp_path(binary).write_text(json.dumps(stamp))
+
+
+def stamped_version(binary: Path) -> str | None:
+    """The version :func:`write_stamp` recorded for this very file, else ``None``.
+
+    For a binary that reports its version nowhere it can be read: pulumi-resource-kubernetes
+    prints none, ``-trimpath`` drops ``-ldflags`` from ``go version -m``, and the module built
+    into it is a pseudo-version, not the release it is stamped as.
+    """
+    try:
+        stamp = json.loads(stamp_path(binary).read_text())
+        info = binary.stat()
+    except (OSError, ValueError):
+        return None
+    if (stamp.get("size"), stamp.get("mtime_ns")) != (info.st_size, info.st_mtime_ns):
+        return None
+    version = stamp.get("version")
+    return version if isinstance(version, str) else None
 
 
 def _go_version_m(path: Path) -> str:
@@ -169,11 +190,6 @@ def _go_version_m(path: Path) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout
-
-
-def ldflag_version(variable: str) -> Callable[[Path], str | None]:
-    """A probe reading the version stamped into a Go binary with ``-X variable=...``."""
-    return lambda path: built_ldflag(_go_version_m(path), variable)
 
 
 def module_version(module: str) -> Callable[[Path], str | None]:
@@ -203,6 +219,8 @@ class GoTool:
     cgo: bool = True
     prepare: Callable[[], None] | None = None
     """Runs before a build (e.g. generating files the module expects but does not ship)."""
+    stamp: bool = False
+    """Record the built version beside the binary (for :func:`stamped_version`)."""
 
 
 def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
@@ -226,7 +244,6 @@ def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
     nodejs_host = v["pulumi"]["language_nodejs"]
     yaml_host = v["pulumi"]["language_yaml"]
     k8s = v["pulumi_kubernetes"]
-    k8s_version_var = f"{K8S_PROVIDER_MODULE}/pkg/version.Version"
     return [
         GoTool("etcd", "etcd", "go.etcd.io/etcd/server/v3", v["etcd"]["version"], etcd_version),
         GoTool(
@@ -270,10 +287,11 @@ def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
             "pulumi-kubernetes",
             f"{K8S_PROVIDER_MODULE}/cmd/pulumi-resource-kubernetes",
             k8s["version"],
-            ldflag_version(k8s_version_var),
-            ldflags=f"-X {k8s_version_var}={k8s['version']}",
+            stamped_version,
+            ldflags=f"-X {K8S_PROVIDER_MODULE}/pkg/version.Version={k8s['version']}",
             cgo=False,
             prepare=lambda: prepare_kubernetes_provider(k8s["provider"], k8s["version"]),
+            stamp=True,
         ),
         GoTool(
             "kube-apiserver",
@@ -330,6 +348,8 @@ def ensure_go_tool(tool: GoTool) -> Path:
     cmd.append(tool.package)
     log(f"building {tool.name} {tool.version} (cold: minutes; warm: seconds): {' '.join(cmd)}")
     run(cmd, cwd=GO_DIR / tool.module_dir, env=env)
+    if tool.stamp:
+        write_stamp(target, tool.version)
     found = tool.probe(target)
     if found != tool.version:
         raise ProvisionError(
