@@ -7,6 +7,10 @@ range reserved for network test benches (RFC 2544): the host end takes the first
 namespace end the second, which is the pod IP. Nothing outside these addresses is ever touched,
 and everything is removed again on teardown.
 
+Pod-to-pod traffic, as in a cluster: each namespace routes the whole bench network via its host
+end, and the host forwards between the testbed's own veth ends only (IPv4 forwarding switched on
+per link, ``net.ipv4.conf.<host link>.forwarding``, never the global ``ip_forward``).
+
 Needs root (CAP_NET_ADMIN) and iproute2; :func:`netns_available` says whether that works here.
 """
 
@@ -43,6 +47,7 @@ BENCH_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
 """The only addresses the testbed assigns (reserved for network test benches)."""
 
 _IP_TIMEOUT = 20.0
+_SYSCTL_CONF = "/proc/sys/net/ipv4/conf"
 _lock = threading.Lock()
 _availability: tuple[bool, str] | None = None
 
@@ -173,8 +178,33 @@ def allocate_pod_network(testbed_id: str, index: int) -> PodNetwork:
         except NetnsError:
             net.teardown()
             raise
+        _route_pod_to_pod(net)
     _log.debug("netns %s: pod %s via host %s (%s)", namespace, pod_ip, host_ip, host_link)
     return net
+
+
+def _route_pod_to_pod(net: PodNetwork) -> None:
+    """Route :data:`BENCH_NETWORK` via the host end, which forwards (this link only).
+
+    Best effort: where ``/proc/sys`` is read-only the pod still serves its own IP; only
+    pod-to-pod traffic is lost, and a warning says so.
+    """
+    try:
+        _ip(
+            "-n",
+            net.namespace,
+            "route",
+            "add",
+            str(BENCH_NETWORK),
+            "via",
+            net.host_ip,
+            "dev",
+            "eth0",
+        )
+        with open(f"{_SYSCTL_CONF}/{net.host_link}/forwarding", "w", encoding="ascii") as knob:
+            knob.write("1")
+    except (NetnsError, OSError) as exc:
+        _log.warning("netns %s: no pod-to-pod routing: %s", net.namespace, exc)
 
 
 def testbed_links(testbed_id: str) -> list[str]:
