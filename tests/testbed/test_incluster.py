@@ -30,6 +30,7 @@ from pulumi_lora.testing.testbed import Testbed
 from pulumi_lora.testing.testbed._incluster import (
     MOUNT_SOURCE,
     RELAY_THREAD_PREFIX,
+    InClusterError,
     InClusterProcess,
     Relay,
     in_cluster_unavailable_reason,
@@ -325,6 +326,10 @@ def test_sandbox_sees_what_a_container_sees(
         assert process.returncode() == 0, log.read_text()
         seen = json.loads(log.read_text().splitlines()[-1])
         wait_until(lambda: process.relay is None or not process.relay.alive(), 5)
+        process.start()  # a container restart: a new relay, the files written again
+        wait_until(lambda: not process.alive(), 30, what="the restarted process finished")
+        assert process.returncode() == 0, log.read_text()
+        assert json.loads(log.read_text().splitlines()[-1]) == seen
     finally:
         process.stop()
     assert seen["user"] == service_account_user(namespace, sa)
@@ -489,3 +494,22 @@ def test_resync_loop_runs_in_cluster(
     assert not relay_threads()
     assert not sandbox_mounts()
     assert not Path("/run/secrets/kubernetes.io").exists()
+
+
+def test_a_missing_network_namespace_is_named(
+    testbed: Testbed, sandbox_required: None, tmp_path: Path
+) -> None:
+    gone = PodNetwork("pulumi-lora-no-such-netns", "vhnone", "198.18.0.1", "198.18.0.2")
+    with pytest.raises(InClusterError, match="pulumi-lora-no-such-netns does not exist"):
+        run_in_cluster_pod(
+            argv=["true"],
+            env={},
+            namespace="default",
+            service_account_token="t",
+            ca_pem=b"",
+            apiserver_port=apiserver_port(testbed),
+            network=gone,
+            log_path=tmp_path / "x.log",
+            name="x",
+        )
+    assert not relay_threads()
