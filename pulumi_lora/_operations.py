@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import httpx
 from lightkube import Client
 
 from pulumi_lora import _cluster as k8s
@@ -64,7 +63,7 @@ from pulumi_lora._reconcile import (
     unsettled,
 )
 from pulumi_lora._settings import ClientTimeouts
-from pulumi_lora._sglang import SGLangClient
+from pulumi_lora._sglang import SGLangClient, deadline_transport
 from pulumi_lora._shared_views import OwnWrites, SharedViews
 
 #: Field manager for the status this provider writes (the re-sync loop uses its own).
@@ -196,7 +195,7 @@ class ClientPool:
                     extra_headers=headers,
                     timeouts=timeouts,
                     label=label,
-                    transport=httpx.HTTPTransport(verify=tls),
+                    transport=deadline_transport(verify=tls),
                 )
                 self._sglang[key] = client
             return client

@@ -271,16 +271,18 @@ def rollback_plan(outcomes: Sequence[PodOutcome]) -> tuple[PodAction, ...]:
 
 
 def unsettled(outcomes: Sequence[PodOutcome], rolled_back: Sequence[PodOutcome]) -> tuple[str, ...]:
-    """The pods where a rolled-back load may still land: its answer timed out (the server may
-    not have started it yet) and the rollback's unload removed nothing (or failed).
+    """The pods where a rolled-back load may still land: it was sent but no answer came (a
+    timeout, or a connection dropped after the request went out) and the rollback's unload
+    removed nothing (or failed).
 
-    A timed-out load that was already applied is removed by that unload (SGLang serializes loads
-    and unloads, so an unload sent after a load still running waits for it); one held back before
-    the server started it (a stalled proxy, a busy HTTP layer) lands later, so the caller must
-    keep watching these pods for a while. A broken connection is the server's last word: no
-    watch.
+    A load that was already applied is removed by that unload (SGLang serializes loads and
+    unloads, so an unload sent after a load still running waits for it); one held back before
+    the server started it (a stalled proxy, a busy HTTP layer, a proxy that dropped the client's
+    connection but still forwards the request) lands later, so the caller must keep watching
+    these pods for a while. A dropped connection is no proof that the server is done with the
+    request, so it is watched like a timeout.
     """
-    late = {o.pod for o in outcomes if o.maybe_loaded and o.reason == "Timeout"}
+    late = {o.pod for o in outcomes if o.maybe_loaded}
     return tuple(r.pod for r in rolled_back if r.pod in late and not r.did_unload)
 
 

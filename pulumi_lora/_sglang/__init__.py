@@ -4,7 +4,7 @@ Outcomes are values (`Loaded`, `AlreadyLoaded`, `Unloaded`, `NotLoaded`, `ModelL
 failures are errors from `pulumi_lora._errors`, whose ``retryable`` and ``reason`` say what to do.
 """
 
-from pulumi_lora._sglang._client import AsyncSGLangClient, SGLangClient
+from pulumi_lora._sglang._client import AsyncSGLangClient, SGLangClient, deadline_transport
 from pulumi_lora._sglang._protocol import (
     MAX_BODY_BYTES,
     AlreadyLoaded,
@@ -29,4 +29,5 @@ __all__ = [
     "SGLangClient",
     "UnloadOutcome",
     "Unloaded",
+    "deadline_transport",
 ]

@@ -5,17 +5,27 @@ Both are thin: `_protocol` builds every request and classifies every answer, the
 class checks the settings, and the two classes differ only in how they send. httpx's exceptions
 are translated in one place, `_ClientBase._translated_httpx_errors`, into the transient branch.
 The httpx transport is the test seam (``httpx.MockTransport`` in unit tests).
+
+Every request has one deadline, its route's timeout from when it is sent, bounding the whole
+answer: status line, headers and body. httpx's timeouts bound each socket operation, so a server
+that drips one byte a second never trips them. The async client puts the request under an
+``asyncio`` timeout; the blocking one cannot be cancelled, so its transport
+(`deadline_transport`) gives every socket read and write only what is left of the deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
+import ssl
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Self
+from contextvars import ContextVar
+from typing import Any, Self
 
+import httpcore
 import httpx
 
 from pulumi_lora._errors import (
@@ -37,7 +47,7 @@ from pulumi_lora._sglang._protocol import (
     UnloadOutcome,
 )
 
-__all__ = ["AsyncSGLangClient", "SGLangClient"]
+__all__ = ["AsyncSGLangClient", "SGLangClient", "deadline_transport"]
 
 
 class _ClientBase:
@@ -125,8 +135,9 @@ class _ClientBase:
         """When the whole answer must be in (monotonic clock): the route's timeout from now.
 
         httpx's read timeout bounds each wait for a chunk, not the answer: a server that drips
-        one byte a second never trips it. The deadline is checked as every chunk arrives, so an
-        answer is abandoned at most one chunk wait (the route's timeout) after it.
+        one byte a second never trips it. `deadline_transport` bounds every socket operation by
+        what is left of it (headers included); with another transport it is also checked as
+        every body chunk arrives.
         """
         return time.monotonic() + request.read_timeout
 
@@ -158,6 +169,8 @@ class SGLangClient(_ClientBase):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = self._configure(base_url, api_key, extra_headers, timeouts, label)
+        if transport is None:
+            transport = deadline_transport()
         self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=transport)
 
     def load_adapter(self, name: str, path: str, *, pinned: bool = False) -> LoadOutcome:
@@ -194,13 +207,17 @@ class SGLangClient(_ClientBase):
     def _send(self, request: Request) -> tuple[int, bytes]:
         """Send ``request``; return the status and at most just over `MAX_BODY_BYTES` of body."""
         deadline = self._deadline(request)
-        with (
-            self._translated_httpx_errors(request),
-            self._http.stream(
-                request.method, request.path, json=request.json, timeout=self._timeout(request)
-            ) as response,
-        ):
-            return response.status_code, _read_capped(response.iter_bytes(), deadline)
+        token = _DEADLINE.set(deadline)
+        try:
+            with (
+                self._translated_httpx_errors(request),
+                self._http.stream(
+                    request.method, request.path, json=request.json, timeout=self._timeout(request)
+                ) as response,
+            ):
+                return response.status_code, _read_capped(response.iter_bytes(), deadline)
+        finally:
+            _DEADLINE.reset(token)
 
 
 class AsyncSGLangClient(_ClientBase):
@@ -258,10 +275,20 @@ class AsyncSGLangClient(_ClientBase):
         """Send ``request``; return the status and at most just over `MAX_BODY_BYTES` of body."""
         deadline = self._deadline(request)
         with self._translated_httpx_errors(request):
-            async with self._http.stream(
-                request.method, request.path, json=request.json, timeout=self._timeout(request)
-            ) as response:
-                return response.status_code, await _aread_capped(response.aiter_bytes(), deadline)
+            try:
+                async with (
+                    asyncio.timeout(request.read_timeout),
+                    self._http.stream(
+                        request.method,
+                        request.path,
+                        json=request.json,
+                        timeout=self._timeout(request),
+                    ) as response,
+                ):
+                    body = await _aread_capped(response.aiter_bytes(), deadline)
+                    return response.status_code, body
+            except TimeoutError as exc:  # the whole request's deadline (headers included)
+                raise httpx.ReadTimeout("no complete answer by the deadline") from exc
 
 
 def _read_capped(chunks: Iterator[bytes], deadline: float) -> bytes:
@@ -286,6 +313,95 @@ async def _aread_capped(chunks: AsyncIterator[bytes], deadline: float) -> bytes:
             break
         _check_deadline(deadline)
     return bytes(body[: MAX_BODY_BYTES + 1])
+
+
+#: The deadline (monotonic) of the blocking request this thread is sending, for `_DeadlineStream`.
+_DEADLINE: ContextVar[float | None] = ContextVar("pulumi_lora_sglang_deadline", default=None)
+
+
+def deadline_transport(*, verify: ssl.SSLContext | bool = True) -> httpx.HTTPTransport:
+    """httpx's blocking transport, whose every socket read and write (connect and TLS set-up
+    included) waits at most what is left of the request's deadline, so a server dripping its
+    status line, headers or body fails at the deadline, not one per-read timeout after it.
+
+    httpx builds its connection pool itself; the network backend is swapped in after (httpcore's
+    ``ConnectionPool`` takes one, httpx offers no argument for it).
+    ``tests/unit/test_sglang_client.py`` checks the wiring against the installed httpx.
+    """
+    transport = httpx.HTTPTransport(verify=verify)
+    pool: Any = transport._pool
+    pool._network_backend = _DeadlineBackend(pool._network_backend)
+    return transport
+
+
+def _left(timeout: float | None, error: type[Exception]) -> float | None:
+    """``timeout`` cut to what is left of this thread's request deadline; ``error`` once past."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error("the answer was still arriving at the deadline")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose waits end at the request's deadline (see `deadline_transport`)."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend, handing out `_DeadlineStream`s."""
+
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _left(timeout, httpcore.ConnectTimeout)
+        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
 
 
 def _check_deadline(deadline: float) -> None:

@@ -28,6 +28,8 @@ from tests.contract._emulators import LORA, AdapterFactory, Emulator, StartEmula
         ("malformed", Fault(kind="malformed")),
         ("huge=1000", Fault(kind="huge", size=1000)),
         ("drip=0.01,chunk=4", Fault(kind="drip", seconds=0.01, chunk=4)),
+        ("drip=0.5,head", Fault(kind="drip", seconds=0.5, head=True)),
+        ("/x:drop,land=2.5", Fault(kind="drop", route="/x", land=2.5)),
         (
             'status=502,times=2,body={"a": 1, "b": [1,2]}',
             Fault(kind="status", status=502, times=2, body='{"a": 1, "b": [1,2]}'),
@@ -56,6 +58,10 @@ def test_spec_syntax(spec: str, fault: Fault) -> None:
         "/x",
         "route:drop",
         "huge",
+        "drop,head",
+        "drip=1,land=2",
+        "drop,after,land=1",
+        "drop,land=-1",
     ],
 )
 def test_bad_specs_are_value_errors(spec: str) -> None:
@@ -122,6 +128,31 @@ def test_drop_after_loses_the_answer_of_a_load_that_happened(
     with pytest.raises(httpx.RemoteProtocolError):
         lora.load("sql", make_adapter("sql"))
     assert lora.models() == {"sql": "/adapters/sql"}
+
+
+def test_drop_land_loses_the_answer_then_loads_late(
+    lora: Emulator, make_adapter: AdapterFactory
+) -> None:
+    lora.server.inject(Fault.parse("/load_lora_adapter:drop,land=0.5"))
+    with pytest.raises(httpx.RemoteProtocolError):
+        lora.load("sql", make_adapter("sql"))
+    dropped = time.monotonic()
+    assert lora.models() == {}
+    while lora.models() == {} and time.monotonic() - dropped < 5:
+        time.sleep(0.02)
+    assert lora.models() == {"sql": "/adapters/sql"}
+    assert time.monotonic() - dropped >= 0.4
+
+
+def test_drip_head_trickles_the_status_line_and_headers(lora: Emulator) -> None:
+    lora.server.inject(Fault.parse("/v1/models:drip=0.05,chunk=4,head"))
+    started = time.monotonic()
+    with lora.client.stream("GET", "/v1/models", timeout=httpx.Timeout(5.0, read=0.3)) as stream:
+        headers_took = time.monotonic() - started
+        assert stream.status_code == 200
+        assert stream.read()
+    # every read came within the per-read timeout, the headers as a whole did not
+    assert headers_took > 0.3
 
 
 def test_stall_outlasts_a_client_timeout(lora: Emulator) -> None:

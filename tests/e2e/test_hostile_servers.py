@@ -100,8 +100,11 @@ def adapter_props(namespace: str, name: str, path: str) -> dict[str, Any]:
         # Loaded at once, then the ~80-byte answer one byte every 0.5 s (≈40 s): no single read
         # waits past 2 s, only the per-request deadline ends it.
         ("/load_lora_adapter:drip=0.5,chunk=1", 10.0),
+        # Loaded at once, then the status line and headers one byte every 0.5 s: httpx's
+        # per-read timeout never trips and no body chunk arrives to check a deadline against.
+        ("/load_lora_adapter:drip=0.5,chunk=1,head", 10.0),
     ],
-    ids=["stall", "drip"],
+    ids=["stall", "drip", "drip-head"],
 )
 def test_a_slow_load_times_out_naming_the_pod_and_leaves_nothing(
     testbed: Testbed,
@@ -129,6 +132,31 @@ def test_a_slow_load_times_out_naming_the_pod_and_leaves_nothing(
         what="the late load to land on the slow pod",
     )
     assert all("slow" not in adapters for adapters in served(isvc).values())
+
+
+def test_a_dropped_load_that_lands_late_is_rolled_back(
+    testbed: Testbed,
+    namespace: str,
+    isvc: InferenceServiceHandle,
+    config: ProviderConfig,
+) -> None:
+    """The connection drops before any answer and the server loads 2 s later (a proxy that lost
+    the client but still forwards the request): the rollback's unload finds nothing yet, so the
+    failed create watches that pod as it does after a timeout, and unloads the late load."""
+    dropped = isvc.ready_pods()[1]
+    arm(dropped.url, "/load_lora_adapter:drop,land=2")
+    start = time.monotonic()
+    with pytest.raises(AdapterNotLoaded) as caught:
+        short(config).create(adapter_props(namespace, "late", testbed.make_adapter("late")))
+    took = time.monotonic() - start
+    print(f"dropped load landing late: create failed after {took:.2f} s: {caught.value}")
+    message = str(caught.value)
+    assert f"pod {dropped.name}" in message and "Server disconnected" in message
+    assert "loaded on 2/3 Ready pods" in message
+    assert took < 2 + SHORT.load + 2  # the watch ends once the late load was seen and unloaded
+    assert get_adapter(testbed.client(), namespace, "late") is None
+    assert "late" in emulator_state(dropped.url)["ever_loaded"]  # it did land, during the watch
+    assert all("late" not in adapters for adapters in served(isvc).values())
 
 
 def test_a_swap_whose_unload_times_out_is_not_reported_loaded(

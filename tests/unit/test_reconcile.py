@@ -259,22 +259,29 @@ class TestPodProgram:
             PodAction("b", ActionKind.UNLOAD, None),
         )
 
-    def test_unsettled_pods_are_timed_out_loads_the_rollback_did_not_find(self) -> None:
+    def test_unsettled_pods_are_unanswered_loads_the_rollback_did_not_find(self) -> None:
         outcomes = [
             PodOutcome("loaded", True, "/x", did_load=True),
             PodOutcome("late", False, reason="Timeout", error="t", maybe_loaded=True),
             PodOutcome("found", False, reason="Timeout", error="t", maybe_loaded=True),
             PodOutcome("failed", False, reason="Timeout", error="t", maybe_loaded=True),
             PodOutcome("dropped", False, reason="InvalidResponse", error="d", maybe_loaded=True),
+            PodOutcome("reset", False, reason="ConnectionFailed", error="r", maybe_loaded=True),
+            PodOutcome("refused", False, reason="ConnectionFailed", error="r"),
+            PodOutcome("dropped-found", False, reason="InvalidResponse", maybe_loaded=True),
         ]
         rolled_back = [
             PodOutcome("loaded", False, did_unload=True),
             PodOutcome("late", False),  # "does not exist": the load has not landed (yet)
             PodOutcome("found", False, did_unload=True),  # it had landed, and is gone now
             PodOutcome("failed", True, reason="Timeout", error="t"),
-            PodOutcome("dropped", False),  # a dropped connection was the server's last word
+            # a dropped or reset connection is no proof the server is done: watched like a timeout
+            PodOutcome("dropped", False),
+            PodOutcome("reset", False),
+            PodOutcome("refused", False),  # never sent (no connection): nothing can land
+            PodOutcome("dropped-found", False, did_unload=True),
         ]
-        assert unsettled(outcomes, rolled_back) == ("late", "failed")
+        assert unsettled(outcomes, rolled_back) == ("late", "failed", "dropped", "reset")
         assert unsettled(outcomes[:1], rolled_back[:1]) == ()
 
 

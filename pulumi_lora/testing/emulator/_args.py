@@ -28,8 +28,11 @@ _FAULT_HELP = """\
 fault SPEC: [ROUTE:]KIND[=VALUE][,OPTION]...  (ROUTE '*' or a path; default '*')
   kinds:   status=CODE | drop | stall=SECONDS | malformed | huge=BYTES | drip=SECONDS
   options: times=N|always (default 1) | after (handle first, then fault the answer)
-           | chunk=BYTES (drip) | body=TEXT (status; last, taken verbatim)
+           | chunk=BYTES (drip) | head (drip the status line and headers too)
+           | land=SECONDS (drop: handle the request that long after closing)
+           | body=TEXT (status; last, taken verbatim)
   e.g.     /load_lora_adapter:status=503,times=2   *:drop,after   /v1/models:stall=5
+           /load_lora_adapter:drop,land=3   /v1/models:drip=0.5,head
 """
 _T = TypeVar("_T")
 

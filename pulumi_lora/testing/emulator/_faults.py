@@ -55,12 +55,18 @@ class Fault:
                 | after          handle the request first, then fault the answer (the state
                                  changes, the client never learns it); stall: wait after
                 | chunk=BYTES    drip: bytes per chunk (default 1)
+                | head           drip: drip the status line and headers too, not only the
+                                 body (a client's per-read timeout never trips on either)
+                | land=SECONDS   drop: close the connection at once, then handle the request
+                                 SECONDS later (SGLang keeps working on a request whose client
+                                 is gone, a proxy held it back: a load that lands late)
                 | body=TEXT      status: the body, verbatim to the end of the SPEC; JSON is
                                  sent as application/json, other text as text/plain
                                  (default ``{"detail": "<reason phrase>"}``)
 
     Examples: ``/load_lora_adapter:status=503,times=2``, ``*:drop``, ``/v1/models:stall=5``,
-    ``/load_lora_adapter:drop,after``, ``/generate:drip=0.05,chunk=8``,
+    ``/load_lora_adapter:drop,after``, ``/load_lora_adapter:drop,land=3``,
+    ``/generate:drip=0.05,chunk=8``, ``/load_lora_adapter:drip=0.5,head``,
     ``/server_info:huge=1000000``, ``/unload_lora_adapter:status=500,body=Internal Server Error``.
     """
 
@@ -82,10 +88,18 @@ class Fault:
     """``huge``: the body's size in bytes."""
     chunk: int = Field(default=1, ge=1)
     """``drip``: bytes per chunk."""
+    head: bool = False
+    """``drip``: drip the status line and headers too."""
+    land: float | None = Field(default=None, ge=0.0)
+    """``drop``: handle the request this many seconds after the connection was closed."""
 
     def __post_init__(self) -> None:
         if self.route != "*" and not self.route.startswith("/"):
             raise ValueError(f"fault route must be '*' or start with '/': {self.route!r}")
+        if self.head and self.kind != "drip":
+            raise ValueError("fault option 'head' applies to drip only")
+        if self.land is not None and (self.kind != "drop" or self.after):
+            raise ValueError("fault option 'land' applies to drop without 'after' only")
 
     @classmethod
     def parse(cls, spec: str) -> Fault:
@@ -136,12 +150,12 @@ def _parse_options(options: str, spec: str) -> dict[str, object]:
             break
         item, _, remaining = remaining.partition(",")
         key, has_value, value = item.partition("=")
-        if key == "after" and not has_value:
-            fields["after"] = True
+        if key in ("after", "head") and not has_value:
+            fields[key] = True
         elif key == "times" and has_value:
             fields["times"] = None if value == "always" else value
-        elif key == "chunk" and has_value:
-            fields["chunk"] = value
+        elif key in ("chunk", "land") and has_value:
+            fields[key] = value
         else:
             raise ValueError(f"fault spec {spec!r}: unknown option {item!r}")
     return fields

@@ -140,6 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
             app.handle(request)
         if fault.kind == "drop":
             self._drop()
+            if fault.land is not None and not sleep(fault.land):
+                app.handle(request)
         else:
             self._send(fault_response(fault))
 
@@ -149,6 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _drip(self, response: Response, fault: Fault) -> None:
         head, body = self._encode(response)
+        if fault.head:
+            head, body = b"", head + body
         self.wfile.write(head)
         for start in range(0, len(body), fault.chunk):
             if self.server.sleep(fault.seconds):
