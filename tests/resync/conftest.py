@@ -66,10 +66,19 @@ def make_identity(
     watch_namespace: str | None = None,
     lease: str = TEST_LEASE,
 ) -> Identity:
-    """Render and apply the loop's manifests in a new namespace; return a kubeconfig for them."""
+    """Render and apply the loop's manifests in a new namespace; return a kubeconfig for them.
+
+    The Deployment is applied with no replicas: the testbed would run its pods (real loops on
+    this Lease), and these tests start their loops themselves, with flags of their choosing.
+    """
     namespace = testbed.create_namespace("resync-system")
     manifests = resync_manifests(
-        namespace, "pulumi-lora:test", name=name, watch_namespace=watch_namespace, lease_name=lease
+        namespace,
+        "pulumi-lora:test",
+        name=name,
+        watch_namespace=watch_namespace,
+        lease_name=lease,
+        replicas=0,
     )
     apply_manifests(testbed, manifests, directory / f"{namespace}.yaml")
     token = testbed.kubectl("create", "token", name, "-n", namespace, "--duration", "2h")

@@ -202,9 +202,15 @@ class _Run:
         self._wait_whole(60, "the initial pulumi up to be whole")
 
     def _start_loop_identity(self) -> None:
-        """Apply the loop's manifests (least-privilege RBAC) and a kubeconfig for its account."""
+        """Apply the loop's manifests (least-privilege RBAC) and a kubeconfig for its account.
+
+        The Deployment gets no replicas: the testbed would run them, and the chaos run starts
+        (and kills) its loop processes itself.
+        """
         system = self.tb.create_namespace("chaos-system")
-        manifests = resync_manifests(system, "pulumi-lora:chaos", watch_namespace=self.namespace)
+        manifests = resync_manifests(
+            system, "pulumi-lora:chaos", watch_namespace=self.namespace, replicas=0
+        )
         rendered = self.workdir / "resync.yaml"
         rendered.write_text(yaml.safe_dump_all(manifests, sort_keys=False), encoding="utf-8")
         self._kubectl("apply", "-f", str(rendered))
