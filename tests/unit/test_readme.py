@@ -49,9 +49,16 @@ def test_every_python_block_runs() -> pulumi.Output[None]:
     for code in python:
         namespace: dict[str, Any] = {"__name__": "readme"}
         exec(compile(code, "README.md", "exec"), namespace)
-        made += [v for v in namespace.values() if isinstance(v, pulumi.Resource)]
+        for value in namespace.values():
+            values = value if isinstance(value, list) else [value]
+            made += [v for v in values if isinstance(v, pulumi.Resource)]
 
     def check(_: object) -> None:
-        assert recorder.types.count("pulumi-lora:index:LoRAAdapter") == len(python)
+        # The quickstart declares one adapter; the platform stack three, its InferenceService
+        # and the re-sync loop.
+        assert len(python) == 2
+        assert recorder.types.count("pulumi-lora:index:LoRAAdapter") == 4
+        assert "kubernetes:inference.llmkube.dev/v1alpha1:InferenceService" in recorder.types
+        assert "pulumi-lora:index:ResyncDeployment" in recorder.types
 
     return pulumi.Output.all(*(r.urn for r in made)).apply(check)
