@@ -5,6 +5,10 @@ from __future__ import annotations
 import pulumi_lora.testing.testbed as testbed
 
 EXPECTED = {
+    "ANNOTATION_EMULATOR_ARGS",
+    "ANNOTATION_NETWORK",
+    "ANNOTATION_STARTUP_DELAY",
+    "CONTROLLER_USER",
     "ADMIN_USER", "AUDIT_POLICY", "BENCH_NETWORK", "BINARIES", "CONTAINER_NAME",
     "DEFAULT_EXTRA_ARGS", "NETNS_PORT", "NETNS_PREFIX", "NODE_NAME", "PROVISION_COMMAND",
     "ApiRequestError", "Binary", "BinaryNotFoundError", "CertificateError",

@@ -37,6 +37,9 @@ from pulumi_lora.testing.testbed._netns import (
     netns_unavailable_reason,
 )
 from pulumi_lora.testing.testbed._pods import (
+    ANNOTATION_EMULATOR_ARGS,
+    ANNOTATION_NETWORK,
+    ANNOTATION_STARTUP_DELAY,
     CONTAINER_NAME,
     DEFAULT_EXTRA_ARGS,
     NETNS_PORT,
@@ -48,14 +51,23 @@ from pulumi_lora.testing.testbed._pods import (
 )
 from pulumi_lora.testing.testbed._process import ProcessStartError
 from pulumi_lora.testing.testbed._rest import ApiRequestError
-from pulumi_lora.testing.testbed._testbed import ADMIN_USER, Testbed, TestbedError
+from pulumi_lora.testing.testbed._testbed import (
+    ADMIN_USER,
+    CONTROLLER_USER,
+    Testbed,
+    TestbedError,
+)
 
 __all__ = [
     "ADMIN_USER",
+    "ANNOTATION_EMULATOR_ARGS",
+    "ANNOTATION_NETWORK",
+    "ANNOTATION_STARTUP_DELAY",
     "AUDIT_POLICY",
     "BENCH_NETWORK",
     "BINARIES",
     "CONTAINER_NAME",
+    "CONTROLLER_USER",
     "DEFAULT_EXTRA_ARGS",
     "NETNS_PORT",
     "NETNS_PREFIX",

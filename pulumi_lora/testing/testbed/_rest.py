@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -69,6 +71,18 @@ class KubeRest:
         if answer.status_code >= 300:
             raise ApiRequestError(method, path, answer.status_code, answer.text)
         return answer.json() if answer.content else None
+
+    @contextmanager
+    def stream(
+        self, method: str, path: str, *, params: dict[str, str], timeout: httpx.Timeout
+    ) -> Iterator[httpx.Response]:
+        """A streamed request (a watch): the response is read line by line by the caller."""
+        with self._http.stream(method, path, params=params, timeout=timeout) as response:
+            yield response
+
+    def put(self, path: str, body: Any) -> Any:
+        """PUT ``body`` (a whole object, with its resourceVersion) at ``path``."""
+        return self.request("PUT", path, body=body)
 
     def get(self, path: str, *, allow: tuple[int, ...] = ()) -> Any:
         """GET ``path``."""

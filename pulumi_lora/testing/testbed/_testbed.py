@@ -52,15 +52,50 @@ from pulumi_lora.testing.testbed._pods import (
     InferenceServiceHandle,
     Network,
     PodPlayer,
+    Sandbox,
 )
 from pulumi_lora.testing.testbed._rest import KubeRest
 
-__all__ = ["ADMIN_USER", "Testbed", "TestbedError"]
+__all__ = ["ADMIN_USER", "CONTROLLER_USER", "Testbed", "TestbedError"]
 
 _log = logging.getLogger("pulumi_lora.testing.testbed")
 
 ADMIN_USER = "testbed-admin"
 """User name of the testbed's ``system:masters`` token."""
+
+CONTROLLER_USER = "system:kube-controller-manager"
+"""User name the testbed's controllers and kubelet act as (a static token, RBAC below).
+
+Admission policies can tell the ReplicaSet controller's pods from anyone else's by it.
+"""
+
+CONTROLLER_ROLE = "testbed:controllers"
+"""ClusterRole (and binding) granting :data:`CONTROLLER_USER` what the controllers write."""
+
+_CONTROLLER_RULES = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "pods/status"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments", "deployments/status", "replicasets", "replicasets/status"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["inference.llmkube.dev"],
+        "resources": ["inferenceservices"],
+        "verbs": ["get", "list", "watch", "patch", "update"],
+    },
+    {
+        "apiGroups": ["inference.llmkube.dev"],
+        "resources": ["inferenceservices/status"],
+        "verbs": ["get", "patch", "update"],
+    },
+]
 
 _DIR_PREFIX = "pulumi-lora-testbed-"
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
@@ -91,6 +126,7 @@ class Testbed:
         start_timeout: float = 90.0,
         keep_directory: bool = False,
         apiserver_args: Sequence[str] = (),
+        default_network: Network = "loopback",
     ) -> None:
         """Prepare a testbed (nothing starts before :meth:`start`).
 
@@ -99,6 +135,8 @@ class Testbed:
         by default a fresh temporary directory that :meth:`stop` removes (``keep_directory`` keeps
         it for post-mortems). ``audit`` enables a Metadata-level audit log of every request.
         ``apiserver_args`` are appended to the apiserver's flags (feature gates, ...).
+        ``default_network`` is how pods of InferenceServices that carry no
+        ``testbed.pulumi-lora.dev/network`` annotation are reached (created by kubectl, ...).
         """
         self.id = secrets.token_hex(3)
         self._given_dir = directory
@@ -116,6 +154,9 @@ class Testbed:
         self._player: PodPlayer | None = None
         self._binaries: dict[str, Binary] = {}
         self._admin_token = new_token()
+        self._controller_token = new_token()
+        self._default_network: Network = default_network
+        self._controller_rest: KubeRest | None = None
         self._kubeconfig: Path | None = None
         self._audit_log: Path | None = None
         self._started = False
@@ -166,7 +207,8 @@ class Testbed:
         keys = generate_key_material(directory)
         token_file = directory / "tokens.csv"
         admin = StaticToken(self._admin_token, ADMIN_USER, groups=("system:masters",))
-        write_token_file(token_file, [admin, *self._extra_tokens])
+        controllers = StaticToken(self._controller_token, CONTROLLER_USER)
+        write_token_file(token_file, [admin, controllers, *self._extra_tokens])
         audit_policy = None
         if self._audit:
             audit_policy = directory / "audit-policy.yaml"
@@ -175,7 +217,11 @@ class Testbed:
         self._etcd = Etcd(self._binaries["etcd"].path, directory)
         self._etcd.start(self._start_timeout)
         files = ApiServerFiles(keys, token_file, audit_policy, self._audit_log)
-        secrets_ = [self._admin_token, *(t.token for t in self._extra_tokens)]
+        secrets_ = [
+            self._admin_token,
+            self._controller_token,
+            *(t.token for t in self._extra_tokens),
+        ]
         self._apiserver = ApiServer(
             self._binaries["kube-apiserver"].path,
             directory,
@@ -193,8 +239,52 @@ class Testbed:
         self._create_node()
         adapter_root = directory / "fsroot"
         (adapter_root / "adapters").mkdir(parents=True, exist_ok=True)
-        self._player = PodPlayer(self._rest, self.id, directory / "pods", adapter_root)
+        self._grant_controllers()
+        self._controller_rest = KubeRest(
+            self._apiserver.url, self._controller_token, self._apiserver.ssl_context()
+        )
+        sandbox = Sandbox(self._apiserver.port, self.ca_path.read_text(encoding="utf-8"))
+        self._player = PodPlayer(
+            self._controller_rest,
+            self.id,
+            directory / "pods",
+            adapter_root,
+            default_network=self._default_network,
+            sandbox=sandbox,
+            user_rest=self._rest,
+        )
+        self._player.start()
         _log.info("testbed %s ready at %s", self.id, self._apiserver.url)
+
+    def _grant_controllers(self) -> None:
+        """The ClusterRole and binding that let :data:`CONTROLLER_USER` play the controllers."""
+        rest = self._require_rest()
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": CONTROLLER_ROLE},
+            "rules": _CONTROLLER_RULES,
+        }
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": CONTROLLER_ROLE},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": CONTROLLER_ROLE,
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": CONTROLLER_USER,
+                }
+            ],
+        }
+        rest.apply(f"{rbac}/clusterroles/{CONTROLLER_ROLE}", role, FIELD_MANAGER)
+        rest.apply(f"{rbac}/clusterrolebindings/{CONTROLLER_ROLE}", binding, FIELD_MANAGER)
 
     def _create_node(self) -> None:
         rest = self._require_rest()
@@ -218,9 +308,10 @@ class Testbed:
             player, self._player = self._player, None
             if player is not None:
                 player.close()
-            rest, self._rest = self._rest, None
-            if rest is not None:
-                rest.close()
+            for rest in (self._rest, self._controller_rest):
+                if rest is not None:
+                    rest.close()
+            self._rest = self._controller_rest = None
             apiserver, self._apiserver = self._apiserver, None
             if apiserver is not None:
                 apiserver.stop()
@@ -381,7 +472,7 @@ class Testbed:
             return tuple(self._namespaces)
 
     def release_namespace(self, namespace: str) -> None:
-        """Delete every InferenceService deployed in ``namespace``: pods, processes and CRs.
+        """Delete every InferenceService and Deployment in ``namespace``: pods, processes, CRs.
 
         What a test calls at its end, so its emulators (each probed ten times a second) do not
         keep running for the rest of a session. The namespace itself stays (see
@@ -411,11 +502,13 @@ class Testbed:
         emulator_args: Sequence[str] = (),
         model: str = "llama-8b",
     ) -> InferenceServiceHandle:
-        """Create an InferenceService CR and play its Deployment and kubelet.
+        """Create an InferenceService CR; return the handle on what the controllers run for it.
 
-        Returns once the pods exist and their emulators were started (not yet Ready: use
-        :meth:`InferenceServiceHandle.wait_ready`). ``network="netns"`` needs root; see
-        :func:`netns_available`.
+        A thin helper: the testbed's operator and controllers act on any InferenceService, this
+        one only carries the test knobs (``network``, ``startup_delay``, ``emulator_args``) as
+        ``testbed.pulumi-lora.dev/`` annotations. Returns once the pods exist and their emulators
+        were started (not yet Ready: use :meth:`InferenceServiceHandle.wait_ready`).
+        ``network="netns"`` needs root; see :func:`netns_available`.
         """
         if network == "netns":
             reason = netns_unavailable_reason()
@@ -434,7 +527,7 @@ class Testbed:
         )
 
     def inference_service(self, namespace: str, name: str) -> InferenceServiceHandle:
-        """The handle of an InferenceService deployed by this testbed."""
+        """The handle of an InferenceService in the cluster (whoever made it); KeyError if none."""
         return self._require_player().handle(namespace, name)
 
     def delete_inference_service(self, namespace: str, name: str) -> None:
@@ -454,7 +547,7 @@ class Testbed:
         self._require_player().handle_of_pod(namespace, pod).kill_pod_process(pod)
 
     def scale(self, namespace: str, name: str, replicas: int) -> None:
-        """Patch the InferenceService's ``spec.replicas`` and add/remove pods to match."""
+        """Patch the InferenceService's ``spec.replicas``; return once the pods follow."""
         self.inference_service(namespace, name).scale(replicas)
 
     def emulator_url(self, namespace: str, pod: str) -> str:

@@ -1,0 +1,510 @@
+"""The testbed's kubelet: runs the containers of every Pod bound to the testbed node.
+
+For each Pod object the ReplicaSet controller (or anyone) binds to :data:`NODE_NAME` it decides
+what can run here (:func:`container_kind`): the SGLang container becomes one emulator process
+(``python -m pulumi_lora.testing.emulator``, on loopback or in a network namespace of its own),
+a ``pulumi-lora resync`` container becomes a local re-sync loop in the in-cluster sandbox
+(``_incluster.py``), anything else stays Pending with a container status saying why. It probes
+readiness (and liveness) as the container declares, ten times faster than the spec says so tests
+wait less, and patches ``pods/NAME/status``. A Pod marked for deletion is stopped, then removed.
+
+Lock order: runtime → nothing else (the status patch is sent while holding it, as before).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import secrets
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
+from pulumi_lora.testing.testbed._process import ManagedProcess
+from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
+from pulumi_lora.testing.testbed._workloads import (
+    ANNOTATION_EMULATOR_ARGS,
+    ANNOTATION_NETWORK,
+    ANNOTATION_STARTUP_DELAY,
+    CONTAINER_NAME,
+    NODE_NAME,
+)
+
+__all__ = [
+    "EMULATOR_MODULE",
+    "PROBE_INTERVAL",
+    "PROBE_TIME_SCALE",
+    "ContainerKind",
+    "Network",
+    "PodRuntime",
+    "container_kind",
+    "resolve_env",
+]
+
+_log = logging.getLogger("pulumi_lora.testing.testbed")
+
+Network = Literal["loopback", "netns"]
+"""How a pod is reached: ``loopback`` (127.0.0.1, own port) or ``netns`` (own IP, port 30000)."""
+
+ContainerKind = Literal["emulator", "resync", "unsupported"]
+"""What the testbed's kubelet does with a container."""
+
+EMULATOR_MODULE = "pulumi_lora.testing.emulator"
+"""The module every SGLang pod runs (``python -m``)."""
+
+PROBE_TIME_SCALE = 0.1
+"""Probe periods run this much faster than ``periodSeconds`` says (tests wait less)."""
+
+PROBE_INTERVAL = 0.1
+"""Seconds between two probes of a container whose probe says ``periodSeconds: 1``."""
+
+RESYNC_COMMAND = ["pulumi-lora", "resync"]
+"""The command of the re-sync loop's container, as ``pulumi_lora.deploy`` renders it."""
+
+_STOP_TIMEOUT = 10.0
+_PROBE_TIMEOUT = 1.0
+_API_ERRORS = (httpx.HTTPError, ApiRequestError)
+_DROPPED_ARGS = ("--host", "--port", "--model-path", "--model")
+_order = itertools.count()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _container_id() -> str:
+    return "containerd://" + secrets.token_hex(32)
+
+
+def container_kind(container: dict[str, Any]) -> ContainerKind:
+    """What this kubelet can run: the SGLang emulator, the re-sync loop, or nothing (pure)."""
+    if container.get("command") == RESYNC_COMMAND:
+        return "resync"
+    image = str(container.get("image", ""))
+    if container.get("name") == CONTAINER_NAME or image.startswith("lmsysorg/sglang"):
+        return "emulator"
+    return "unsupported"
+
+
+def resolve_env(container: dict[str, Any], pod: dict[str, Any], pod_ip: str) -> dict[str, str]:
+    """The container's ``env`` with ``value`` and ``fieldRef`` (name, namespace, podIP) (pure)."""
+    fields = {
+        "metadata.name": pod["metadata"]["name"],
+        "metadata.namespace": pod["metadata"]["namespace"],
+        "status.podIP": pod_ip,
+        "spec.nodeName": NODE_NAME,
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
+    }
+    env: dict[str, str] = {}
+    for item in container.get("env", []) or []:
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+        else:
+            path = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+            if path in fields:
+                env[item["name"]] = fields[path]
+    return env
+
+
+def emulator_args(args: list[str]) -> list[str]:
+    """The container's SGLang arguments minus those the kubelet sets itself (pure)."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in _DROPPED_ARGS:
+            skip = True
+            continue
+        if arg.split("=", 1)[0] in _DROPPED_ARGS:
+            continue
+        kept.append(arg)
+    return kept
+
+
+@dataclass(frozen=True)
+class Probe:
+    """An httpGet probe with the period the testbed runs it at."""
+
+    port: int
+    path: str
+    period: float
+    failure_threshold: int
+    initial_delay: float
+
+    @staticmethod
+    def of(spec: dict[str, Any] | None, ports: dict[str, int]) -> Probe | None:
+        """The probe a container declares (``None`` when it has no httpGet probe)."""
+        get = (spec or {}).get("httpGet")
+        if not get:
+            return None
+        raw = get.get("port")
+        port = ports.get(raw, 0) if isinstance(raw, str) and not raw.isdigit() else int(raw)
+        scale = PROBE_TIME_SCALE
+        return Probe(
+            port=port,
+            path=str(get.get("path", "/")),
+            period=max(0.05, float((spec or {}).get("periodSeconds", 10)) * scale),
+            failure_threshold=int((spec or {}).get("failureThreshold", 3)),
+            initial_delay=float((spec or {}).get("initialDelaySeconds", 0)) * scale,
+        )
+
+
+@dataclass
+class KubeletContext:
+    """What every pod runtime shares: the API, file locations and the hooks of the testbed."""
+
+    rest: KubeRest
+    log_dir: Path
+    adapter_root: Path
+    testbed_id: str
+    default_network: Network
+    next_index: Callable[[], int]
+    note_pod: Callable[[dict[str, Any]], None]
+    start_resync: Callable[[PodRuntime], ManagedProcess]
+
+
+class PodRuntime:
+    """Kubelet state of one pod: its process, its network and the status last published."""
+
+    def __init__(self, ctx: KubeletContext, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        self.ctx = ctx
+        self.pod = pod
+        self.namespace: str = meta["namespace"]
+        self.name: str = meta["name"]
+        self.uid: str = meta["uid"]
+        self.order = next(_order)
+        self.annotations: dict[str, str] = meta.get("annotations", {}) or {}
+        network = self.annotations.get(ANNOTATION_NETWORK, ctx.default_network)
+        self.container: dict[str, Any] = pod["spec"]["containers"][0]
+        self.kind = container_kind(self.container)
+        if self.kind == "resync":
+            network = "netns"  # the sandbox gives the loop a network namespace of its own
+        self.network: Network = "netns" if network == "netns" else "loopback"
+        self.ports = {
+            str(p.get("name")): int(p["containerPort"])
+            for p in self.container.get("ports", []) or []
+            if p.get("name")
+        }
+        self.port = self.ports.get("http", next(iter(self.ports.values()), 0))
+        self.net: PodNetwork | None = None
+        self.ip = "127.0.0.1"
+        self.lock = threading.RLock()
+        self.ready = False
+        self.restart_count = 0
+        self.epoch = 0
+        self.running = False
+        self.created = _now()
+        self.start_time = self.created
+        self.started_at = self.created
+        self.container_id = _container_id()
+        self.state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
+        self.last_state: dict[str, Any] = {}
+        self.ready_since = self.created
+        self.phase = "Pending"
+        self.dirty = False
+        self.gone = False
+        self._stop = threading.Event()
+        self._prober: threading.Thread | None = None
+        self.process: ManagedProcess | None = None
+        self.readiness = Probe.of(self.container.get("readinessProbe"), self.ports)
+        self.liveness = Probe.of(self.container.get("livenessProbe"), self.ports)
+
+    @property
+    def url(self) -> str:
+        """Base URL of the container's ``http`` port."""
+        return f"http://{self.ip}:{self.port}"
+
+    @property
+    def path(self) -> str:
+        """REST path of the Pod."""
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The Pod's labels."""
+        labels: dict[str, str] = self.pod["metadata"].get("labels", {}) or {}
+        return labels
+
+    def pid(self) -> int | None:
+        """The process id while the container runs."""
+        process = self.process
+        return process.pid if process is not None and process.alive() else None
+
+    # --- start ---------------------------------------------------------------------------------
+
+    def launch(self) -> None:
+        """Set up the network and start the container (or record why it cannot run)."""
+        if self.kind == "unsupported":
+            image = self.container.get("image", "?")
+            self._waiting("CreateContainerError", f"testbed cannot run image {image}")
+            return
+        try:
+            if self.network == "netns":
+                self.net = allocate_pod_network(self.ctx.testbed_id, self.ctx.next_index())
+                self.ip = self.net.pod_ip
+            self.process = self._make_process()
+        except Exception as exc:  # the sandbox may be missing or refuse: say so on the pod
+            _log.warning("pod %s/%s cannot start: %s", self.namespace, self.name, exc)
+            self._waiting("CreateContainerError", str(exc))
+            return
+        self.phase = "Running"
+        self.start_container()
+        self.publish()
+        self.start_prober()
+
+    def _waiting(self, reason: str, message: str) -> None:
+        with self.lock:
+            self.state = {"waiting": {"reason": reason, "message": message}}
+            self.phase = "Pending"
+        self.publish()
+
+    def _make_process(self) -> ManagedProcess:
+        if self.kind == "resync":
+            return self.ctx.start_resync(self)
+        argv = [] if self.net is None else self.net.exec_prefix()
+        argv += [sys.executable, "-m", EMULATOR_MODULE, "--host", self.ip, "--port", str(self.port)]
+        argv += ["--emulator-fs-root", str(self.ctx.adapter_root), "--emulator-admin"]
+        argv += emulator_args([str(a) for a in self.container.get("args", []) or []])
+        extra = self.annotations.get(ANNOTATION_EMULATOR_ARGS)
+        if extra:
+            argv += [str(a) for a in json.loads(extra)]
+        delay = float(self.annotations.get(ANNOTATION_STARTUP_DELAY, "0") or 0)
+        if delay > 0:
+            argv += ["--emulator-startup-delay", str(delay)]
+        log = self.ctx.log_dir / f"{self.namespace}_{self.name}.log"
+        return ManagedProcess(f"emulator {self.namespace}/{self.name}", argv, log)
+
+    # --- status ---------------------------------------------------------------------------------
+
+    def status_body(self) -> dict[str, Any]:
+        """The kubelet's view of this pod as a ``pods/status`` merge patch (caller holds lock)."""
+        ready = "True" if self.ready else "False"
+        since = _rfc3339(self.ready_since)
+        created = _rfc3339(self.created)
+        image = str(self.container.get("image", ""))
+        status: dict[str, Any] = {
+            "phase": self.phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "startTime": _rfc3339(self.start_time),
+            "qosClass": "BestEffort",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": created},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": created},
+                {"type": "ContainersReady", "status": ready, "lastTransitionTime": since},
+                {"type": "Ready", "status": ready, "lastTransitionTime": since},
+            ],
+            "containerStatuses": [
+                {
+                    "name": self.container.get("name", CONTAINER_NAME),
+                    "image": image,
+                    "imageID": f"{image}@sha256:{'0' * 64}" if self.process else "",
+                    "containerID": self.container_id,
+                    "ready": self.ready,
+                    "started": "running" in self.state,
+                    "restartCount": self.restart_count,
+                    "state": self.state,
+                    "lastState": self.last_state,
+                }
+            ],
+        }
+        if self.process is not None:
+            status["podIP"] = self.ip
+            status["podIPs"] = [{"ip": self.ip}]
+        else:
+            del status["containerStatuses"][0]["containerID"]
+        return {"status": status}
+
+    def publish(self) -> None:
+        """Patch the pod's status now; on failure leave it dirty for the prober to retry."""
+        with self.lock:
+            if self.gone:
+                return
+            self.dirty = True
+            try:
+                written = self.ctx.rest.merge_patch(f"{self.path}/status", self.status_body())
+            except _API_ERRORS as exc:
+                _log.debug("status of pod %s not published yet: %s", self.name, exc)
+                return
+            self.dirty = False
+        self.ctx.note_pod(written)
+
+    def set_ready(self, ready: bool) -> bool:
+        """Record a readiness result; returns whether it changed (caller holds lock)."""
+        if ready == self.ready:
+            return False
+        self.ready = ready
+        self.ready_since = _now()
+        return True
+
+    # --- the container -------------------------------------------------------------------------
+
+    def start_container(self) -> None:
+        """Start the process: state running, not ready until probed."""
+        with self.lock:
+            process = self.process
+            if process is None:
+                return
+            started = _now()
+            # Kubernetes times have one-second resolution: keep startedAt moving on a restart.
+            if started <= self.started_at and self.restart_count > 0:
+                started = self.started_at + timedelta(seconds=1)
+            self.started_at = started
+            self.container_id = _container_id()
+            if not process.alive():
+                process.start()
+            self.running = True
+            self.state = {"running": {"startedAt": _rfc3339(started)}}
+            self.set_ready(self.readiness is None)
+            self.epoch += 1
+
+    def stop_container(self, *, crash: bool = False) -> None:
+        """Stop the process (SIGTERM, or SIGKILL for a crash) and record it as terminated."""
+        with self.lock:
+            self.epoch += 1
+            was_running = self.running
+            self.running = False
+            process = self.process
+            if process is None:
+                return
+            code = process.kill() if crash else process.stop(_STOP_TIMEOUT)
+            if was_running:
+                self._terminated(code)
+            self.set_ready(False)
+
+    def _terminated(self, code: int | None) -> None:
+        exit_code = 137 if code is None or code < 0 else code
+        started = self.state.get("running", {}).get("startedAt", _rfc3339(self.started_at))
+        self.state = {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": "Completed" if exit_code == 0 else "Error",
+                "startedAt": started,
+                "finishedAt": _rfc3339(_now()),
+                "containerID": self.container_id,
+            }
+        }
+
+    def restart(self) -> None:
+        """Restart in place like a kubelet: state lost, restartCount+1, same IP and port."""
+        with self.lock:
+            self.stop_container()
+            self.publish()
+            self.last_state = self.state
+            self.restart_count += 1
+            self.start_container()
+            self.publish()
+
+    def shutdown(self) -> None:
+        """Stop prober and process, remove the network: what deleting the pod does here."""
+        self.stop_prober()
+        with self.lock:
+            self.gone = True
+            self.running = False
+        process = self.process
+        if process is not None:
+            process.stop(_STOP_TIMEOUT)
+        if self.net is not None:
+            self.net.teardown()
+
+    # --- the prober ----------------------------------------------------------------------------
+
+    def start_prober(self) -> None:
+        """Start the probe thread."""
+        thread = threading.Thread(target=self._probe_loop, name=f"prober-{self.name}", daemon=True)
+        self._prober = thread
+        thread.start()
+
+    def stop_prober(self) -> None:
+        """Stop the probe thread (and wait for it unless called from it)."""
+        self._stop.set()
+        thread = self._prober
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+
+    def _probe_loop(self) -> None:
+        # One connection per probe, closed right after the answer (as a kubelet does): a kept-alive
+        # connection would be closed by the server when the container stops, leaving its port in
+        # TIME_WAIT, so the restarted server could not bind it.
+        limits = httpx.Limits(max_keepalive_connections=0)
+        period = (
+            min(p.period for p in (self.readiness, self.liveness) if p)
+            if (self.readiness or self.liveness)
+            else PROBE_INTERVAL
+        )
+        failures = {"readiness": 0, "liveness": 0}
+        with httpx.Client(trust_env=False, timeout=_PROBE_TIMEOUT, limits=limits) as http:
+            while not self._stop.wait(period):
+                try:
+                    self._probe_once(http, failures)
+                except Exception:  # a prober must survive anything; it is a test fixture
+                    _log.exception("prober of pod %s failed", self.name)
+
+    def _check(self, http: httpx.Client, probe: Probe | None) -> bool:
+        if probe is None:
+            return True
+        try:
+            return 200 <= http.get(f"http://{self.ip}:{probe.port}{probe.path}").status_code < 400
+        except httpx.HTTPError:
+            return False
+
+    def _probe_once(self, http: httpx.Client, failures: dict[str, int]) -> None:
+        with self.lock:
+            epoch, running = self.epoch, self.running
+            if self.dirty:
+                self.publish()
+        process = self.process
+        if not running or process is None:
+            return
+        alive = process.alive()
+        healthy = alive and self._check(http, self.readiness)
+        failures["readiness"] = 0 if healthy else failures["readiness"] + 1
+        live = not alive or self._check(http, self.liveness)
+        failures["liveness"] = 0 if live else failures["liveness"] + 1
+        with self.lock:
+            if epoch != self.epoch or self.gone:
+                return  # restarted, killed or deleted while we probed: the result is stale
+            changed = False
+            if not alive and self.running:
+                self.running = False
+                self._terminated(process.returncode())
+                changed = True
+                _log.info("container of pod %s exited (%s)", self.name, process.returncode())
+            threshold = self.readiness.failure_threshold if self.readiness else 1
+            if healthy:
+                changed = self.set_ready(True) or changed
+            elif failures["readiness"] >= threshold or not alive:
+                changed = self.set_ready(False) or changed
+            if changed:
+                self.publish()
+            if self.liveness and failures["liveness"] >= self.liveness.failure_threshold:
+                failures["liveness"] = 0
+                _log.info("liveness probe of pod %s failed: restarting", self.name)
+                self.restart()
+
+
+def delete_now(rest: KubeRest, runtime: PodRuntime) -> None:
+    """Remove the Pod object at once (what the kubelet does once its containers stopped)."""
+    with contextlib.suppress(*_API_ERRORS):
+        rest.request(
+            "DELETE",
+            runtime.path,
+            body={"gracePeriodSeconds": 0, "preconditions": {"uid": runtime.uid}},
+            allow=(404, 409),
+        )

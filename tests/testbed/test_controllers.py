@@ -1,0 +1,296 @@
+"""The testbed plays the cluster's controllers for objects anyone creates (here: kubectl).
+
+InferenceService → Deployment → ReplicaSet → Pod, each owned by the one before (controller
+ownerReferences by UID), as LLMKube's operator, kube-controller-manager and a kubelet make them;
+edits followed, deletion collected, images it cannot run reported on the pod.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pulumi_lora.testing.testbed import CONTROLLER_USER, DEFAULT_EXTRA_ARGS, Testbed
+from pulumi_lora.testing.testbed._workloads import rollout_scale, template_hash
+
+ISVCS = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices"
+APPS = "/apis/apps/v1/namespaces/{ns}/{plural}"
+PODS = "/api/v1/namespaces/{ns}/pods"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def isvc_yaml(namespace: str, name: str, replicas: int, extra: list[str]) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "inference.llmkube.dev/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "modelRef": "llama-8b",
+                "runtime": "sglang",
+                "replicas": replicas,
+                "extraArgs": [*DEFAULT_EXTRA_ARGS, *extra],
+            },
+        }
+    )
+
+
+def items(testbed: Testbed, path: str) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = testbed.rest.get(path)["items"]
+    return listed
+
+
+def controller(obj: dict[str, Any]) -> dict[str, Any]:
+    (ref,) = [r for r in obj["metadata"]["ownerReferences"] if r.get("controller")]
+    return ref
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def apply(testbed: Testbed, manifest: str) -> None:
+    done = testbed.kubectl("apply", "-f", "-", input=manifest)
+    assert done.returncode == 0, done.stderr
+
+
+def test_kubectl_inference_service_gets_the_whole_chain(testbed: Testbed, namespace: str) -> None:
+    apply(testbed, isvc_yaml(namespace, "chain", 2, []))
+    isvc = wait_for(lambda: testbed.rest.get(f"{ISVCS.format(ns=namespace)}/chain"))
+    handle = wait_for(lambda: _handle(testbed, namespace, "chain"), what="the operator")
+    infos = handle.wait_ready(30)
+    assert len(infos) == 2
+
+    (deployment,) = items(testbed, APPS.format(ns=namespace, plural="deployments"))
+    assert deployment["metadata"]["name"] == "chain"
+    ref = controller(deployment)
+    assert (ref["kind"], ref["uid"], ref["blockOwnerDeletion"]) == (
+        "InferenceService",
+        isvc["metadata"]["uid"],
+        True,
+    )
+    template = deployment["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert container["name"] == "sglang" and container["ports"][0]["name"] == "http"
+    assert container["ports"][0]["containerPort"] == 30000  # no containerPort/endpoint: SGLang's
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health_generate"
+    assert container["args"][-len(DEFAULT_EXTRA_ARGS) :] == list(DEFAULT_EXTRA_ARGS)
+    assert template["metadata"]["labels"] == {
+        "app": "chain",
+        "inference.llmkube.dev/service": "chain",
+        "inference.llmkube.dev/model": "llama-8b",
+        "inference.llmkube.dev/runtime": "sglang",
+    }
+
+    (rs,) = items(testbed, APPS.format(ns=namespace, plural="replicasets"))
+    pod_hash = rs["metadata"]["labels"]["pod-template-hash"]
+    assert rs["metadata"]["name"] == f"chain-{pod_hash}"
+    assert controller(rs)["uid"] == deployment["metadata"]["uid"]
+    assert rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1"
+    assert rs["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"] == "2"
+    assert "deployment.kubernetes.io/max-replicas" in rs["metadata"]["annotations"]
+
+    pods = items(testbed, PODS.format(ns=namespace))
+    assert {p["metadata"]["name"] for p in pods} == {i.name for i in infos}
+    for pod in pods:
+        assert pod["metadata"]["name"].startswith(f"chain-{pod_hash}-")
+        assert controller(pod)["uid"] == rs["metadata"]["uid"]
+        assert pod["metadata"]["labels"]["pod-template-hash"] == pod_hash
+        assert pod["metadata"]["labels"]["inference.llmkube.dev/service"] == "chain"
+        assert pod["spec"]["nodeName"] == "testbed-node"
+    for info in infos:
+        answer = httpx.get(f"{info.url}/v1/models", trust_env=False, timeout=5.0)
+        assert answer.status_code == 200
+
+    # The controllers act as kube-controller-manager: the audit log names who created the pods.
+    audit = testbed.audit_log_path
+    assert audit is not None
+    creators = {
+        event["user"]["username"]
+        for event in map(json.loads, audit.read_text().splitlines())
+        if event.get("verb") == "create"
+        and event.get("objectRef", {}).get("resource") == "pods"
+        and event.get("objectRef", {}).get("namespace") == namespace
+        and not event.get("objectRef", {}).get("subresource")
+    }
+    assert creators == {CONTROLLER_USER}
+
+
+def _handle(testbed: Testbed, namespace: str, name: str) -> Any:
+    try:
+        return testbed.inference_service(namespace, name)
+    except KeyError:
+        return None
+
+
+def test_kubectl_edits_scale_and_roll_out(testbed: Testbed, namespace: str) -> None:
+    apply(testbed, isvc_yaml(namespace, "edit", 1, []))
+    handle = wait_for(lambda: _handle(testbed, namespace, "edit"))
+    (first,) = handle.wait_ready(30)
+
+    apply(testbed, isvc_yaml(namespace, "edit", 3, []))
+    assert len(handle.wait_ready(30)) == 3
+
+    apply(testbed, isvc_yaml(namespace, "edit", 3, ["--context-length", "8192"]))
+    wait_for(
+        lambda: len(items(testbed, APPS.format(ns=namespace, plural="replicasets"))) == 2,
+        what="a second ReplicaSet",
+    )
+    wait_for(lambda: not alive(first.pid or 0), what="the old pods to stop")
+    rolled = handle.wait_ready(30)
+    assert len(rolled) == 3 and not {i.name for i in rolled} & {first.name}
+    sets = {
+        rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]: rs
+        for rs in items(testbed, APPS.format(ns=namespace, plural="replicasets"))
+    }
+    wait_for(
+        lambda: testbed.rest.get(f"{APPS.format(ns=namespace, plural='replicasets')}/"
+                                 f"{sets['1']['metadata']['name']}")["spec"]["replicas"] == 0,
+        what="the old ReplicaSet scaled to 0",
+    )  # fmt: skip
+    new_hash = sets["2"]["metadata"]["labels"]["pod-template-hash"]
+    pods = items(testbed, PODS.format(ns=namespace))
+    wait_for(lambda: len(items(testbed, PODS.format(ns=namespace))) == 3, what="old pods gone")
+    pods = items(testbed, PODS.format(ns=namespace))
+    for pod in pods:
+        assert pod["metadata"]["labels"]["pod-template-hash"] == new_hash
+        assert "--context-length" in pod["spec"]["containers"][0]["args"]
+    deployment = testbed.rest.get(f"{APPS.format(ns=namespace, plural='deployments')}/edit")
+    assert deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+
+
+def test_deleting_the_inference_service_collects_everything(
+    testbed: Testbed, namespace: str
+) -> None:
+    apply(testbed, isvc_yaml(namespace, "doomed", 2, []))
+    handle = wait_for(lambda: _handle(testbed, namespace, "doomed"))
+    pids = [i.pid for i in handle.wait_ready(30)]
+    done = testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "doomed",
+                           "-n", namespace, "--wait=false")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for plural in ("deployments", "replicasets"):
+        wait_for(
+            lambda plural=plural: not items(testbed, APPS.format(ns=namespace, plural=plural)),
+            what=f"{plural} collected",
+        )
+    wait_for(lambda: not items(testbed, PODS.format(ns=namespace)), what="pods collected")
+    wait_for(lambda: not any(pid and alive(pid) for pid in pids), what="emulators stopped")
+
+
+def test_an_image_the_testbed_cannot_run_stays_pending(testbed: Testbed, namespace: str) -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "other", "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "other"}},
+            "template": {
+                "metadata": {"labels": {"app": "other"}},
+                "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+            },
+        },
+    }
+    apply(testbed, json.dumps(deployment))
+
+    def waiting() -> dict[str, Any] | None:
+        for pod in items(testbed, PODS.format(ns=namespace)):
+            for status in pod.get("status", {}).get("containerStatuses", []):
+                if "waiting" in status["state"]:
+                    got: dict[str, Any] = status["state"]["waiting"]
+                    if got.get("message"):
+                        return got
+        return None
+
+    state = wait_for(waiting, what="a waiting container status")
+    assert state == {
+        "reason": "CreateContainerError",
+        "message": "testbed cannot run image busybox:1.36",
+    }
+    (pod,) = items(testbed, PODS.format(ns=namespace))
+    assert pod["status"]["phase"] == "Pending"
+    status = wait_for(
+        lambda: (
+            testbed.rest.get(f"{APPS.format(ns=namespace, plural='deployments')}/other")
+            .get("status", {})
+            .get("conditions")
+        ),
+        what="deployment conditions",
+    )
+    available = next(c for c in status if c["type"] == "Available")
+    assert (available["status"], available["reason"]) == ("False", "MinimumReplicasUnavailable")
+
+
+def test_deployment_status_is_what_pulumi_kubernetes_awaits(
+    testbed: Testbed, namespace: str
+) -> None:
+    handle = testbed.deploy_inference_service(namespace, "awaited", replicas=2)
+    handle.wait_ready(30)
+    path = f"{APPS.format(ns=namespace, plural='deployments')}/awaited"
+
+    def settled() -> dict[str, Any] | None:
+        deployment: dict[str, Any] = testbed.rest.get(path)
+        status = deployment.get("status", {})
+        return deployment if status.get("availableReplicas") == 2 else None
+
+    deployment = wait_for(settled, what="2 available replicas")
+    status = deployment["status"]
+    assert status["observedGeneration"] == deployment["metadata"]["generation"]
+    assert (status["replicas"], status["updatedReplicas"], status["readyReplicas"]) == (2, 2, 2)
+    assert "unavailableReplicas" not in status  # zero: omitted, as the real controller does
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Available"]["status"] == "True"
+    assert conditions["Available"]["reason"] == "MinimumReplicasAvailable"
+    progressing = conditions["Progressing"]
+    assert (progressing["status"], progressing["reason"]) == ("True", "NewReplicaSetAvailable")
+    assert progressing["lastUpdateTime"] and progressing["lastTransitionTime"]
+    revision = deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+    (rs,) = items(testbed, APPS.format(ns=namespace, plural="replicasets"))
+    assert rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == revision
+    assert rs["spec"]["replicas"] == 2 and rs["status"]["readyReplicas"] == 2
+    assert rs["status"]["fullyLabeledReplicas"] == 2 and rs["status"]["availableReplicas"] == 2
+    assert rs["status"]["observedGeneration"] == rs["metadata"]["generation"]
+
+
+def test_an_idle_cluster_costs_no_request(testbed: Testbed, namespace: str) -> None:
+    handle = testbed.deploy_inference_service(namespace, "idle", replicas=2)
+    handle.wait_ready(30)
+    player = testbed._require_player()
+    time.sleep(1.0)  # let the last status writes land
+    before = player.requests()
+    time.sleep(3.0)
+    after = player.requests()
+    assert after == before, (before, after)
+
+
+def test_rollout_keeps_old_pods_until_new_ones_are_available() -> None:
+    assert rollout_scale(3, 0, [("old", 3)]) == {"old": 3}
+    assert rollout_scale(3, 2, [("old", 3)]) == {"old": 1}
+    assert rollout_scale(3, 3, [("b", 2), ("a", 1)]) == {"b": 0, "a": 0}
+    assert rollout_scale(3, 1, [("b", 1), ("a", 3)]) == {"b": 1, "a": 1}
+
+
+def test_template_hash_is_stable_and_follows_the_template() -> None:
+    template = {"spec": {"containers": [{"name": "x", "image": "y"}]}}
+    assert template_hash(template) == template_hash(json.loads(json.dumps(template)))
+    assert template_hash(template) != template_hash({"spec": {"containers": []}})
+    assert len(template_hash(template)) <= 10
