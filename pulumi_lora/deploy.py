@@ -10,6 +10,12 @@ pulumi-lora[kubernetes]``) imported only when the component is built.
 Every rule in :data:`WATCH_RULES` and :data:`LEASE_RULES` is used by the loop, and nothing
 else is granted; ``tests/resync/test_rbac.py`` proves both directions against a real apiserver
 (docs/resync.md lists the rules and what needs each).
+
+With ``admission_policies=True`` both also render :func:`admission_policies`: three
+ValidatingAdmissionPolicies and their bindings that close what RBAC cannot say (cross-namespace
+targets only into namespaces that opt in, the service label only on ReplicaSet-controlled pods,
+the ``pulumi-lora.dev/`` annotations only with the values the protocol defines);
+``tests/resync/test_admission.py`` shows each refusal from a real apiserver.
 """
 
 from __future__ import annotations
@@ -20,14 +26,19 @@ from typing import Any
 
 import pulumi
 
+from pulumi_lora import _admission
+from pulumi_lora._admission import ACCEPT_FOREIGN_ADAPTERS_LABEL, SERVICE_LABEL
 from pulumi_lora._models import GROUP, ISVC_PLURAL, PLURAL
 from pulumi_lora._resync._settings import DEFAULT_LEASE_NAME, DEFAULT_METRICS_PORT
 
 __all__ = [
+    "ACCEPT_FOREIGN_ADAPTERS_LABEL",
     "DEFAULT_NAME",
     "LEASE_RULES",
+    "SERVICE_LABEL",
     "WATCH_RULES",
     "ResyncDeployment",
+    "admission_policies",
     "resync_manifests",
 ]
 
@@ -66,6 +77,29 @@ LEASE_RULES = lease_rules()
 """:func:`lease_rules` for the default Lease name."""
 
 
+# --- admission policies -------------------------------------------------------------------------
+
+
+def admission_policies(
+    name: str = DEFAULT_NAME,
+    *,
+    workload_creators: Sequence[str] = (),
+    namespace_selector: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Pure: three ValidatingAdmissionPolicies and their bindings (``Deny``), named
+    ``{name}-adapter-targets``, ``{name}-service-label`` and ``{name}-adapter-annotations``:
+    a LoRAAdapter targets another namespace only if that namespace is labelled
+    :data:`ACCEPT_FOREIGN_ADAPTERS_LABEL` ``=true``; a pod carrying :data:`SERVICE_LABEL` is
+    controlled by an ``apps/v1`` ReplicaSet (and, with ``workload_creators``, only those users
+    create such a pod or set the label); a LoRAAdapter's ``pulumi-lora.dev/`` annotations hold
+    only the protocol's keys and values. ``namespace_selector`` limits the bindings to the
+    request namespaces it selects. Details: `pulumi_lora._admission.admission_policies`.
+    """
+    return _admission.admission_policies(
+        name, workload_creators=workload_creators, namespace_selector=namespace_selector
+    )
+
+
 def resync_manifests(
     namespace: str,
     image: str,
@@ -80,6 +114,9 @@ def resync_manifests(
     image_pull_policy: str = "IfNotPresent",
     resources: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,
+    admission_policies: bool = False,
+    workload_creators: Sequence[str] = (),
+    admission_namespace_selector: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Pure: the loop's manifests, in apply order.
 
@@ -87,6 +124,9 @@ def resync_manifests(
     ``watch_namespace`` limits it to one namespace (a Role there instead of a ClusterRole);
     ``replicas`` above 1 gives standbys (one leader acts; failover takes at most the Lease
     duration, immediately on a clean shutdown). ``extra_args`` are appended to the command.
+    ``admission_policies=True`` appends :func:`admission_policies` (named after ``name``, with
+    ``workload_creators`` and ``admission_namespace_selector`` as its ``workload_creators`` and
+    ``namespace_selector``).
     """
     meta_labels = {
         "app.kubernetes.io/name": "pulumi-lora-resync",
@@ -228,6 +268,15 @@ def resync_manifests(
         },
     }
     service_account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()}
+    policies = (
+        _admission_policies(
+            name,
+            workload_creators=workload_creators,
+            namespace_selector=admission_namespace_selector,
+        )
+        if admission_policies
+        else []
+    )
     return [
         service_account,
         watch_role,
@@ -235,7 +284,11 @@ def resync_manifests(
         lease_role,
         lease_binding,
         deployment,
+        *policies,
     ]
+
+
+_admission_policies = admission_policies  # the keyword of resync_manifests shadows the name
 
 
 # --- the Pulumi component -----------------------------------------------------------------------
@@ -250,13 +303,21 @@ _KINDS = {
     "Role": ("rbac", "Role"),
     "RoleBinding": ("rbac", "RoleBinding"),
     "Deployment": ("apps", "Deployment"),
+    "ValidatingAdmissionPolicy": ("admissionregistration", "ValidatingAdmissionPolicy"),
+    "ValidatingAdmissionPolicyBinding": (
+        "admissionregistration",
+        "ValidatingAdmissionPolicyBinding",
+    ),
 }
 
 
-def _label(manifest: Mapping[str, Any]) -> str:
-    """A Pulumi name suffix, unique within the set (two Roles when namespaced: watch, lease)."""
-    lease = str(manifest["metadata"]["name"]).endswith("-lease")
-    return str(manifest["kind"]).lower() + ("-lease" if lease else "")
+def _label(manifest: Mapping[str, Any], name: str) -> str:
+    """A Pulumi name suffix, unique within the set (two Roles when namespaced: watch, lease;
+    three policies and bindings, by what follows ``name`` in theirs)."""
+    kind, object_name = str(manifest["kind"]).lower(), str(manifest["metadata"]["name"])
+    if kind.startswith("validatingadmissionpolicy"):
+        return kind + "-" + object_name.removeprefix(name + "-")
+    return kind + ("-lease" if object_name.endswith("-lease") else "")
 
 
 def _snake(key: str) -> str:
@@ -298,7 +359,7 @@ class ResyncDeployment(pulumi.ComponentResource):
             after = list(created) if kind == "Deployment" else []
             created.append(
                 getattr(api, kind)(
-                    f"{resource_name}-{_label(manifest)}",
+                    f"{resource_name}-{_label(manifest, manifests[0]['metadata']['name'])}",
                     **args,
                     opts=pulumi.ResourceOptions(parent=self, depends_on=after),
                 )
