@@ -26,8 +26,10 @@ from lightkube.core import generic_client as _lightkube_http
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import Event, Pod, Secret
 
+from pulumi_lora import _ownership
 from pulumi_lora._errors import (
     ApiserverUnreachable,
     ClusterError,
@@ -35,6 +37,12 @@ from pulumi_lora._errors import (
     TransportUnavailable,
 )
 from pulumi_lora._models import API_VERSION, GROUP, ISVC_KIND, ISVC_PLURAL, KIND, PLURAL, VERSION
+from pulumi_lora._ownership import (
+    ControllerRef,
+    by_uid,
+    controller_chain,
+    controller_of,
+)
 
 LoRAAdapterResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 InferenceServiceResource = create_namespaced_resource(GROUP, VERSION, ISVC_KIND, ISVC_PLURAL)
@@ -141,6 +149,7 @@ class Target:
     replicas: int
     extra_args: tuple[str, ...] = ()
     sglang_adapters: tuple[Mapping[str, str], ...] = ()
+    uid: str = ""
 
 
 def target_from_object(obj: Mapping[str, Any]) -> Target:
@@ -155,6 +164,7 @@ def target_from_object(obj: Mapping[str, Any]) -> Target:
         replicas=int(spec.get("replicas", 1)),
         extra_args=tuple(str(a) for a in spec.get("extraArgs") or ()),
         sglang_adapters=tuple(sglang.get("loraAdapters") or ()),
+        uid=str(meta.get("uid", "")),
     )
 
 
@@ -185,6 +195,7 @@ class PodEndpoint:
     state: str
     restart_count: int = 0
     started_at: str | None = None
+    controller: ControllerRef | None = None
 
 
 def pod_from_object(obj: Mapping[str, Any]) -> PodEndpoint:
@@ -222,6 +233,7 @@ def pod_from_object(obj: Mapping[str, Any]) -> PodEndpoint:
         state=describe_pod_state(status, bool(meta.get("deletionTimestamp"))),
         restart_count=int(container_status.get("restartCount", 0)),
         started_at=running.get("startedAt"),
+        controller=controller_of(obj),
     )
 
 
@@ -247,15 +259,71 @@ def list_pods(client: Client, namespace: str, service: str) -> list[PodEndpoint]
     return sorted(found, key=lambda p: p.name)
 
 
-def wait_for_pods(
-    client: Client, target: Target, timeout: float, poll: float = 0.25
-) -> list[PodEndpoint]:
+@dataclass(frozen=True)
+class PodListing:
+    """The pods of a target: those its controller chain vouches for, and the labelled others
+    (name → why not, see ``_ownership.controller_chain``), which get no request at all."""
+
+    pods: tuple[PodEndpoint, ...] = ()
+    untrusted: Mapping[str, str] = field(default_factory=dict)
+
+
+def list_owners(
+    client: Client, namespace: str, service: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ReplicaSets and Deployments labelled as the InferenceService's (one LIST each).
+
+    The Deployment controller copies the pod template's labels to its ReplicaSets, and LLMKube
+    labels its Deployment as it labels the pods, so both carry ``inference.llmkube.dev/service``.
+    """
+    labels: dict[str, Any] = {SERVICE_LABEL: service}
+    try:
+        replicasets = [
+            as_dict(o) for o in client.list(ReplicaSet, namespace=namespace, labels=labels)
+        ]
+        deployments = [
+            as_dict(o) for o in client.list(Deployment, namespace=namespace, labels=labels)
+        ]
+    except ApiError as exc:
+        raise _cluster_error(f"listing the workloads of {namespace}/{service}", exc) from exc
+    return replicasets, deployments
+
+
+def list_target_pods(client: Client, target: Target) -> PodListing:
+    """The target's pods, split by their controller chain: one LIST of pods, and when there
+    are any (and the chain is required), one LIST of ReplicaSets and one of Deployments."""
+    pods = list_pods(client, target.namespace, target.name)
+    if not (pods and _ownership.REQUIRE_CONTROLLER_CHAIN):
+        return PodListing(tuple(pods))
+    replicasets, deployments = list_owners(client, target.namespace, target.name)
+    return split_pods(target, pods, replicasets, deployments)
+
+
+def split_pods(
+    target: Target,
+    pods: Sequence[PodEndpoint],
+    replicasets: Sequence[Mapping[str, Any]],
+    deployments: Sequence[Mapping[str, Any]],
+) -> PodListing:
+    """Pure: ``pods`` split into those the target controls and the others, with why."""
+    rs_by_uid, dep_by_uid = by_uid(replicasets), by_uid(deployments)
+    trusted, untrusted = [], {}
+    for pod in pods:
+        why = controller_chain(pod.namespace, pod.controller, rs_by_uid, dep_by_uid, target.uid)
+        if why is None:
+            trusted.append(pod)
+        else:
+            untrusted[pod.name] = why
+    return PodListing(tuple(trusted), untrusted)
+
+
+def wait_for_pods(client: Client, target: Target, timeout: float, poll: float = 0.25) -> PodListing:
     """Wait until every desired replica is Ready (or the timeout); return the pods then seen."""
     deadline = time.monotonic() + timeout
     while True:
-        pods = list_pods(client, target.namespace, target.name)
-        if all_ready(target, pods) or time.monotonic() >= deadline:
-            return pods
+        listing = list_target_pods(client, target)
+        if all_ready(target, listing.pods) or time.monotonic() >= deadline:
+            return listing
         time.sleep(poll)
 
 

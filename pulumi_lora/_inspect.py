@@ -25,7 +25,7 @@ import re
 import shlex
 import ssl
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -54,6 +54,7 @@ from pulumi_lora._operations import (
     observe,
     parallel,
 )
+from pulumi_lora._ownership import untrusted_message
 from pulumi_lora._reconcile import extra_arg_value, startup_adapters
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
@@ -77,6 +78,7 @@ __all__ = [
     "check_data_parallel",
     "check_enable_lora",
     "check_lora_pool",
+    "check_ownership",
     "check_pods",
     "check_ports",
     "check_runtime",
@@ -400,6 +402,7 @@ class DoctorFacts:
     pods: tuple[k8s.PodEndpoint, ...] = ()
     servers: tuple[ServerProbe, ...] = ()
     transport: str = Transport.DIRECT.value
+    untrusted: Mapping[str, str] = field(default_factory=dict)  # labelled, outside the chain
 
 
 @dataclass(frozen=True)
@@ -468,6 +471,7 @@ def diagnose(facts: DoctorFacts) -> DoctorReport:
         check_adapter_volumes(spec),
         check_ports(spec, facts.service_port),
         check_pods(facts.pods, int(spec.get("replicas", 1))),
+        *([check_ownership(facts.name, facts.untrusted)] if facts.untrusted else []),
         *(check_server(probe, facts.transport) for probe in facts.servers),
     ]
     return DoctorReport(facts.namespace, facts.name, tuple(checks))
@@ -669,6 +673,17 @@ def check_ports(spec: Mapping[str, Any], live_service_port: int | None) -> Check
     )
 
 
+def check_ownership(name: str, untrusted: Mapping[str, str]) -> Check:
+    """Labelled pods the InferenceService does not control: pulumi-lora ignores them."""
+    return Check(
+        "ownership",
+        CheckStatus.WARN,
+        untrusted_message(name, untrusted),
+        "find out who created them (kubectl get pod NAME -o yaml: metadata.ownerReferences) "
+        "and restrict pod creation in the namespace (docs/threat-model.md)",
+    )
+
+
 def check_pods(pods: Sequence[k8s.PodEndpoint], replicas: int) -> Check:
     """The pods LLMKube labels for the InferenceService exist and are Ready."""
     ready = [p for p in pods if p.ready]
@@ -858,7 +873,8 @@ def gather_doctor(
         if exc.status.code == 404:
             return DoctorFacts(namespace, name, None, transport=transport.value)
         raise _api_error(f"reading InferenceService {namespace}/{name}", exc) from exc
-    pods = tuple(k8s.list_pods(kube, namespace, name))
+    listing = k8s.list_target_pods(kube, k8s.target_from_object(obj))
+    pods = listing.pods
     args = AdapterArgs(
         # Session.clients is the one place that turns a transport into per-pod clients; doctor
         # has no adapter of its own, so these args name a placeholder adapter on the target.
@@ -879,6 +895,7 @@ def gather_doctor(
         pods=pods,
         servers=_probe_servers(session, k8s.target_from_object(obj), pods),
         transport=transport.value,
+        untrusted=listing.untrusted,
     )
 
 

@@ -45,6 +45,7 @@ from pulumi_lora._models import (
     Transport,
     format_time,
 )
+from pulumi_lora._ownership import untrusted_message
 from pulumi_lora._reconcile import (
     Availability,
     Desired,
@@ -220,10 +221,17 @@ class LookKey:
 
 @dataclass(frozen=True)
 class TargetPods:
-    """The InferenceService (None when it can't be used) and its pods, as listed."""
+    """The InferenceService (None when it can't be used) and its pods, as listed (those its
+    controller chain vouches for; the other labelled ones by name, with why)."""
 
     target: k8s.Target | None
     pods: tuple[k8s.PodEndpoint, ...] = ()
+    untrusted: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def listing(self) -> k8s.PodListing:
+        """The pods as ``k8s.PodListing``."""
+        return k8s.PodListing(self.pods, self.untrusted)
 
 
 @dataclass(frozen=True)
@@ -234,6 +242,7 @@ class TargetLook:
     target: k8s.Target | None
     pods: tuple[PodView, ...] = ()
     errors: Mapping[str, str] = field(default_factory=dict)
+    untrusted: Mapping[str, str] = field(default_factory=dict)
 
 
 #: How long the provider's diffs and reads share one look at a target (see ``_shared_views``):
@@ -419,7 +428,8 @@ class Session:
             target = self.resolve_target()
         except ClusterError:
             return TargetPods(None)
-        return TargetPods(target, tuple(k8s.list_pods(self.kube, target.namespace, target.name)))
+        listing = k8s.list_target_pods(self.kube, target)
+        return TargetPods(target, listing.pods, listing.untrusted)
 
     def shared_listing(self) -> TargetPods:
         """The target and its pods as listed for this process's operations (bounded age)."""
@@ -431,7 +441,7 @@ class Session:
             return TargetLook(None)
         pods = listing.pods
         views, errors = self.views(pods, self.clients(pods, self.api_key(listing.target)))
-        return TargetLook(listing.target, tuple(views), errors)
+        return TargetLook(listing.target, tuple(views), errors, listing.untrusted)
 
     def shared_look(self, looks: SharedViews[LookKey, TargetLook]) -> TargetLook:
         """A look at the target shared with this process's other operations (bounded age)."""
@@ -533,9 +543,17 @@ class Session:
         availability: Availability,
         outcomes: Sequence[PodOutcome] | None,
         now: datetime,
+        untrusted: Mapping[str, str] | None = None,
     ) -> AdapterState:
-        """Write conditions, loadedPath and lastLoadedAt to the CR; return the new state."""
+        """Write conditions, loadedPath and lastLoadedAt to the CR; return the new state.
+
+        ``untrusted`` (labelled pods outside the controller chain) are named in ``Available``'s
+        message and listed in the per-pod outputs as not Ready.
+        """
         meta = cr["metadata"]
+        if untrusted and availability.ok:
+            note = untrusted_message(self.args.inference_service, untrusted)
+            availability = Availability(True, availability.reason, note)
         stored = LoRAAdapterStatus.model_validate(cr.get("status") or {})
         summary = None if outcomes is None else summarize(outcomes)
         conditions = build_conditions(
@@ -556,7 +574,8 @@ class Session:
         k8s.apply_adapter_status(
             self.kube, meta["namespace"], meta["name"], status.wire(), STATUS_MANAGER
         )
-        return state_from_cr({**cr, "status": status.wire()}, reports(outcomes or [], now))
+        pods = reports(outcomes or [], now) + untrusted_reports(untrusted or {})
+        return state_from_cr({**cr, "status": status.wire()}, pods)
 
     @property
     def policy(self) -> ReadinessPolicy:
@@ -586,15 +605,16 @@ class Session:
         target: k8s.Target,
         *,
         observe: bool,
-        seen: Sequence[k8s.PodEndpoint] = (),
-    ) -> tuple[list[PodOutcome], list[k8s.PodEndpoint]]:
+        seen: k8s.PodListing | None = None,
+    ) -> tuple[list[PodOutcome], k8s.PodListing]:
         """Wait for the pods (``seen``, listed moments ago, when they are all Ready), then load
-        (or swap) on every Ready one."""
-        pods = (
-            list(seen)
-            if k8s.all_ready(target, seen)
+        (or swap) on every Ready one its controller chain vouches for."""
+        listing = (
+            seen
+            if seen is not None and k8s.all_ready(target, seen.pods)
             else k8s.wait_for_pods(self.kube, target, self.args.ready_timeout_seconds)
         )
+        pods = list(listing.pods)
         if not any(p.ready for p in pods):
             raise NoReadyPods(target.namespace, target.name, [f"{p.name}: {p.state}" for p in pods])
         clients = self.clients(pods, self.api_key(target))
@@ -603,7 +623,7 @@ class Session:
         else:
             views = [PodView(p.name, p.ready and p.name in clients, p.state, p.uid) for p in pods]
         desired = Desired(self.args.adapter_name, self.args.path, self.args.pinned)
-        return self.execute(desired, plan(desired, views, desired.name), clients), pods
+        return self.execute(desired, plan(desired, views, desired.name), clients), listing
 
 
 # --- the lifecycle ------------------------------------------------------------------------------
@@ -628,13 +648,14 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     try:
         if args.transport is Transport.DELEGATED:
             return await_delegated(session, cr)
-        outcomes, pods = session.load_everywhere(cr, target, observe=False, seen=listing.pods)
-        loads = (pods, outcomes)
+        outcomes, seen = session.load_everywhere(cr, target, observe=False, seen=listing.listing)
+        loads = (seen.pods, outcomes)
+        _untrusted_event(session, cr, seen.untrusted)
         summary = summarize(outcomes)
         if not is_loaded(summary, session.policy):
             raise AdapterNotLoaded(args.adapter_name, loaded_message(summary), _advice(outcomes))
         state = session.write_status(
-            cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc()
+            cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc(), seen.untrusted
         )
         _event(session, cr, outcomes, "Loaded")
         return state
@@ -661,9 +682,10 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
         if args.transport is Transport.DELEGATED:
             cr = session.apply_cr()
             return await_delegated(session, cr)
-        outcomes, _ = session.load_everywhere(cr, target, observe=True, seen=listing.pods)
+        outcomes, seen = session.load_everywhere(cr, target, observe=True, seen=listing.listing)
+        _untrusted_event(session, cr, seen.untrusted)
         state = session.write_status(
-            cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc()
+            cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc(), seen.untrusted
         )
         _event(session, cr, outcomes, "Updated")
         summary = summarize(outcomes)
@@ -719,7 +741,7 @@ def observe(
         )
         for v in look.pods
     )
-    return state_from_cr(cr, pod_reports)
+    return state_from_cr(cr, pod_reports + untrusted_reports(look.untrusted))
 
 
 @k8s.apiserver_errors()
@@ -738,7 +760,7 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
         and args.transport is not Transport.DELEGATED
         and not session.claims(target, own_uid=(cr or {}).get("metadata", {}).get("uid"))
     ):
-        pods = k8s.list_pods(session.kube, target.namespace, target.name)
+        pods = list(k8s.list_target_pods(session.kube, target).pods)
         clients = session.clients(pods, session.api_key(target))
         views, _ = session.views(pods, clients)
         outcomes = session.execute(None, plan(None, views, args.adapter_name), clients)
@@ -819,6 +841,18 @@ def reports(outcomes: Sequence[PodOutcome], now: datetime) -> tuple[PodReport, .
             since=format_time(now) if o.did_load else None,
         )
         for o in outcomes
+    )
+
+
+#: Per-pod ``reason`` of a labelled pod outside the target's controller chain.
+UNTRUSTED_REASON = "NotControlledByTarget"
+
+
+def untrusted_reports(untrusted: Mapping[str, str]) -> tuple[PodReport, ...]:
+    """Pure: per-pod lines for the labelled pods that got nothing (not Ready, for drift)."""
+    return tuple(
+        PodReport(name, ready=False, loaded=False, reason=UNTRUSTED_REASON, error=f"pod {why}")
+        for name, why in sorted(untrusted.items())
     )
 
 
@@ -965,6 +999,21 @@ def _advice(outcomes: Sequence[PodOutcome]) -> str:
     if "InvalidAdapterPath" in reasons:
         return "the path must be a directory with adapter_config.json inside the sglang container"
     return f"supported SGLang versions: {SUPPORTED_SGLANG}"
+
+
+#: Reason of the Warning Event naming labelled pods outside the controller chain.
+UNTRUSTED_EVENT = "UntrustedPodIgnored"
+
+
+def _untrusted_event(session: Session, cr: Mapping[str, Any], untrusted: Mapping[str, str]) -> None:
+    if untrusted:
+        k8s.emit_event(
+            session.kube,
+            cr,
+            reason=UNTRUSTED_EVENT,
+            message=untrusted_message(session.args.inference_service, untrusted),
+            warning=True,
+        )
 
 
 def _event(

@@ -143,6 +143,16 @@ def controller_chain(
     return None
 
 
+#: How :func:`controller_chain` says an owner was not among those given (it may be on its way).
+_MISSING = "is not among the InferenceService's"
+
+
+def awaits_owner(why: str) -> bool:
+    """Pure: whether a verdict of :func:`controller_chain` is only that a ReplicaSet or
+    Deployment is unknown (a watch may not have delivered it yet), not a wrong link."""
+    return _MISSING in why
+
+
 def untrusted_message(service: str, untrusted: Mapping[str, str], limit: int = 10) -> str:
     """Pure: one sentence naming the labelled pods outside the chain, and why (for conditions
     and Events)."""

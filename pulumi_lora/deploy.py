@@ -50,11 +50,17 @@ WATCH_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
     {"apiGroups": [GROUP], "resources": [ISVC_PLURAL], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["replicasets", "deployments"],
+        "verbs": ["list", "watch"],
+    },
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 )
-"""What the loop does where it watches: follow CRs, InferenceServices and pods; write CR status
-(server-side apply); read the API-key Secrets CRs name; record Events."""
+"""What the loop does where it watches: follow CRs, InferenceServices, pods and the ReplicaSets
+and Deployments of the pods' controller chain; write CR status (server-side apply); read the
+API-key Secrets CRs name; record Events."""
 
 _LEASE_GROUP = "coordination.k8s.io"
 

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._cluster import target_from_object
+from pulumi_lora._cluster import SERVICE_LABEL, target_from_object
 from pulumi_lora._errors import ClusterError, EvictionImpossible
+from pulumi_lora._ownership import awaits_owner, owned_from_object, untrusted_message
 from pulumi_lora._reconcile import PodOutcome, extra_arg_value
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import (
@@ -48,6 +49,16 @@ from pulumi_lora._resync._worker import PodWorker
 from pulumi_lora._resync._world import AdapterTask, PodState, Unload, World
 from pulumi_lora._resync._writer import StatusWriter
 
+#: Kinds the loop lists and watches, in the order of the first listing: the links of the pods'
+#: controller chain before the pods, so a pod listed is judged with its owners known.
+KINDS = ("inferenceservices", "deployments", "replicasets", "loraadapters", "pods")
+#: Seconds a pod whose ReplicaSet or Deployment the watches have not delivered yet waits before
+#: it is reported as outside the chain (a rollout creates them moments before the pods; the
+#: watches are separate streams). Until then it gets nothing either.
+TRUST_GRACE = 5.0
+#: Reason of the Warning Event naming a labelled pod outside its target's controller chain.
+UNTRUSTED_EVENT = "UntrustedPodIgnored"
+
 
 class Controller:
     """Everything the leader does; :meth:`run` until cancelled or :meth:`drain`-ed."""
@@ -67,6 +78,8 @@ class Controller:
         )
         self._secrets: dict[SecretRef, tuple[str, float]] = {}
         self._reported: dict[tuple[Key, str], str] = {}  # (CR, pod) → failure last reported
+        self._awaiting: dict[Key, float] = {}  # pod → when it was first seen missing an owner
+        self._rechecks: set[Key] = set()  # targets with a trust review scheduled
         self._watchers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
 
@@ -79,6 +92,16 @@ class Controller:
             self.synced = True
             for kind, on_snapshot, on_event in (
                 ("inferenceservices", self.on_isvc_snapshot, self.on_isvc_event),
+                (
+                    "deployments",
+                    self._owner_snapshot("deployments"),
+                    self._owner_event("deployments"),
+                ),
+                (
+                    "replicasets",
+                    self._owner_snapshot("replicasets"),
+                    self._owner_event("replicasets"),
+                ),
                 ("loraadapters", self.on_cr_snapshot, self.on_cr_event),
                 ("pods", self.on_pod_snapshot, self.on_pod_event),
             ):
@@ -103,7 +126,7 @@ class Controller:
 
     async def _initial_lists(self) -> dict[str, str | None]:
         versions: dict[str, str | None] = {}
-        for kind in ("inferenceservices", "loraadapters", "pods"):
+        for kind in KINDS:
             failures = 0
             while True:
                 try:
@@ -123,6 +146,8 @@ class Controller:
             inference_services=len(self.world.targets),
             pods=len(self.world.pods),
         )
+        for target in sorted({s.facts.target for s in self.world.pods.values()}):
+            self._review_trust(target)
         self.statuses.mark(self.world.crs)
         return versions
 
@@ -133,6 +158,8 @@ class Controller:
             elif kind == "loraadapters":
                 if (cr := adapter_from_object(obj)) is not None:
                     self.world.put_cr(cr)
+            elif kind in ("deployments", "replicasets"):
+                self.world.put_owner(kind, owned_from_object(obj))
             elif (facts := pod_facts(obj)) is not None:
                 self.world.seed_pod(facts)
                 self._worker(facts.key)
@@ -181,6 +208,7 @@ class Controller:
             self.world.remove_target(key)
         elif not self.world.put_target(target_from_object(obj)):
             return
+        self._review_trust(key)
         self.statuses.mark(c.key for c in self.world.crs_of(key))
         self._request(self.world.serving_pods([key]), ReloadReason.CR_CHANGE)
 
@@ -248,6 +276,7 @@ class Controller:
             return
         verdict = self.world.put_pod(facts, time.monotonic())
         self._worker(key)
+        self._review_trust(facts.target)
         if verdict.act is not None:
             self._request([key], verdict.act)
         if verdict.readiness_changed or verdict.invalidate:
@@ -266,9 +295,96 @@ class Controller:
         worker = self._workers.pop(key, None)
         if worker is not None:
             worker.close()
+        self.world.untrusted.pop(key, None)
+        self._awaiting.pop(key, None)
         if state is not None:
             self._forget_failures(lambda cr, pod: pod == state.facts.name)
             self.statuses.mark(c.key for c in self.world.crs_of(state.facts.target))
+
+    # --- the pods' controller chain ----------------------------------------------------------
+
+    def _owner_event(self, kind: str) -> Callable[[str, dict[str, Any]], None]:
+        def on_event(event_type: str, obj: dict[str, Any]) -> None:
+            """A ReplicaSet or Deployment was added, changed or deleted."""
+            owned = owned_from_object(obj)
+            if event_type == "DELETED":
+                changed = self.world.remove_owner(kind, owned.uid)
+            else:
+                changed = self.world.put_owner(kind, owned)
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if changed and labels.get(SERVICE_LABEL):
+                self._chain_changed((owned.namespace, str(labels[SERVICE_LABEL])))
+
+        return on_event
+
+    def _owner_snapshot(self, kind: str) -> Callable[[Objects], None]:
+        def on_snapshot(items: Objects) -> None:
+            """A relist of ReplicaSets or Deployments: replaces what was known of them."""
+            known = self.world.owners(kind)
+            before = dict(known)
+            known.clear()
+            for obj in items:
+                self.world.put_owner(kind, owned_from_object(obj))
+            if known != before:
+                for target in sorted({s.facts.target for s in self.world.pods.values()}):
+                    self._chain_changed(target)
+
+        return on_snapshot
+
+    def _chain_changed(self, target: Key) -> None:
+        """A link of ``target``'s pods' chains changed: judge them again, and run the serving
+        ones (a pod trusted now gets its adapters; settled pods cost one ``/v1/models``)."""
+        self._review_trust(target)
+        self.statuses.mark(c.key for c in self.world.crs_of(target))
+        self._request(self.world.serving_pods([target]), ReloadReason.CR_CHANGE)
+
+    def _review_trust(self, target: Key) -> None:
+        """Judge every pod labelled as ``target``'s by its controller chain; report the pods
+        outside it (an Event on each CR of the target naming them, and ``Available``'s message).
+
+        A pod whose ReplicaSet or Deployment is not known yet gets nothing, but is reported only
+        once that lasts ``TRUST_GRACE`` seconds (the watches may just not have delivered it).
+        """
+        self._rechecks.discard(target)
+        now = time.monotonic()
+        fresh: dict[str, str] = {}
+        changed = False
+        recheck = False
+        known = target in self.world.targets  # else its CRs report InferenceServiceNotFound
+        for state in self.world.labelled_pods_of(target):
+            key = state.facts.key
+            why = self.world.trust(state.facts)
+            if why is None or not known:
+                self._awaiting.pop(key, None)
+                changed |= self.world.untrusted.pop(key, None) is not None
+                continue
+            if awaits_owner(why):
+                first = self._awaiting.setdefault(key, now)
+                if now - first < TRUST_GRACE:
+                    recheck = True
+                    continue
+            else:
+                self._awaiting.pop(key, None)
+            if self.world.untrusted.get(key) != why:
+                self.world.untrusted[key] = why
+                fresh[key[1]] = why
+                changed = True
+        if recheck and target not in self._rechecks and not self.stopping:
+            self._rechecks.add(target)
+            asyncio.get_running_loop().call_later(TRUST_GRACE, self._review_trust, target)
+        if fresh:
+            message = untrusted_message(target[1], fresh)
+            logs.event(
+                "untrusted_pods",
+                logging.WARNING,
+                target="/".join(target),
+                pods=sorted(fresh),
+                why=[fresh[p] for p in sorted(fresh)],
+            )
+            for cr in self.world.crs_of(target):
+                self.events.record(cr.raw, UNTRUSTED_EVENT, message, warning=True)
+        if changed:
+            self.statuses.mark(c.key for c in self.world.crs_of(target))
 
     def _forget_failures(self, which: Callable[[Key, str], bool]) -> None:
         for entry in [e for e in self._reported if which(*e)]:
@@ -316,8 +432,8 @@ class Controller:
     async def run_pod(self, worker: PodWorker, reason: ReloadReason) -> None:
         """One run on one pod, then record what it did."""
         state = self.world.pods.get(worker.key)
-        if state is None or not state.facts.serving:
-            return
+        if state is None or not state.facts.serving or self.world.trust(state.facts) is not None:
+            return  # gone, not serving, or not the target's: no request, no key
         now = datetime.now(UTC)
         work = self.world.pod_work(worker.key, now)
         self.metrics.pod_runs.labels(reason.value).inc()

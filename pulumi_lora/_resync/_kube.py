@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from lightkube import ApiError, AsyncClient, Client, operators
+from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import Pod
 
 from pulumi_lora import _cluster as k8s
@@ -61,12 +62,18 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts | None:
         ip=pod.ip,
         port=pod.port,
         state=pod.state,
+        controller=pod.controller,
     )
 
 
-#: The resources the loop watches, with the selector that narrows each.
+#: The resources the loop watches, with the selector that narrows each. ReplicaSets and
+#: Deployments are the links of the pods' controller chain (``_ownership``): the Deployment
+#: controller copies the pod template's labels to its ReplicaSets, and LLMKube labels its
+#: Deployment as it labels the pods.
 WATCHED: dict[str, tuple[Any, dict[str, Any] | None]] = {
     "inferenceservices": (k8s.InferenceServiceResource, None),
+    "deployments": (Deployment, {k8s.SERVICE_LABEL: operators.exists()}),
+    "replicasets": (ReplicaSet, {k8s.SERVICE_LABEL: operators.exists()}),
     "loraadapters": (k8s.LoRAAdapterResource, None),
     "pods": (Pod, {k8s.SERVICE_LABEL: operators.exists()}),
 }

@@ -18,6 +18,7 @@ from pulumi_lora._models import (
     ANNOTATION_POLICY,
     ANNOTATION_TRANSPORT,
 )
+from pulumi_lora._ownership import ControllerRef
 from pulumi_lora._reconcile import Desired, ReadinessPolicy
 
 #: ``(namespace, name)`` of a namespaced object.
@@ -148,6 +149,7 @@ class PodFacts:
     ip: str | None
     port: int
     state: str = ""
+    controller: ControllerRef | None = None
 
     @property
     def key(self) -> Key:

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pulumi_lora import _ownership
 from pulumi_lora._errors import NameCollision
+from pulumi_lora._ownership import Owned, controller_chain, untrusted_message
 from pulumi_lora._reconcile import Availability, PodOutcome, extra_arg_value, startup_adapters
 from pulumi_lora._resync._decide import (
     RECOVERY_REASONS,
@@ -120,6 +122,11 @@ class World:
         self.crs: dict[Key, AdapterCR] = {}
         self.targets: dict[Key, Target] = {}
         self.pods: dict[Key, PodState] = {}
+        self.replicasets: dict[str, Owned] = {}  # by UID: the links of the pods' chain
+        self.deployments: dict[str, Owned] = {}
+        #: Labelled pods outside their target's controller chain, as reported (the controller
+        #: decides when: see ``Controller._review_trust``), with why.
+        self.untrusted: dict[Key, str] = {}
         self.last_loaded: dict[Key, datetime] = {}
         self._crs_by_target: dict[Key, set[Key]] = defaultdict(set)
         self._pods_by_target: dict[Key, set[Key]] = defaultdict(set)
@@ -199,7 +206,16 @@ class World:
             source = f"the server's startup --lora-paths ({served[cr.adapter_name]})"
             collision = NameCollision(cr.adapter_name, tns, tname, source)
             return Availability(False, collision.reason, str(collision))
-        return Availability(True, "InferenceServiceReady")
+        return Availability(True, "InferenceServiceReady", self.untrusted_note(cr.target))
+
+    def untrusted_note(self, target: Key) -> str:
+        """The labelled pods of ``target`` reported as outside its chain, in one sentence."""
+        ignored = {
+            key[1]: self.untrusted[key]
+            for key in sorted(self._pods_by_target.get(target, ()))
+            if key in self.untrusted
+        }
+        return untrusted_message(target[1], ignored)
 
     @staticmethod
     def startup_of(target: Target) -> dict[str, str]:
@@ -224,6 +240,39 @@ class World:
     def remove_target(self, key: Key) -> None:
         """Forget an InferenceService."""
         self.targets.pop(key, None)
+
+    def owners(self, kind: str) -> dict[str, Owned]:
+        """The ReplicaSets (``kind`` "replicasets") or Deployments ("deployments") by UID."""
+        return self.replicasets if kind == "replicasets" else self.deployments
+
+    def put_owner(self, kind: str, owned: Owned) -> bool:
+        """Store a ReplicaSet or Deployment; return whether its identity or controller changed
+        (its status changing often, that alone is nothing to the chain)."""
+        known = self.owners(kind)
+        old, known[owned.uid] = known.get(owned.uid), owned
+        return old != owned
+
+    def remove_owner(self, kind: str, uid: str) -> bool:
+        """Forget a ReplicaSet or Deployment; return whether it was known."""
+        return self.owners(kind).pop(uid, None) is not None
+
+    def trust(self, facts: PodFacts) -> str | None:
+        """None when the pod's controller chain ends at its target InferenceService (or the
+        chain is not required); else why not (``_ownership.controller_chain``)."""
+        if not _ownership.REQUIRE_CONTROLLER_CHAIN:
+            return None
+        target = self.targets.get(facts.target)
+        return controller_chain(
+            facts.namespace,
+            facts.controller,
+            self.replicasets,
+            self.deployments,
+            target.uid if target is not None else "",
+        )
+
+    def labelled_pods_of(self, target: Key) -> list[PodState]:
+        """Every pod labelled as ``target``'s, trusted or not, by name."""
+        return [self.pods[k] for k in sorted(self._pods_by_target.get(target, ()))]
 
     def put_pod(self, facts: PodFacts, now: float) -> PodVerdict:
         """Store a pod update and say what it means (see :func:`classify_pod`)."""
@@ -257,8 +306,8 @@ class World:
         return state
 
     def pods_of(self, target: Key) -> list[PodState]:
-        """The pods of ``target``, by name."""
-        return [self.pods[k] for k in sorted(self._pods_by_target.get(target, ()))]
+        """The pods of ``target`` (those its controller chain vouches for), by name."""
+        return [s for s in self.labelled_pods_of(target) if self.trust(s.facts) is None]
 
     # --- what a pod should be given ---------------------------------------------------------
 
@@ -349,4 +398,6 @@ class World:
             if targets is None
             else [k for t in targets for k in self._pods_by_target.get(t, ())]
         )
-        return sorted(k for k in keys if self.pods[k].facts.serving)
+        return sorted(
+            k for k in keys if self.pods[k].facts.serving and self.trust(self.pods[k].facts) is None
+        )
