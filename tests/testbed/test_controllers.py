@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.testbed import CONTROLLER_USER, DEFAULT_EXTRA_ARGS, Testbed
+from pulumi_lora.testing.testbed._incluster import in_cluster_unavailable_reason
 from pulumi_lora.testing.testbed._workloads import rollout_scale, template_hash
 
 ISVCS = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices"
@@ -294,3 +297,36 @@ def test_template_hash_is_stable_and_follows_the_template() -> None:
     assert template_hash(template) == template_hash(json.loads(json.dumps(template)))
     assert template_hash(template) != template_hash({"spec": {"containers": []}})
     assert len(template_hash(template)) <= 10
+
+
+def test_the_resync_deployment_runs_as_in_cluster_pods(testbed: Testbed, namespace: str) -> None:
+    reason = in_cluster_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"the in-cluster sandbox is unavailable here: {reason}")
+    manifests = resync_manifests(namespace, "pulumi-lora:testbed", watch_namespace=namespace)
+    apply(testbed, json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
+    (name,) = [m["metadata"]["name"] for m in manifests if m["kind"] == "Deployment"]
+
+    def ready_pod() -> dict[str, Any] | None:
+        for pod in items(testbed, PODS.format(ns=namespace)):
+            conditions = pod.get("status", {}).get("conditions", [])
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                return pod
+        return None
+
+    pod = wait_for(ready_pod, timeout=90, what="the loop's pod Ready (its /readyz probe)")
+    rs = testbed.rest.get(
+        f"{APPS.format(ns=namespace, plural='replicasets')}/{controller(pod)['name']}"
+    )
+    assert controller(rs)["kind"] == "Deployment" and controller(rs)["name"] == name
+    player = testbed._require_player()
+    (runtime,) = [r for r in player.manager.runtimes.values() if r.name == pod["metadata"]["name"]]
+    assert runtime.kind == "resync" and runtime.network == "netns"
+    pid = runtime.pid()
+    assert pid is not None
+    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert "resync" in command
+    done = testbed.kubectl("delete", "deployment", name, "-n", namespace, "--wait=false")
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: not items(testbed, PODS.format(ns=namespace)), what="the loop's pod gone")
+    wait_for(lambda: not alive(pid), what="the loop's process stopped")

@@ -293,7 +293,10 @@ class PodRuntime:
     # --- status ---------------------------------------------------------------------------------
 
     def status_body(self) -> dict[str, Any]:
-        """The kubelet's view of this pod as a ``pods/status`` merge patch (caller holds lock)."""
+        """The kubelet's view of this pod as a ``pods/status`` merge patch (caller holds lock).
+
+        No ``qosClass``: the apiserver sets it from the resources and refuses any change.
+        """
         ready = "True" if self.ready else "False"
         since = _rfc3339(self.ready_since)
         created = _rfc3339(self.created)
@@ -303,7 +306,6 @@ class PodRuntime:
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
             "startTime": _rfc3339(self.start_time),
-            "qosClass": "BestEffort",
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": created},
                 {"type": "Initialized", "status": "True", "lastTransitionTime": created},
