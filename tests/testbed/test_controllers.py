@@ -19,6 +19,7 @@ import pytest
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.testbed import CONTROLLER_USER, DEFAULT_EXTRA_ARGS, Testbed
 from pulumi_lora.testing.testbed._incluster import in_cluster_unavailable_reason
+from pulumi_lora.testing.testbed._kubelet import container_kind, emulator_args, resolve_env
 from pulumi_lora.testing.testbed._workloads import rollout_scale, template_hash
 
 ISVCS = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices"
@@ -330,3 +331,29 @@ def test_the_resync_deployment_runs_as_in_cluster_pods(testbed: Testbed, namespa
     assert done.returncode == 0, done.stderr
     wait_for(lambda: not items(testbed, PODS.format(ns=namespace)), what="the loop's pod gone")
     wait_for(lambda: not alive(pid), what="the loop's process stopped")
+
+
+def test_the_kubelet_resolves_env_and_knows_what_it_can_run() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"serviceAccountName": "sa"}}
+    container = {
+        "name": "loop",
+        "image": "pulumi-lora:1",
+        "command": ["pulumi-lora", "resync"],
+        "env": [
+            {"name": "A", "value": "1"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ],
+    }
+    assert resolve_env(container, pod, "198.18.0.2") == {
+        "A": "1",
+        "POD": "p",
+        "NS": "ns",
+        "IP": "198.18.0.2",
+    }
+    assert container_kind(container) == "resync"
+    assert container_kind({"name": "sglang", "image": "lmsysorg/sglang:v0.5"}) == "emulator"
+    assert container_kind({"name": "main", "image": "busybox"}) == "unsupported"
+    args = ["--model-path", "m", "--host", "0.0.0.0", "--port=30000", "--enable-lora"]
+    assert emulator_args(args) == ["--enable-lora"]

@@ -219,6 +219,7 @@ class PodRuntime:
         self.phase = "Pending"
         self.dirty = False
         self.gone = False
+        self.launched = threading.Event()  # set once the container started or was refused
         self._stop = threading.Event()
         self._prober: threading.Thread | None = None
         self.process: ManagedProcess | None = None
@@ -250,6 +251,12 @@ class PodRuntime:
 
     def launch(self) -> None:
         """Set up the network and start the container (or record why it cannot run)."""
+        try:
+            self._launch()
+        finally:
+            self.launched.set()
+
+    def _launch(self) -> None:
         if self.kind == "unsupported":
             image = self.container.get("image", "?")
             self._waiting("CreateContainerError", f"testbed cannot run image {image}")

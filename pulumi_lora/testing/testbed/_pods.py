@@ -485,7 +485,7 @@ class PodPlayer:
         self.caches.isvcs.note(self.user.create(collection, body))
         handle = self.handle(namespace, name)
         self.converge(
-            lambda: len([r for r in handle._runtimes() if r.process or r.phase]) == replicas,
+            lambda: len([r for r in handle._runtimes() if r.launched.is_set()]) == replicas,
             f"{replicas} pods for {namespace}/{name}",
         )
         return handle
