@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed._controllers import Caches, ControllerManager
 from pulumi_lora.testing.testbed._kubelet import (
@@ -44,7 +42,7 @@ from pulumi_lora.testing.testbed._kubelet import (
     resolve_env,
 )
 from pulumi_lora.testing.testbed._process import ManagedProcess, tail
-from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
+from pulumi_lora.testing.testbed._rest import KubeRest
 from pulumi_lora.testing.testbed._workloads import (
     ANNOTATION_EMULATOR_ARGS,
     ANNOTATION_NETWORK,
@@ -90,7 +88,7 @@ CONVERGE_TIMEOUT = 30.0
 DEFAULT_EXTRA_ARGS = ("--enable-lora", "--max-lora-rank", "64", "--lora-target-modules", "all")
 """The ``extraArgs`` a dynamic-LoRA SGLang InferenceService needs."""
 
-_API_ERRORS = (httpx.HTTPError, ApiRequestError)
+_BATCH = 0.01
 
 
 class PodNotFoundError(LookupError):
@@ -394,7 +392,8 @@ class PodPlayer:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(RECONCILE_INTERVAL)
+            if self._wake.wait(RECONCILE_INTERVAL):
+                self._stop.wait(_BATCH)  # events come in bursts: one pass for the burst
             if self._stop.is_set():
                 return
             self._wake.clear()
