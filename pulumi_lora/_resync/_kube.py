@@ -12,12 +12,14 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
 from lightkube import ApiError, AsyncClient, Client, operators
+from lightkube.core.generic_client import WatchDriver
+from lightkube.core.selector import build_selector
 from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import Pod
 
@@ -77,6 +79,66 @@ WATCHED: dict[str, tuple[Any, dict[str, Any] | None]] = {
     "loraadapters": (k8s.LoRAAdapterResource, None),
     "pods": (Pod, {k8s.SERVICE_LABEL: operators.exists()}),
 }
+
+
+async def watch_once(
+    client: AsyncClient,
+    resource: Any,
+    *,
+    namespace: str,
+    labels: Mapping[str, Any] | None,
+    resource_version: str | None,
+    server_timeout: int,
+) -> AsyncIterator[tuple[str, Any]]:
+    """One watch request, as lightkube's ``AsyncClient.watch`` sends it, with its events split on
+    newline bytes only (`event_lines`); errors are lightkube's (``ApiError``, httpx's).
+
+    lightkube reads watch lines with httpx's ``aiter_lines``, which splits as ``str.splitlines``
+    does: also on U+0085, U+2028 and U+2029. The apiserver sends U+0085 raw inside JSON strings,
+    so one CR whose annotation held it broke every LoRAAdapter watch of the loop, for good (found
+    by ``tests/resync/test_hostile_crs.py``). This reuses lightkube's request building and event
+    decoding (``WatchDriver``), and makes one request: `Kube.follow` resumes.
+    """
+    generic: Any = client._client  # lightkube's GenericAsyncClient: request building, sending
+    request = generic.prepare_request(
+        "list",
+        res=resource,
+        namespace=namespace,
+        watch=True,
+        params={
+            "timeoutSeconds": server_timeout,
+            "resourceVersion": resource_version,
+            "labelSelector": build_selector(labels) if labels else None,
+        },
+    )
+    driver = WatchDriver(request, generic._client.build_request)
+    response = await generic.send(driver.get_request(timeout=generic._watch_timeout), stream=True)
+    try:
+        if response.is_error:
+            await response.aread()
+            generic.raise_for_status(response)
+        async for line in event_lines(response.aiter_bytes()):
+            yield driver.process_one_line(line)
+    finally:
+        await response.aclose()
+
+
+async def event_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The non-empty lines of a newline-delimited JSON stream: split on ``\\n`` bytes only (in
+    JSON a raw ``\\n`` is never inside a string; other line breaks may be)."""
+    pending = bytearray()
+    async for chunk in chunks:
+        start = len(pending)
+        pending += chunk
+        end = pending.find(b"\n", start)
+        while end >= 0:
+            line = bytes(pending[:end])
+            del pending[: end + 1]
+            if line.strip():
+                yield line
+            end = pending.find(b"\n")
+    if bytes(pending).strip():
+        yield bytes(pending)
 
 
 class Kube:
@@ -141,7 +203,8 @@ class Kube:
             error = "the watch stream ended"
             try:
                 async with asyncio.timeout(WATCH_SESSION):
-                    stream = self.client.watch(
+                    stream = watch_once(
+                        self.client,
                         resource,
                         namespace=self.namespace or "*",
                         labels=labels,
