@@ -17,7 +17,7 @@ from pulumi_lora._sglang._client import _DeadlineBackend
 from pulumi_lora.testing.emulator import Fault
 from tests.contract._emulators import AdapterFactory, Emulator
 
-TIMEOUTS = ClientTimeouts(connect=1.0, load=0.6, read=0.6)
+TIMEOUTS = ClientTimeouts(connect=1.0, load=0.3, read=0.3)
 
 
 def run(kind: str, url: str, method: str, *args: Any) -> Any:
@@ -44,15 +44,16 @@ def test_the_blocking_transport_carries_the_deadline_backend() -> None:
 def test_dripped_headers_time_out_at_the_deadline(
     lora: Emulator, make_adapter: AdapterFactory, kind: str, route: str
 ) -> None:
-    """A byte every 50 ms never trips a 0.6 s per-read timeout; the 0.6 s deadline ends it."""
+    """A byte every 30 ms never trips a 0.3 s per-read timeout; the 0.3 s deadline ends it, long
+    before the ~70 bytes of status line and headers (2 s) are in."""
     path = make_adapter("sql")
-    lora.server.inject(Fault.parse(f"{route}:drip=0.05,chunk=1,head"))
+    lora.server.inject(Fault.parse(f"{route}:drip=0.03,chunk=1,head"))
     method, args = ("list_models", ()) if route == "/v1/models" else ("load_adapter", ("sql", path))
     started = time.monotonic()
-    with pytest.raises(SGLangTimeout, match=r"no complete answer within 0\.6 s") as caught:
+    with pytest.raises(SGLangTimeout, match=r"no complete answer within 0\.3 s") as caught:
         run(kind, lora.server.url, method, *args)
     took = time.monotonic() - started
-    assert 0.55 <= took < 0.9, took
+    assert 0.28 <= took < 1.5, took  # generous: a loaded machine; the headers alone take 2 s
     assert caught.value.maybe_applied
 
 

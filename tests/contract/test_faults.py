@@ -145,14 +145,13 @@ def test_drop_land_loses_the_answer_then_loads_late(
 
 
 def test_drip_head_trickles_the_status_line_and_headers(lora: Emulator) -> None:
-    lora.server.inject(Fault.parse("/v1/models:drip=0.05,chunk=4,head"))
+    lora.server.inject(Fault.parse("/v1/models:drip=0.02,chunk=4,head"))
     started = time.monotonic()
-    with lora.client.stream("GET", "/v1/models", timeout=httpx.Timeout(5.0, read=0.3)) as stream:
+    with lora.client.stream("GET", "/v1/models", timeout=httpx.Timeout(5.0, read=0.1)) as stream:
         headers_took = time.monotonic() - started
         assert stream.status_code == 200
-        assert stream.read()
-    # every read came within the per-read timeout, the headers as a whole did not
-    assert headers_took > 0.3
+    # every read came within the per-read timeout, the ~70 bytes of head as a whole did not
+    assert headers_took > 0.2
 
 
 def test_stall_outlasts_a_client_timeout(lora: Emulator) -> None:
