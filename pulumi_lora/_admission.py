@@ -279,6 +279,8 @@ def admission_policies(
             "matchConstraints": {"resourceRules": [_ADAPTER_RULE]},
             "variables": [
                 {
+                    # A one-entry map of the same type when there are none: an empty CEL map
+                    # literal has no element type to check the expressions against.
                     "name": "notes",
                     "expression": (
                         "has(object.metadata.annotations) ? object.metadata.annotations : {'': ''}"
