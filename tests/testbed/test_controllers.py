@@ -8,6 +8,8 @@ edits followed, deletion collected, images it cannot run reported on the pod.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -327,6 +329,11 @@ def test_the_resync_deployment_runs_as_in_cluster_pods(testbed: Testbed, namespa
     assert pid is not None
     command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     assert "resync" in command
+    # A crashed loop comes back (restartPolicy Always), Ready again by its probe.
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: runtime.restart_count == 1 and runtime.ready, timeout=60, what="a restart")
+    pid = runtime.pid()
+    assert pid is not None
     done = testbed.kubectl("delete", "deployment", name, "-n", namespace, "--wait=false")
     assert done.returncode == 0, done.stderr
     wait_for(lambda: not items(testbed, PODS.format(ns=namespace)), what="the loop's pod gone")

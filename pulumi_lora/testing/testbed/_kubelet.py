@@ -20,6 +20,7 @@ import logging
 import secrets
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -66,6 +67,9 @@ PROBE_TIME_SCALE = 0.1
 
 PROBE_INTERVAL = 0.1
 """Seconds between two probes of a container whose probe says ``periodSeconds: 1``."""
+
+CRASH_BACKOFF = 1.0
+"""Seconds before an exited re-sync container restarts (the kubelet's first 10 s, scaled)."""
 
 RESYNC_COMMAND = ["pulumi-lora", "resync"]
 """The command of the re-sync loop's container, as ``pulumi_lora.deploy`` renders it."""
@@ -147,14 +151,14 @@ class Probe:
     initial_delay: float
 
     @staticmethod
-    def of(spec: dict[str, Any] | None, ports: dict[str, int]) -> Probe | None:
-        """The probe a container declares (``None`` when it has no httpGet probe)."""
+    def of(spec: dict[str, Any] | None, ports: dict[str, int], scale: float) -> Probe | None:
+        """The probe a container declares (``None`` without an httpGet probe), its periods
+        multiplied by ``scale``."""
         get = (spec or {}).get("httpGet")
         if not get:
             return None
         raw = get.get("port")
         port = ports.get(raw, 0) if isinstance(raw, str) and not raw.isdigit() else int(raw)
-        scale = PROBE_TIME_SCALE
         return Probe(
             port=port,
             path=str(get.get("path", "/")),
@@ -220,11 +224,17 @@ class PodRuntime:
         self.dirty = False
         self.gone = False
         self.launched = threading.Event()  # set once the container started or was refused
+        self._exited: float | None = None  # when a re-sync container was first seen exited
         self._stop = threading.Event()
         self._prober: threading.Thread | None = None
         self.process: ManagedProcess | None = None
-        self.readiness = Probe.of(self.container.get("readinessProbe"), self.ports)
-        self.liveness = Probe.of(self.container.get("livenessProbe"), self.ports)
+        # Readiness runs ten times faster than declared (tests wait less); liveness in real
+        # time, since a process starts no faster here and a fast liveness would kill it first.
+        self.readiness = Probe.of(
+            self.container.get("readinessProbe"), self.ports, PROBE_TIME_SCALE
+        )
+        self.liveness = Probe.of(self.container.get("livenessProbe"), self.ports, 1.0)
+        self._liveness_due = 0.0
 
     @property
     def url(self) -> str:
@@ -380,6 +390,9 @@ class PodRuntime:
                 process.start()
             self.running = True
             self.state = {"running": {"startedAt": _rfc3339(started)}}
+            if self.liveness is not None:  # first liveness probe one period after the delay
+                delay = self.liveness.initial_delay + self.liveness.period
+                self._liveness_due = time.monotonic() + delay
             self.set_ready(self.readiness is None)
             self.epoch += 1
 
@@ -452,11 +465,7 @@ class PodRuntime:
         # connection would be closed by the server when the container stops, leaving its port in
         # TIME_WAIT, so the restarted server could not bind it.
         limits = httpx.Limits(max_keepalive_connections=0)
-        period = (
-            min(p.period for p in (self.readiness, self.liveness) if p)
-            if (self.readiness or self.liveness)
-            else PROBE_INTERVAL
-        )
+        period = self.readiness.period if self.readiness else PROBE_INTERVAL
         failures = {"readiness": 0, "liveness": 0}
         with httpx.Client(trust_env=False, timeout=_PROBE_TIMEOUT, limits=limits) as http:
             while not self._stop.wait(period):
@@ -464,6 +473,24 @@ class PodRuntime:
                     self._probe_once(http, failures)
                 except Exception:  # a prober must survive anything; it is a test fixture
                     _log.exception("prober of pod %s failed", self.name)
+
+    def _crash_loop_due(self) -> bool:
+        """Whether an exited re-sync container is due for its restart (CrashLoopBackOff).
+
+        Only the re-sync loop's containers come back by themselves, after
+        :data:`CRASH_BACKOFF`; an exited emulator stays terminated until a test restarts it
+        (``kill_pod_process`` is how tests make a pod stay down).
+        """
+        if self.kind != "resync" or self.gone or "terminated" not in self.state:
+            self._exited = None
+            return False
+        now = time.monotonic()
+        if self._exited is None:
+            self._exited = now
+        if now - self._exited < CRASH_BACKOFF:
+            return False
+        self._exited = None
+        return True
 
     def _check(self, http: httpx.Client, probe: Probe | None) -> bool:
         if probe is None:
@@ -479,13 +506,19 @@ class PodRuntime:
             if self.dirty:
                 self.publish()
         process = self.process
+        if not running and process is not None and self._crash_loop_due():
+            _log.info("container of pod %s exited: restarting it (restartPolicy Always)", self.name)
+            self.restart()
+            return
         if not running or process is None:
             return
         alive = process.alive()
         healthy = alive and self._check(http, self.readiness)
         failures["readiness"] = 0 if healthy else failures["readiness"] + 1
-        live = not alive or self._check(http, self.liveness)
-        failures["liveness"] = 0 if live else failures["liveness"] + 1
+        if self.liveness is not None and time.monotonic() >= self._liveness_due:
+            self._liveness_due = time.monotonic() + self.liveness.period
+            live = not alive or self._check(http, self.liveness)
+            failures["liveness"] = 0 if live else failures["liveness"] + 1
         with self.lock:
             if epoch != self.epoch or self.gone:
                 return  # restarted, killed or deleted while we probed: the result is stale

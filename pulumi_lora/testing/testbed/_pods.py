@@ -14,6 +14,11 @@ test), with the real chain of objects in the apiserver:
 
 It reads the cluster through four watches (``_informer.py``) and acts on each change, so an idle
 testbed sends no request; the controllers' decisions are pure functions (``_workloads.py``).
+Measured (3 InferenceServices of 2 pods, 20 s idle, audit log): the former loop sent 78 LISTs
+(3.9/s, each returning every InferenceService or every labelled pod of the cluster); these
+controllers send none (each watch is renewed every 4 minutes: 4 requests, plus one LIST per
+collection after an apiserver restart). Writes happen only when an object's desired state or
+status differs from the cache.
 Per-service test knobs travel as annotations (:data:`ANNOTATION_NETWORK`, ...).
 :class:`InferenceServiceHandle` is a view of one service's pods with the operations tests use.
 """
