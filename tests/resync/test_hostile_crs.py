@@ -105,6 +105,7 @@ class Spec:
     adapter: str
     path_kind: str  # "good", "missing" (no adapter there), "weird" (printable junk)
     target: str  # "llama" or a name nothing serves
+    target_namespace: str | None  # None: the CR's own; else one that does not exist, or no name
     notes: dict[str, str] = field(default_factory=dict)
     churn: int = 0  # how many extra create/delete rounds before the final create
 
@@ -115,6 +116,7 @@ specs = st.builds(
     adapter=adapter_names(),
     path_kind=st.sampled_from(["good", "good", "missing", "weird"]),
     target=st.sampled_from(["llama", "llama", "llama", "no-such-isvc"]),
+    target_namespace=st.sampled_from([None, None, None, "no-such-ns", "Not A/Namespace\u0085!"]),
     notes=annotations(),
     churn=st.sampled_from([0, 0, 1, 3]),
 )
@@ -133,11 +135,14 @@ def bench(
 
 
 def manifest(namespace: str, spec: Spec, path: str) -> dict[str, Any]:
+    ref = {"name": spec.target}
+    if spec.target_namespace is not None:  # the CRD takes any string here
+        ref["namespace"] = spec.target_namespace
     return {
         "apiVersion": "inference.llmkube.dev/v1alpha1",
         "kind": "LoRAAdapter",
         "metadata": {"name": spec.name, "namespace": namespace, "annotations": spec.notes},
-        "spec": {"name": spec.adapter, "path": path, "inferenceServiceRef": {"name": spec.target}},
+        "spec": {"name": spec.adapter, "path": path, "inferenceServiceRef": ref},
     }
 
 
@@ -154,6 +159,14 @@ def stored(testbed: Testbed, namespace: str) -> list[dict[str, Any]]:
     return list(json.loads(out)["items"])
 
 
+def on_llama(cr: dict[str, Any]) -> bool:
+    """Whether ``cr`` targets the example's InferenceService (``llama`` in its own namespace)."""
+    ref = cr["spec"]["inferenceServiceRef"]
+    return bool(
+        ref["name"] == "llama" and ref.get("namespace") in (None, cr["metadata"]["namespace"])
+    )
+
+
 def owners(crs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Adapter name → the CR that owns it on ``llama`` (oldest, then namespace, then name)."""
     found: dict[str, dict[str, Any]] = {}
@@ -165,7 +178,7 @@ def owners(crs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             c["metadata"]["name"],
         ),
     ):
-        if cr["spec"]["inferenceServiceRef"]["name"] == "llama":
+        if on_llama(cr):
             found.setdefault(cr["spec"]["name"], cr)
     return found
 
@@ -278,7 +291,7 @@ def check_example(testbed: Testbed, ns: str, handle: Any, loop: Any, example: li
         condition = loaded_condition(cr)
         assert condition is not None
         adapter, name = cr["spec"]["name"], cr["metadata"]["name"]
-        owner = owned.get(adapter) if cr["spec"]["inferenceServiceRef"]["name"] == "llama" else None
+        owner = owned.get(adapter) if on_llama(cr) else None
         if owner is not None and owner["metadata"]["name"] != name:
             assert condition["status"] == "False", (name, condition)
             assert condition["reason"] == "NameCollision", (name, condition)
@@ -291,5 +304,5 @@ def check_example(testbed: Testbed, ns: str, handle: Any, loop: Any, example: li
                 timeout=10,
                 what=f"{name[:40]}'s adapter on every pod (it says Loaded=True)",
             )
-        if cr["spec"]["inferenceServiceRef"]["name"] != "llama" or cr["spec"]["path"] != good:
+        if not on_llama(cr) or cr["spec"]["path"] != good:
             assert condition["status"] == "False", (name, condition)
