@@ -20,6 +20,16 @@ from tests.contract._emulators import AdapterFactory, Emulator
 TIMEOUTS = ClientTimeouts(connect=1.0, load=0.3, read=0.3)
 
 
+def run_async(coroutine: Any) -> Any:
+    """Run ``coroutine`` on a fresh event loop, leaving the thread's current loop alone
+    (``asyncio.run`` unsets it, and later tests' Pulumi mocks ask for it)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
 def run(kind: str, url: str, method: str, *args: Any) -> Any:
     """``method(*args)`` of a fresh sync or async client of ``url``."""
     if kind == "sync":
@@ -30,7 +40,7 @@ def run(kind: str, url: str, method: str, *args: Any) -> Any:
         async with AsyncSGLangClient(url, timeouts=TIMEOUTS) as client:
             return await getattr(client, method)(*args)
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 def test_the_blocking_transport_carries_the_deadline_backend() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -19,11 +20,21 @@ async def chunked(data: bytes, size: int) -> AsyncIterator[bytes]:
         yield data[start : start + size]
 
 
+def run_async(coroutine: Any) -> Any:
+    """Run ``coroutine`` on a fresh event loop, leaving the thread's current loop alone
+    (``asyncio.run`` unsets it, and later tests' Pulumi mocks ask for it)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
 def lines(data: bytes, size: int) -> list[bytes]:
     async def collect() -> list[bytes]:
         return [line async for line in event_lines(chunked(data, size))]
 
-    return asyncio.run(collect())
+    return run_async(collect())
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 10_000])
