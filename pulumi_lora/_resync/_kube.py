@@ -108,10 +108,10 @@ async def watch_once(
         params={
             "timeoutSeconds": server_timeout,
             "resourceVersion": resource_version,
-            "labelSelector": build_selector(labels) if labels else None,
+            "labelSelector": build_selector(dict(labels)) if labels else None,
         },
     )
-    driver = WatchDriver(request, generic._client.build_request)
+    driver: Any = WatchDriver(request, generic._client.build_request)  # lightkube: untyped
     response = await generic.send(driver.get_request(timeout=generic._watch_timeout), stream=True)
     try:
         if response.is_error:
