@@ -289,10 +289,14 @@ def list_owners(
     return replicasets, deployments
 
 
-def list_target_pods(client: Client, target: Target) -> PodListing:
-    """The target's pods, split by their controller chain: one LIST of pods, and when there
-    are any (and the chain is required), one LIST of ReplicaSets and one of Deployments."""
-    pods = list_pods(client, target.namespace, target.name)
+def list_target_pods(
+    client: Client, target: Target, pods: Sequence[PodEndpoint] | None = None
+) -> PodListing:
+    """The target's pods (``pods``, or listed now), split by their controller chain: one LIST
+    of pods, and when there are any (and the chain is required), one LIST of ReplicaSets and one
+    of Deployments."""
+    if pods is None:
+        pods = list_pods(client, target.namespace, target.name)
     if not (pods and _ownership.REQUIRE_CONTROLLER_CHAIN):
         return PodListing(tuple(pods))
     replicasets, deployments = list_owners(client, target.namespace, target.name)
@@ -318,12 +322,19 @@ def split_pods(
 
 
 def wait_for_pods(client: Client, target: Target, timeout: float, poll: float = 0.25) -> PodListing:
-    """Wait until every desired replica is Ready (or the timeout); return the pods then seen."""
+    """Wait until every desired replica is Ready (or the timeout); return the pods then seen.
+
+    Polls the pods alone; their owners are listed only once enough of them are Ready for the
+    trusted ones to be (and at the deadline).
+    """
     deadline = time.monotonic() + timeout
     while True:
-        listing = list_target_pods(client, target)
-        if all_ready(target, listing.pods) or time.monotonic() >= deadline:
-            return listing
+        pods = list_pods(client, target.namespace, target.name)
+        late = time.monotonic() >= deadline
+        if late or sum(1 for p in pods if p.ready) >= max(target.replicas, 1):
+            listing = list_target_pods(client, target, pods)
+            if late or all_ready(target, listing.pods):
+                return listing
         time.sleep(poll)
 
 

@@ -24,7 +24,7 @@ from pulumi_lora._models import GROUP, ISVC_KIND
 #: API group of ReplicaSets and Deployments.
 APPS_GROUP = "apps"
 #: Whether the provider and the loop require the chain (off: every labelled pod is trusted).
-REQUIRE_CONTROLLER_CHAIN = False
+REQUIRE_CONTROLLER_CHAIN = True
 
 
 @dataclass(frozen=True)

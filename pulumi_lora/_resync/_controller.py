@@ -236,6 +236,10 @@ class Controller:
             return  # a status write (ours, or the provider's): nothing to act on
         if old is not None and (old.target, old.adapter_name) != (cr.target, cr.adapter_name):
             self._unload_leftover(old)
+        if (old is None or old.target != cr.target) and (
+            note := self.world.untrusted_note(cr.target)
+        ):
+            self.events.record(cr.raw, UNTRUSTED_EVENT, note, warning=True)  # news to this CR
         self.statuses.mark(c.key for c in self.world.crs_of(cr.target))
         self._request(self.world.serving_pods([cr.target]), ReloadReason.CR_CHANGE)
 

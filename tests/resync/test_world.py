@@ -8,6 +8,7 @@ from typing import Any
 
 from pulumi_lora._cluster import Target
 from pulumi_lora._models import ANNOTATION_OPERATION, ANNOTATION_PINNED
+from pulumi_lora._ownership import ControllerRef, Owned
 from pulumi_lora._reconcile import PodOutcome
 from pulumi_lora._resync._decide import CapacityNote, ReloadReason
 from pulumi_lora._resync._views import AdapterCR, PodFacts, SecretRef, adapter_from_object
@@ -40,13 +41,25 @@ def cr(
     return parsed
 
 
-def pod(name: str, *, ready: bool = True) -> PodFacts:
-    return PodFacts("models", name, f"uid-{name}", "llama", ready, 0, "127.0.0.1", 30000)
+#: The controller chain of the service's own pods (pod → ReplicaSet → Deployment → it).
+REPLICASET = ControllerRef("apps/v1", "ReplicaSet", "llama-5d8f", "uid-rs")
+DEPLOYMENT = ControllerRef("apps/v1", "Deployment", "llama", "uid-deploy")
+SERVICE = ControllerRef("inference.llmkube.dev/v1alpha1", "InferenceService", "llama", "uid-isvc")
+
+
+def pod(
+    name: str, *, ready: bool = True, controller: ControllerRef | None = REPLICASET
+) -> PodFacts:
+    return PodFacts(
+        "models", name, f"uid-{name}", "llama", ready, 0, "127.0.0.1", 30000, "", controller
+    )
 
 
 def world(*crs: AdapterCR, runtime: str = "sglang", extra_args: tuple[str, ...] = ()) -> World:
     w = World()
-    w.put_target(Target("models", "llama", runtime, 2, extra_args))
+    w.put_target(Target("models", "llama", runtime, 2, extra_args, uid=SERVICE.uid))
+    w.put_owner("replicasets", Owned("models", REPLICASET.name, REPLICASET.uid, DEPLOYMENT))
+    w.put_owner("deployments", Owned("models", DEPLOYMENT.name, DEPLOYMENT.uid, SERVICE))
     for item in crs:
         w.put_cr(item)
     return w
@@ -214,3 +227,35 @@ class TestSettled:
         w.remove_cr(a.key)
         w.queue_unloads(a)
         assert w.pod_work(("models", "p1"), NOW).settled_by({"b": "/adapters/b"}) is None
+
+
+class TestControllerChain:
+    def test_a_labelled_pod_outside_the_chain_gets_no_work_and_counts_for_no_status(self) -> None:
+        w = world(cr("a"))
+        w.put_pod(pod("p1"), 0.0)
+        w.put_pod(pod("evil", controller=None), 0.0)
+        assert w.serving_pods() == [("models", "p1")]
+        assert [s.facts.name for s in w.pods_of(TARGET)] == ["p1"]
+        assert [s.facts.name for s in w.labelled_pods_of(TARGET)] == ["evil", "p1"]
+        assert w.trust(pod("evil", controller=None)) is not None
+        assert w.queue_unloads(cr("gone")) == [("models", "p1")]
+
+    def test_the_reported_ones_are_named_in_available(self) -> None:
+        w = world(cr("a"))
+        w.put_pod(pod("evil", controller=None), 0.0)
+        assert w.availability(cr("a")).message == ""
+        w.untrusted[("models", "evil")] = "has no controller"
+        verdict = w.availability(cr("a"))
+        assert verdict.ok and "pod evil has no controller" in verdict.message
+
+    def test_owners_come_and_go_by_uid(self) -> None:
+        w = world()
+        assert w.trust(pod("p1")) is None
+        assert not w.put_owner(
+            "replicasets", Owned("models", REPLICASET.name, REPLICASET.uid, DEPLOYMENT)
+        )
+        assert w.remove_owner("replicasets", REPLICASET.uid)
+        assert "ReplicaSet llama-5d8f" in (w.trust(pod("p1")) or "")
+        w.put_target(Target("models", "llama", "sglang", 2, uid="uid-recreated"))
+        w.put_owner("replicasets", Owned("models", REPLICASET.name, REPLICASET.uid, DEPLOYMENT))
+        assert "not the target" in (w.trust(pod("p1")) or "")

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from pulumi_lora._cluster import PodEndpoint, Target, split_pods
 from pulumi_lora._ownership import (
     ControllerRef,
     Owned,
@@ -150,3 +151,37 @@ def test_the_message_names_each_ignored_pod() -> None:
     assert "pod bad is x; pod evil has no controller" in text
     many = untrusted_message("llama", {f"p{i:02}": "is x" for i in range(12)}, limit=10)
     assert many.endswith("; and 2 more")
+
+
+def test_the_provider_splits_a_listing_by_the_chain() -> None:
+    def ref(kind: str, name: str, uid: str, api: str = "apps/v1") -> dict[str, object]:
+        return {"apiVersion": api, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+    rs = {
+        "metadata": {
+            "namespace": NS,
+            "name": "llama-abc",
+            "uid": "rs-uid",
+            "ownerReferences": [ref("Deployment", "llama", "dep-uid")],
+        }
+    }
+    dep = {
+        "metadata": {
+            "namespace": NS,
+            "name": "llama",
+            "uid": "dep-uid",
+            "ownerReferences": [
+                ref("InferenceService", "llama", ISVC_UID, "inference.llmkube.dev/v1alpha1")
+            ],
+        }
+    }
+    own = PodEndpoint(
+        "llama-abc-1", NS, "p1", True, "10.0.0.1", 30000, "Running, Ready", controller=RS
+    )
+    evil = PodEndpoint("evil", NS, "p2", True, "10.0.0.2", 30000, "Running, Ready")
+    target = Target(NS, "llama", "sglang", 1, uid=ISVC_UID)
+    listing = split_pods(target, [own, evil], [rs], [dep])
+    assert listing.pods == (own,)
+    assert listing.untrusted == {
+        "evil": "has no controller (no ownerReference with controller: true)"
+    }
