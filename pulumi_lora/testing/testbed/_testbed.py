@@ -44,6 +44,7 @@ from pulumi_lora.testing.testbed._certs import (
     new_token,
     write_token_file,
 )
+from pulumi_lora.testing.testbed._collector import FinalizerCollector
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
 from pulumi_lora.testing.testbed._netns import netns_unavailable_reason
 from pulumi_lora.testing.testbed._pods import (
@@ -94,6 +95,13 @@ _CONTROLLER_RULES = [
         "apiGroups": ["inference.llmkube.dev"],
         "resources": ["inferenceservices/status"],
         "verbs": ["get", "patch", "update"],
+    },
+    # The garbage collector's (system:controller:generic-garbage-collector): every kind, to
+    # serve the foregroundDeletion and orphan finalizers (_collector.py).
+    {
+        "apiGroups": ["*"],
+        "resources": ["*"],
+        "verbs": ["get", "list", "watch", "patch", "update", "delete"],
     },
 ]
 
@@ -152,6 +160,7 @@ class Testbed:
         self._apiserver: ApiServer | None = None
         self._rest: KubeRest | None = None
         self._player: PodPlayer | None = None
+        self._collector: FinalizerCollector | None = None
         self._binaries: dict[str, Binary] = {}
         self._admin_token = new_token()
         self._controller_token = new_token()
@@ -254,6 +263,8 @@ class Testbed:
             user_rest=self._rest,
         )
         self._player.start()
+        self._collector = FinalizerCollector(self._controller_rest)
+        self._collector.start()
         _log.info("testbed %s ready at %s", self.id, self._apiserver.url)
 
     def _grant_controllers(self) -> None:
@@ -305,6 +316,9 @@ class Testbed:
     def stop(self) -> None:
         """Stop everything this testbed started and remove its directory. Idempotent."""
         with self._lock:
+            collector, self._collector = self._collector, None
+            if collector is not None:
+                collector.stop()
             player, self._player = self._player, None
             if player is not None:
                 player.close()
