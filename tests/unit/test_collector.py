@@ -7,7 +7,9 @@ from typing import Any
 from pulumi_lora.testing.testbed._collector import collectable_paths, pending_work
 
 
-def obj(uid: str, *, deleting: bool = False, finalizers: tuple[str, ...] = (), owners: Any = ()):
+def obj(
+    uid: str, *, deleting: bool = False, finalizers: tuple[str, ...] = (), owners: Any = ()
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"uid": uid, "name": uid, "finalizers": list(finalizers)}
     if deleting:
         meta["deletionTimestamp"] = "2026-12-03T12:00:00Z"
