@@ -190,8 +190,9 @@ def test_deleting_the_inference_service_collects_everything(
     apply(testbed, isvc_yaml(namespace, "doomed", 2, []))
     handle = wait_for(lambda: _handle(testbed, namespace, "doomed"))
     pids = [i.pid for i in handle.wait_ready(30)]
+    # Foreground, as pulumi-kubernetes deletes: the service waits for its dependents.
     done = testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "doomed",
-                           "-n", namespace, "--wait=false")  # fmt: skip
+                           "-n", namespace, "--cascade=foreground", "--wait=false")  # fmt: skip
     assert done.returncode == 0, done.stderr
     for plural in ("deployments", "replicasets"):
         wait_for(
@@ -200,6 +201,10 @@ def test_deleting_the_inference_service_collects_everything(
         )
     wait_for(lambda: not items(testbed, PODS.format(ns=namespace)), what="pods collected")
     wait_for(lambda: not any(pid and alive(pid) for pid in pids), what="emulators stopped")
+    wait_for(
+        lambda: testbed.rest.get(f"{ISVCS.format(ns=namespace)}/doomed", allow=(404,)) is None,
+        what="the InferenceService gone once its dependents are",
+    )
 
 
 def test_an_image_the_testbed_cannot_run_stays_pending(testbed: Testbed, namespace: str) -> None:
