@@ -47,9 +47,10 @@ class UserVenv:
 
 
 def user_requirements() -> str:
-    """A user's ``requirements.txt``: this repository (built as a wheel) at the pinned versions."""
+    """A user's ``requirements.txt``: this repository (built as a wheel, with the kubernetes
+    extra the platform example needs) at the pinned versions."""
     constraints = ROOT / ".venv" / "constraints.txt"  # written by tools/provision.py
-    return f"-c {constraints}\n{ROOT}\n"
+    return f"-c {constraints}\n{ROOT}[kubernetes]\n"
 
 
 @pytest.fixture(scope="session")
