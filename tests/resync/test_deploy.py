@@ -1,4 +1,5 @@
-"""The loop's deployment: rendered manifests, the Pulumi component (mocks), the real apiserver."""
+"""The loop's deployment: rendered manifests, and both applied to the real apiserver (the
+component through the real engine and pulumi-kubernetes provider)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,20 @@ import json
 from typing import Any
 
 import pulumi
-import pytest
+import pulumi_kubernetes as kubernetes
 from conftest import Identity
 
 from pulumi_lora.deploy import (
+    DEFAULT_NAME,
     LEASE_RULES,
     RESOURCE_TYPE,
     WATCH_RULES,
     ResyncDeployment,
     resync_manifests,
 )
-from pulumi_lora.testing.testbed import Testbed
+from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.testbed import BinaryNotFoundError, Testbed, find_binary
 
 
 def by_kind(manifests: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -84,55 +88,84 @@ def test_namespaced_manifests_use_a_role_in_the_watched_namespace() -> None:
     assert args[args.index("--namespace") + 1] == "models"
 
 
-class Recorder(pulumi.runtime.Mocks):
-    """Records every registration; echoes inputs as outputs."""
-
-    def __init__(self) -> None:
-        self.resources: list[pulumi.runtime.MockResourceArgs] = []
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        self.resources.append(args)
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
-        return {}, []
+def stored(testbed: Testbed, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The object as the apiserver holds it."""
+    meta = manifest["metadata"]
+    where = ("-n", meta["namespace"]) if "namespace" in meta else ()
+    done = testbed.kubectl("get", manifest["kind"].lower(), meta["name"], *where, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
 
 
-@pytest.fixture
-def recorder() -> Recorder:
-    mocks = Recorder()
-    pulumi.runtime.set_mocks(mocks, preview=False)
-    return mocks
+def contains(whole: Any, part: Any) -> bool:
+    """``part`` is in ``whole``: every key it names has the same value (the apiserver only adds
+    defaults and bookkeeping)."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(
+            k in whole and contains(whole[k], v) for k, v in part.items()
+        )
+    if isinstance(part, list):
+        return (
+            isinstance(whole, list)
+            and len(whole) == len(part)
+            and all(contains(w, p) for w, p in zip(whole, part, strict=True))
+        )
+    return bool(whole == part)
 
 
-@pulumi.runtime.test
 def test_the_component_creates_exactly_the_rendered_objects(
-    recorder: Recorder,
-) -> pulumi.Output[Any]:
-    loop = ResyncDeployment("resync", namespace="ops", image="img:1", watch_namespace="models")
-    expected = resync_manifests("ops", "img:1", watch_namespace="models")
+    testbed: Testbed, engine: LocalEngine
+) -> None:
+    """``ResyncDeployment`` through the real engine and the built pulumi-kubernetes provider:
+    the objects in the apiserver are the rendered manifests, pulumi-kubernetes' await sees the
+    Deployment (played by the testbed: a real ``pulumi-lora resync`` process) become available,
+    and ``destroy`` removes every object."""
+    try:
+        find_binary("pulumi-resource-kubernetes")
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
+    ns = testbed.create_namespace("resync-component")
+    watched = testbed.create_namespace("resync-watched")
+    expected = resync_manifests(ns, "img:1", watch_namespace=watched)
+    kubeconfig = testbed.kubeconfig_path.read_text()
 
-    def check(values: list[Any]) -> None:
-        deployment, service_account = values
-        assert (deployment, service_account) == ("pulumi-lora-resync", "pulumi-lora-resync")
-        registered = {r.name: r for r in recorder.resources}  # registration order is async
-        assert registered["resync"].typ == RESOURCE_TYPE
-        names = [
-            "resync-serviceaccount",
-            "resync-role",
-            "resync-rolebinding",
-            "resync-role-lease",
-            "resync-rolebinding-lease",
-            "resync-deployment",
-        ]
-        assert set(registered) == {"resync", *names}
-        for name, manifest in zip(names, expected, strict=True):
-            args = registered[name]
-            group = manifest["apiVersion"] if "/" in manifest["apiVersion"] else "core/v1"
-            assert args.typ == f"kubernetes:{group}:{manifest['kind']}"
-            assert json.loads(json.dumps(args.inputs)) == manifest  # camelCase kept, nothing lost
+    def program() -> None:
+        cluster = kubernetes.Provider("testbed", kubeconfig=kubeconfig)
+        loop = ResyncDeployment(
+            "resync",
+            namespace=ns,
+            image="img:1",
+            watch_namespace=watched,
+            opts=pulumi.ResourceOptions(providers={"kubernetes": cluster}),
+        )
+        pulumi.export("deployment", loop.deployment)
+        pulumi.export("service_account", loop.service_account)
 
-    return pulumi.Output.all(loop.deployment, loop.service_account).apply(check)
+    stack = engine.inline_stack("resync-component", "dev", program)
+    try:
+        up = stack.up()
+        assert up.outputs["deployment"].value == DEFAULT_NAME
+        assert up.outputs["service_account"].value == DEFAULT_NAME
+        resources = stack.export_stack().deployment["resources"]
+        kinds = sorted(r["type"] for r in resources if r["type"].startswith("kubernetes:"))
+        assert kinds == sorted(
+            f"kubernetes:{m['apiVersion'] if '/' in m['apiVersion'] else 'core/v1'}:{m['kind']}"
+            for m in expected
+        )
+        assert RESOURCE_TYPE in {r["type"] for r in resources}
+        for manifest in expected:
+            assert contains(stored(testbed, manifest), manifest), manifest["kind"]
+        deployment = stored(testbed, expected[-1])
+        assert deployment["status"]["availableReplicas"] == 1  # what the await waited for
+    finally:
+        stack.destroy()
+    for manifest in expected:
+        meta = manifest["metadata"]
+        gone = testbed.kubectl(
+            "get", manifest["kind"].lower(), meta["name"], "-n", meta["namespace"]
+        )
+        assert gone.returncode != 0 and "NotFound" in gone.stderr, manifest["kind"]
 
 
 def test_the_manifests_apply_to_a_real_apiserver(
