@@ -2,9 +2,10 @@
 
 In order: LLMKube's operator (a Deployment per InferenceService, its status), the Deployment
 controller (ReplicaSets, revisions, rollouts, status), the ReplicaSet controller (Pods, status),
-the garbage collector (objects whose controller owner is gone) and the kubelet (containers of
-the Pods bound to the testbed node). Decisions come from ``_workloads.py``; this module only
-reads the caches and sends what differs, so an idle cluster costs no request.
+the garbage collector's background cascade (objects whose controller owner is gone; the
+foreground and orphan finalizers, for every kind, are ``_collector.py``'s) and the kubelet
+(containers of the Pods bound to the testbed node). Decisions come from ``_workloads.py``; this
+module only reads the caches and sends what differs, so an idle cluster costs no request.
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ _log = logging.getLogger("pulumi_lora.testing.testbed")
 
 _API_ERRORS = (httpx.HTTPError, ApiRequestError)
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"
-_FOREGROUND = "foregroundDeletion"
-_ORPHAN = "orphan"
 
 ISVC_COLLECTION = f"/apis/{GROUP}/{VERSION}/{INFERENCE_SERVICE_PLURAL}"
 
@@ -108,7 +107,6 @@ class ControllerManager:
             self._deployments,
             self._replicasets,
             self._collect,
-            self._finalize,
             self._kubelet,
         ):
             try:
@@ -352,62 +350,6 @@ class ControllerManager:
                 if informer is not self.caches.pods:  # pods: the kubelet finishes them
                     informer.note_deleted(obj)
 
-    def _finalize(self) -> None:
-        """Foreground and orphan deletion: what the garbage collector does for a deleting owner.
-
-        pulumi-kubernetes deletes with ``propagationPolicy: Foreground`` by default: the owner
-        keeps a ``foregroundDeletion`` finalizer until every dependent is gone (each deleted in
-        the foreground too, so the chain unwinds from the pods up); ``orphan`` drops the owner
-        reference from each dependent instead.
-        """
-        dependents_of: dict[str, list[tuple[Informer, dict[str, Any]]]] = {}
-        for informer in (self.caches.deployments, self.caches.replicasets, self.caches.pods):
-            for obj in informer.items():
-                for ref in obj["metadata"].get("ownerReferences", []) or []:
-                    dependents_of.setdefault(str(ref.get("uid")), []).append((informer, obj))
-        for informer in (self.caches.isvcs, self.caches.deployments, self.caches.replicasets):
-            for owner in informer.items():
-                finalizers = owner["metadata"].get("finalizers", []) or []
-                if not _terminating(owner) or not {_FOREGROUND, _ORPHAN} & set(finalizers):
-                    continue
-                with _deferred(owner):
-                    self._unwind(informer, owner, dependents_of.get(owner["metadata"]["uid"], []))
-
-    def _unwind(
-        self,
-        informer: Informer,
-        owner: dict[str, Any],
-        dependents: list[tuple[Informer, dict[str, Any]]],
-    ) -> None:
-        uid = owner["metadata"]["uid"]
-        finalizers = owner["metadata"].get("finalizers", []) or []
-        if _ORPHAN in finalizers:
-            for dep_informer, dep in dependents:
-                refs = [r for r in dep["metadata"]["ownerReferences"] if r.get("uid") != uid]
-                patch = {"metadata": {"ownerReferences": refs or None}}
-                self._write(
-                    dep_informer, partial(self.rest.merge_patch, _path(dep_informer, dep), patch)
-                )
-            dependents = []
-        for dep_informer, dep in dependents:
-            if not _terminating(dep):
-                body = {"propagationPolicy": "Foreground"}
-                self._write(
-                    dep_informer,
-                    partial(
-                        self.rest.request,
-                        "DELETE",
-                        _path(dep_informer, dep),
-                        body=body,
-                        allow=(404,),
-                    ),
-                )
-        if dependents:
-            return  # the next pass looks again once they are gone
-        left = [f for f in finalizers if f not in (_FOREGROUND, _ORPHAN)]
-        patch = {"metadata": {"finalizers": left or None}}
-        self._write(informer, partial(self.rest.merge_patch, _path(informer, owner), patch))
-
     # --- the kubelet -----------------------------------------------------------------------
 
     def _kubelet(self) -> None:
@@ -466,13 +408,6 @@ class ControllerManager:
         for runtime in runtimes:
             runtime.shutdown()
         self.runtimes = {}
-
-
-def _path(informer: Informer, obj: dict[str, Any]) -> str:
-    """REST path of a cached namespaced object (list items carry no ``kind``: use the cache's)."""
-    namespace, name = object_key(obj)
-    prefix, plural = informer.path.rsplit("/", 1)
-    return f"{prefix}/namespaces/{namespace}/{plural}/{name}"
 
 
 def _neg(pod: dict[str, Any]) -> str:
