@@ -54,6 +54,34 @@ def plugin_script() -> Path:
     return script
 
 
+PROVISIONED_PLUGINS = ("kubernetes",)
+"""Resource plugins the provisioner builds beside the CLI (``pulumi-resource-NAME``)."""
+
+
+def install_provisioned_plugins(pulumi_home: Path, bin_dir: Path) -> list[str]:
+    """Put each provisioned resource plugin into ``pulumi_home``'s plugin cache, as ``pulumi
+    plugin install resource NAME VERSION --file BINARY`` would (a link, not a 245 MB copy).
+
+    ``pulumi install`` and the engine then find it offline at the version the SDK asks for;
+    without it ``pulumi install`` tries to download it. The version comes from the stamp the
+    provisioner writes beside the binary. Returns the plugin directories made.
+    """
+    made = []
+    for name in PROVISIONED_PLUGINS:
+        binary = bin_dir / f"pulumi-resource-{name}"
+        stamp = bin_dir / f"pulumi-resource-{name}.stamp.json"
+        if not binary.exists() or not stamp.exists():
+            continue
+        version = json.loads(stamp.read_text())["version"]
+        folder = pulumi_home / "plugins" / f"resource-{name}-v{version}"
+        folder.mkdir(parents=True, exist_ok=True)
+        link = folder / binary.name
+        if not link.exists():
+            link.symlink_to(binary.resolve())
+        made.append(folder.name)
+    return made
+
+
 class PulumiCommandError(RuntimeError):
     """A ``pulumi`` subcommand exited non-zero; the message holds the command and its output."""
 
@@ -80,6 +108,9 @@ class LocalEngine:
         self.plugin = plugin_script()
         (self.home / "backend").mkdir(parents=True, exist_ok=True)
         (self.home / "pulumi-home").mkdir(parents=True, exist_ok=True)
+        self.plugins = install_provisioned_plugins(
+            self.home / "pulumi-home", self.pulumi.path.parent
+        )
 
     @property
     def shell_env(self) -> dict[str, str]:
