@@ -142,7 +142,14 @@ class Informer:
     def _list(self) -> str:
         self.requests += 1
         listing = self.rest.get(self.path)
-        fresh = {object_key(item): item for item in listing.get("items", [])}
+        # List items carry no apiVersion/kind (watch events do): stamp them from the list's own,
+        # so a cached object looks the same whichever way it arrived (owner references need both).
+        api_version = listing.get("apiVersion", "")
+        kind = str(listing.get("kind", "")).removesuffix("List")
+        fresh = {
+            object_key(item): {"apiVersion": api_version, "kind": kind, **item}
+            for item in listing.get("items", [])
+        }
         with self._lock:
             self._store = fresh
         self.synced.set()
