@@ -20,11 +20,12 @@ there the test fails instead.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -48,6 +49,19 @@ __all__ = [
     "testbed",
     "testbed_binaries",
 ]
+
+
+_T = TypeVar("_T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coroutine`` on a fresh event loop, leaving the thread's current loop alone
+    (``asyncio.run`` unsets it, and later tests' Pulumi mocks ask for it)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
 
 
 def missing_real_part(reason: str) -> NoReturn:

@@ -4,7 +4,6 @@ request was sent says the load may still land."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -15,19 +14,10 @@ from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import AsyncSGLangClient, SGLangClient, deadline_transport
 from pulumi_lora._sglang._client import _DeadlineBackend
 from pulumi_lora.testing.emulator import Fault
+from pulumi_lora.testing.fixtures import run_async
 from tests.contract._emulators import AdapterFactory, Emulator
 
 TIMEOUTS = ClientTimeouts(connect=1.0, load=0.3, read=0.3)
-
-
-def run_async(coroutine: Any) -> Any:
-    """Run ``coroutine`` on a fresh event loop, leaving the thread's current loop alone
-    (``asyncio.run`` unsets it, and later tests' Pulumi mocks ask for it)."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        loop.close()
 
 
 def run(kind: str, url: str, method: str, *args: Any) -> Any:

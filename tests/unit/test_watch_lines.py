@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from pulumi_lora._resync._kube import event_lines
+from pulumi_lora.testing.fixtures import run_async
 
 ODD = "a\x85b\u2028c\u2029d\x1ce\x0bf\x0cg\rh"
 
@@ -18,16 +17,6 @@ ODD = "a\x85b\u2028c\u2029d\x1ce\x0bf\x0cg\rh"
 async def chunked(data: bytes, size: int) -> AsyncIterator[bytes]:
     for start in range(0, len(data), size):
         yield data[start : start + size]
-
-
-def run_async(coroutine: Any) -> Any:
-    """Run ``coroutine`` on a fresh event loop, leaving the thread's current loop alone
-    (``asyncio.run`` unsets it, and later tests' Pulumi mocks ask for it)."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        loop.close()
 
 
 def lines(data: bytes, size: int) -> list[bytes]:
