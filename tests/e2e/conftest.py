@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Secret
 from pulumi import automation as auto
 
 from pulumi_lora._operations import ProviderConfig
@@ -55,3 +57,18 @@ def drift_seen(stack: auto.Stack) -> bool:
     except auto.errors.CommandError:
         return True
     return False
+
+
+def keyed_service(testbed: Testbed, namespace: str, name: str, key: str) -> InferenceServiceHandle:
+    """Two Ready pods started with ``--api-key key``, and Secret ``sglang-key`` (``api-key``)
+    holding it, as a CR names it."""
+    handle = testbed.deploy_inference_service(
+        namespace, name, replicas=2, emulator_args=("--api-key", key)
+    )
+    handle.wait_ready(timeout=30)
+    testbed.client().create(
+        Secret(
+            metadata=ObjectMeta(name="sglang-key", namespace=namespace), stringData={"api-key": key}
+        )
+    )
+    return handle

@@ -13,15 +13,13 @@ from typing import Any
 
 import pulumi
 import pytest
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Secret
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import drift_seen, emulator_post, served
+from tests.e2e.conftest import drift_seen, emulator_post, keyed_service, served
 
 Declared = dict[str, dict[str, Any]]
 
@@ -182,15 +180,7 @@ def test_api_key_from_a_secret_never_reaches_state_logs_or_status(
     engine: LocalEngine, testbed: Testbed, namespace: str
 ) -> None:
     key = "sk-e2e-" + base64.b16encode(namespace.encode()).decode()[:16]
-    handle = testbed.deploy_inference_service(
-        namespace, "keyed", replicas=2, emulator_args=("--api-key", key)
-    )
-    handle.wait_ready(timeout=30)
-    testbed.client().create(
-        Secret(
-            metadata=ObjectMeta(name="sglang-key", namespace=namespace), stringData={"api-key": key}
-        )
-    )
+    keyed_service(testbed, namespace, "keyed", key)
     path = testbed.make_adapter("keyed-adapter")
     declared = {
         "keyed": {

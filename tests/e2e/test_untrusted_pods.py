@@ -13,14 +13,12 @@ import json
 import secrets
 
 import pytest
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Secret
 
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.impostor import Impostor
 from pulumi_lora.testing.testbed import Testbed
-from tests.e2e.conftest import drift_seen
+from tests.e2e.conftest import drift_seen, keyed_service
 from tests.e2e.test_secrets import served_with
 from tests.e2e.test_stack import stack_for
 
@@ -31,15 +29,7 @@ def test_a_labelled_pod_the_service_does_not_control_gets_nothing_from_the_provi
     engine: LocalEngine, testbed: Testbed, namespace: str
 ) -> None:
     key = f"sk-{secrets.token_hex(16)}"
-    handle = testbed.deploy_inference_service(
-        namespace, "llama", replicas=2, emulator_args=("--api-key", key)
-    )
-    handle.wait_ready(timeout=30)
-    testbed.client().create(
-        Secret(
-            metadata=ObjectMeta(name="sglang-key", namespace=namespace), stringData={"api-key": key}
-        )
-    )
+    handle = keyed_service(testbed, namespace, "llama", key)
     path = testbed.make_adapter("owned-only")
     declared = {
         "sql": {
