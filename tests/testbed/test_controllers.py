@@ -22,6 +22,7 @@ from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.testbed import CONTROLLER_USER, DEFAULT_EXTRA_ARGS, Testbed
 from pulumi_lora.testing.testbed._incluster import in_cluster_unavailable_reason
 from pulumi_lora.testing.testbed._kubelet import container_kind, emulator_args, resolve_env
+from pulumi_lora.testing.testbed._process import alive
 from pulumi_lora.testing.testbed._workloads import rollout_scale, template_hash
 
 ISVCS = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices"
@@ -64,14 +65,6 @@ def items(testbed: Testbed, path: str) -> list[dict[str, Any]]:
 def controller(obj: dict[str, Any]) -> dict[str, Any]:
     (ref,) = [r for r in obj["metadata"]["ownerReferences"] if r.get("controller")]
     return ref
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def apply(testbed: Testbed, manifest: str) -> None:

@@ -10,7 +10,6 @@ import signal
 import ssl
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +23,7 @@ from pulumi_lora.testing.testbed import (
     PodNotFoundError,
     Testbed,
 )
+from pulumi_lora.testing.testbed._process import alive
 
 ISVC = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices/{name}"
 
@@ -71,14 +71,6 @@ def isvc(testbed: Testbed, namespace: str) -> Iterator[InferenceServiceHandle]:
     handle.wait_ready(30)
     yield handle
     testbed.delete_inference_service(namespace, "llama")  # frees the processes for later tests
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_delete_stops_pods_and_removes_objects(testbed: Testbed, namespace: str) -> None:

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ManagedProcess", "ProcessStartError", "free_port", "tail"]
+__all__ = ["ManagedProcess", "ProcessStartError", "alive", "free_port", "tail"]
 
 _log = logging.getLogger("pulumi_lora.testing.testbed")
 
@@ -83,6 +83,15 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (read from ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def live_descendants() -> set[int]:
