@@ -15,12 +15,16 @@ else
   phase "provision (venv + real tools)" python3 tools/provision.py
 fi
 PY=.venv/bin
+# Two pytest workers (pytest-xdist), one module (the CLI tests: one folder) per worker at a time:
+# the tests wait on real processes about half of the time, so two share two cores well.
+# TEST_WORKERS=0 runs them in this process.
+workers=(-n "${TEST_WORKERS:-2}" --dist loadgroup)
 phase "gate: ruff check" "$PY/ruff" check .
 phase "gate: ruff format --check" "$PY/ruff" format --check .
 phase "gate: mypy --strict" "$PY/mypy"
 phase "gate: import layers (import-linter)" "$PY/lint-imports"
-phase "tests: fast tier" "$PY/pytest" -m "not full" -q
+phase "tests: fast tier" "$PY/pytest" -m "not full" -q "${workers[@]}"
 if ! $fast_only; then
-  phase "tests: full tier (real engine, apiserver, etcd)" "$PY/pytest" -m full -q --durations=15
+  phase "tests: full tier (real engine, apiserver, etcd)" "$PY/pytest" -m full -q --durations=15 "${workers[@]}"
 fi
 phase_summary

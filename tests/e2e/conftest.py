@@ -50,13 +50,25 @@ def emulator_state(url: str) -> dict[str, Any]:
     return state
 
 
+def drift_report(stack: auto.Stack) -> str | None:
+    """What `pulumi preview --refresh --expect-no-changes --diff` proposed, or ``None`` for nothing.
+
+    Only the engine's "no changes were expected" failure means drift; any other failure is raised,
+    so an error is never taken for drift (or for its absence). The report names the resources and
+    properties the preview would change, for the assertion's message.
+    """
+    try:
+        stack.preview(refresh=True, expect_no_changes=True, diff=True)
+    except auto.errors.CommandError as error:
+        if "no changes were expected" not in str(error):
+            raise
+        return str(error)
+    return None
+
+
 def drift_seen(stack: auto.Stack) -> bool:
     """`pulumi preview --refresh --expect-no-changes` fails exactly when drift is seen."""
-    try:
-        stack.preview(refresh=True, expect_no_changes=True)
-    except auto.errors.CommandError:
-        return True
-    return False
+    return drift_report(stack) is not None
 
 
 def keyed_service(testbed: Testbed, namespace: str, name: str, key: str) -> InferenceServiceHandle:

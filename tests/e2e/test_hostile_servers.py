@@ -44,8 +44,7 @@ def test_a_hostile_answer_fails_clearly_and_leaves_nothing(
     bad = isvc.ready_pods()[2]
     armed = emulator_post(bad.url, "/_emulator/faults", {"faults": [fault]})
     assert armed.status_code < 300, armed.text
-    provider = LoRAAdapterProvider()
-    provider._config = config
+    provider = short(config)  # a dropped load is watched for landing as long as its timeout
     start = time.monotonic()
     with pytest.raises(AdapterNotLoaded) as caught:
         provider.create(

@@ -19,7 +19,7 @@ from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import drift_seen, emulator_post, keyed_service, served
+from tests.e2e.conftest import drift_report, drift_seen, emulator_post, keyed_service, served
 
 Declared = dict[str, dict[str, Any]]
 
@@ -67,7 +67,7 @@ def test_up_drift_and_heal_destroy(
     assert up.summary.resource_changes == {"create": 3}  # stack, component, dynamic child
     assert up.outputs["sql_loaded"].value is True
     assert everywhere(isvc, "sql-lora", path)
-    assert not drift_seen(stack)
+    assert drift_report(stack) is None
     waited = testbed.kubectl(
         "wait", "--for=condition=Loaded", "lora/sql-lora", "-n", namespace, "--timeout=10s"
     )
@@ -79,7 +79,7 @@ def test_up_drift_and_heal_destroy(
     assert drift_seen(stack)
     healed = stack.up()
     assert healed.summary.resource_changes.get("update") == 1
-    assert everywhere(isvc, "sql-lora", path) and not drift_seen(stack)
+    assert everywhere(isvc, "sql-lora", path) and drift_report(stack) is None
 
     # A pod restart loses the adapter (SGLang keeps no state): drift, then healed.
     testbed.restart_pod(namespace, isvc.ready_pods()[0].name)
@@ -222,6 +222,6 @@ def test_proxy_transport_reaches_pods_through_the_apiserver(
     up = stack.up()
     assert up.outputs["proxied_loaded"].value is True
     assert everywhere(handle, "proxied", path)
-    assert not drift_seen(stack)
+    assert drift_report(stack) is None
     stack.destroy()
     assert nowhere(handle, "proxied")

@@ -18,7 +18,7 @@ from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.impostor import Impostor
 from pulumi_lora.testing.testbed import Testbed
-from tests.e2e.conftest import drift_seen, keyed_service
+from tests.e2e.conftest import drift_report, keyed_service
 from tests.e2e.test_secrets import served_with
 from tests.e2e.test_stack import stack_for
 
@@ -69,7 +69,7 @@ def test_a_labelled_pod_the_service_does_not_control_gets_nothing_from_the_provi
         assert "pod llama-impostor has no controller" in warned[0]["message"]
         assert warned[0]["involvedObject"]["name"] == "sql-lora"
 
-        assert not drift_seen(stack)  # the ignored pod is not drift either
+        assert drift_report(stack) is None  # the ignored pod is not drift either
         stack.destroy()
         assert served_with(handle, key) == [{}] * 2
         assert impostor.requests == [], f"the impostor was asked: {impostor.requests}"

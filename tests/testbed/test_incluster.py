@@ -28,12 +28,12 @@ from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.loop import wait_until
 from pulumi_lora.testing.testbed import Testbed
 from pulumi_lora.testing.testbed._incluster import (
-    MOUNT_SOURCE,
     RELAY_THREAD_PREFIX,
     InClusterError,
     InClusterProcess,
     Relay,
     in_cluster_unavailable_reason,
+    mount_source,
     pod_environment,
     request_token,
     run_in_cluster_pod,
@@ -95,15 +95,15 @@ def relay_threads() -> list[str]:
 
 
 def sandbox_mounts() -> list[str]:
-    """Every mount of the sandbox's tmpfs that any process on the host still has."""
-    found = []
+    """Every mount of this session's sandbox tmpfs that any process on the host still has."""
+    found, source = [], f" {mount_source()} "
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 text = (entry / "mountinfo").read_text()
             except OSError:
                 continue
-            found += [f"{entry.name}: {line}" for line in text.splitlines() if MOUNT_SOURCE in line]
+            found += [f"{entry.name}: {line}" for line in text.splitlines() if source in line]
     return found
 
 

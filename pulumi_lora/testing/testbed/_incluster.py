@@ -73,7 +73,17 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The ``PATH`` container runtimes give a container whose image sets none."""
 
 MOUNT_SOURCE = "pulumi-lora-serviceaccount"
-"""The tmpfs's source name, as ``/proc/*/mountinfo`` shows it (how tests find leftovers)."""
+"""The prefix of the tmpfs's source name, as ``/proc/*/mountinfo`` shows it."""
+
+
+def mount_source(owner: int | None = None) -> str:
+    """The tmpfs source name of sandboxes started by process ``owner`` (default: this one).
+
+    Named per owner so that a test can find its own leftovers among every process of the host
+    without mistaking another test session's live sandboxes for them.
+    """
+    return f"{MOUNT_SOURCE}-{os.getpid() if owner is None else owner}"
+
 
 RELAY_THREAD_PREFIX = "pulumi-lora-relay-"
 """Every relay thread's name starts with this."""
@@ -592,7 +602,7 @@ def run_in_cluster_pod(
     pod_env = pod_environment(env, apiserver_port=apiserver_port, hostname=name)
     run = _run_dir()
     setup = {
-        "PL_SOURCE": MOUNT_SOURCE,
+        "PL_SOURCE": mount_source(),
         "PL_RUN": str(run),
         "PL_SUBDIR": str(
             Path(SERVICE_ACCOUNT_DIR).relative_to(Path(SERVICE_ACCOUNT_DIR).parents[2])

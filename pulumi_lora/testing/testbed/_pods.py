@@ -517,7 +517,8 @@ class PodPlayer:
         raise PodNotFoundError(f"no testbed pod {namespace}/{pod}")
 
     def release_namespace(self, namespace: str) -> None:
-        """Delete every InferenceService and Deployment in ``namespace``; wait for its pods."""
+        """Delete every InferenceService, Deployment and bare Pod in ``namespace``; wait for its
+        pods (a bare pod, one no controller owns, would otherwise keep the wait to its timeout)."""
         for isvc in self.caches.isvcs.items():
             if isvc["metadata"]["namespace"] == namespace:
                 self.handle(namespace, isvc["metadata"]["name"]).delete()
@@ -525,6 +526,9 @@ class PodPlayer:
             meta = deployment["metadata"]
             if meta["namespace"] == namespace and controller_uid(deployment) is None:
                 self.user.delete(f"/apis/apps/v1/namespaces/{namespace}/deployments/{meta['name']}")
+        for runtime in list(self.manager.runtimes.values()):
+            if runtime.namespace == namespace and controller_uid(runtime.pod) is None:
+                self.user.delete(runtime.path)
         with contextlib.suppress(TimeoutError):
             self.converge(
                 lambda: not any(r.namespace == namespace for r in self.manager.runtimes.values()),
