@@ -16,25 +16,35 @@ Needs root (CAP_NET_ADMIN) and iproute2; :func:`netns_available` says whether th
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import logging
 import os
 import random
+import re
 import shutil
+import signal
 import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
 __all__ = [
     "BENCH_NETWORK",
     "NETNS_PREFIX",
     "NetnsError",
+    "NetworkClaim",
     "PodNetwork",
     "allocate_pod_network",
+    "claim_networks",
     "existing_namespaces",
     "netns_available",
     "netns_unavailable_reason",
     "remove_testbed_networks",
+    "sweep_stale_networks",
     "testbed_links",
 ]
 
@@ -209,15 +219,14 @@ def _route_pod_to_pod(net: PodNetwork) -> None:
 
 def testbed_links(testbed_id: str) -> list[str]:
     """Host links (veth ends) named for the testbed ``testbed_id``."""
+    return [name for name in _links() if name.startswith((f"vh{testbed_id}-", f"vp{testbed_id}-"))]
+
+
+def _links() -> list[str]:
+    """Names of every link of the host's network namespace."""
     done = _ip("-o", "link", "show", check=False)
-    links = []
-    for line in done.stdout.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) > 1:
-            name = parts[1].strip().split("@", 1)[0]
-            if name.startswith((f"vh{testbed_id}-", f"vp{testbed_id}-")):
-                links.append(name)
-    return links
+    parts = (line.split(":", 2) for line in done.stdout.splitlines())
+    return [p[1].strip().split("@", 1)[0] for p in parts if len(p) > 1]
 
 
 def remove_testbed_networks(testbed_id: str) -> list[str]:
@@ -233,4 +242,80 @@ def remove_testbed_networks(testbed_id: str) -> list[str]:
     for link in testbed_links(testbed_id):
         _ip("link", "del", link, check=False)
         removed.append(link)
+    return removed
+
+
+# --- leftovers of testbeds that died hard ---------------------------------------------------------
+
+_OWNERS = Path(tempfile.gettempdir()) / "pulumi-lora-netns-owners"
+"""One lock file per testbed id, held (``flock``) for as long as that testbed lives."""
+
+_OWNED_NAME = re.compile(rf"^(?:{re.escape(NETNS_PREFIX)}|v[hp])([0-9a-f]{{6}})-\d+$")
+
+
+class NetworkClaim:
+    """A testbed's claim on the names carrying its id: an ``flock`` the kernel drops when the
+    process dies, however it dies, so a later sweep can tell a live testbed's networks from
+    leftovers."""
+
+    def __init__(self, testbed_id: str) -> None:
+        _OWNERS.mkdir(mode=0o700, exist_ok=True)
+        self.path = _OWNERS / f"{testbed_id}.lock"
+        self._file: IO[bytes] | None = self.path.open("wb")
+        fcntl.flock(self._file, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        """Drop the claim (at the testbed's stop, after its networks are gone)."""
+        file, self._file = self._file, None
+        if file is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            file.close()
+
+
+def claim_networks(testbed_id: str) -> NetworkClaim:
+    """Claim the network names of testbed ``testbed_id`` for this process's lifetime."""
+    return NetworkClaim(testbed_id)
+
+
+def _owner_alive(testbed_id: str) -> bool:
+    path = _OWNERS / f"{testbed_id}.lock"
+    try:
+        file = path.open("rb")
+    except FileNotFoundError:
+        return False
+    with file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+
+
+def sweep_stale_networks() -> list[str]:
+    """Remove the namespaces and links of testbeds that died without stopping, and kill the
+    processes still running inside those namespaces.
+
+    A testbed killed with SIGKILL cannot stop its in-cluster pods: their processes run under
+    ``ip netns exec`` and outlive it (reparented to init), holding their namespace. Only names of
+    the form ``pulumi-lora-<id>-<n>`` / ``vh<id>-<n>`` whose testbed holds no claim are touched.
+    Returns what was removed.
+    """
+    names = existing_namespaces() + _links()
+    ids = {m.group(1) for m in map(_OWNED_NAME.match, names) if m is not None}
+    removed: list[str] = []
+    for testbed_id in sorted(ids):
+        if _owner_alive(testbed_id):
+            continue
+        for name in existing_namespaces():
+            if name.startswith(f"{NETNS_PREFIX}{testbed_id}-"):
+                pids = _ip("netns", "pids", name, check=False).stdout.split()
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(pid), signal.SIGKILL)
+                removed += [f"pid {pid}" for pid in pids]
+        removed += remove_testbed_networks(testbed_id)
+        _log.warning("removed leftovers of testbed %s: %s", testbed_id, ", ".join(removed))
     return removed

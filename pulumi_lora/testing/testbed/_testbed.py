@@ -46,7 +46,12 @@ from pulumi_lora.testing.testbed._certs import (
 )
 from pulumi_lora.testing.testbed._collector import FinalizerCollector
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
-from pulumi_lora.testing.testbed._netns import netns_unavailable_reason
+from pulumi_lora.testing.testbed._netns import (
+    NetworkClaim,
+    claim_networks,
+    netns_unavailable_reason,
+    sweep_stale_networks,
+)
 from pulumi_lora.testing.testbed._pods import (
     DEFAULT_EXTRA_ARGS,
     NODE_NAME,
@@ -161,6 +166,7 @@ class Testbed:
         self._rest: KubeRest | None = None
         self._player: PodPlayer | None = None
         self._collector: FinalizerCollector | None = None
+        self._network_claim: NetworkClaim | None = None
         self._binaries: dict[str, Binary] = {}
         self._admin_token = new_token()
         self._controller_token = new_token()
@@ -213,6 +219,9 @@ class Testbed:
             self._dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
         directory = self._dir
         _log.info("testbed %s starting in %s", self.id, directory)
+        if netns_unavailable_reason() is None:
+            self._network_claim = claim_networks(self.id)
+            sweep_stale_networks()  # what testbeds killed with SIGKILL left running
         keys = generate_key_material(directory)
         token_file = directory / "tokens.csv"
         admin = StaticToken(self._admin_token, ADMIN_USER, groups=("system:masters",))
@@ -335,6 +344,9 @@ class Testbed:
             directory, self._dir = self._dir, None
             if directory is not None and not self._keep and self._given_dir is None:
                 shutil.rmtree(directory, ignore_errors=True)
+            claim, self._network_claim = self._network_claim, None
+            if claim is not None:
+                claim.release()
             if self._started:
                 _log.info("testbed %s stopped", self.id)
             self._started = False
