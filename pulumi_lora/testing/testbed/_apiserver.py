@@ -169,5 +169,15 @@ class ApiServer:
                 time.sleep(_POLL)
 
     def stop(self) -> None:
-        """Stop the apiserver (etcd keeps the data)."""
+        """Stop the apiserver (etcd keeps the data): SIGTERM, as a rolling restart does.
+
+        Its graceful termination waits on open watches (``http.Server.Shutdown``), so with
+        clients still watching it takes the whole 15 s before the SIGKILL: the outage tests
+        rely on that realistic gap.
+        """
         self.process.stop(timeout=15.0)
+
+    def kill(self) -> None:
+        """SIGKILL the apiserver: for a final teardown, where no client is left to drain and the
+        graceful path would only wait out the 15 s (it keeps no state; etcd has the data)."""
+        self.process.kill()

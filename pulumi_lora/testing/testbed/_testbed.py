@@ -337,7 +337,7 @@ class Testbed:
             self._rest = self._controller_rest = None
             apiserver, self._apiserver = self._apiserver, None
             if apiserver is not None:
-                apiserver.stop()
+                apiserver.kill()  # nothing to drain at the end: see ApiServer.kill
             etcd, self._etcd = self._etcd, None
             if etcd is not None:
                 etcd.stop()
