@@ -18,13 +18,15 @@ PY=.venv/bin
 # Two pytest workers (pytest-xdist), one module (the CLI tests: one folder) per worker at a time:
 # the tests wait on real processes about half of the time, so two share two cores well.
 # TEST_WORKERS=0 runs them in this process.
-workers=(-n "${TEST_WORKERS:-2}" --dist loadgroup)
+workers=(-n "${TEST_WORKERS:-2}")
 phase "gate: ruff check" "$PY/ruff" check .
 phase "gate: ruff format --check" "$PY/ruff" format --check .
 phase "gate: mypy --strict" "$PY/mypy"
 phase "gate: import layers (import-linter)" "$PY/lint-imports"
+budget 40  # issue 12: the fast tier stays within 40 s
 phase "tests: fast tier" "$PY/pytest" -m "not full" -q "${workers[@]}"
 if ! $fast_only; then
+  budget 720  # issue 12: the full tier within 12 minutes on two cores, tools built
   phase "tests: full tier (real engine, apiserver, etcd)" "$PY/pytest" -m full -q --durations=15 "${workers[@]}"
 fi
 phase_summary

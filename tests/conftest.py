@@ -8,6 +8,7 @@ runs both.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,25 +40,40 @@ SHARED_GROUPS = ("cli",)
 LONG_GROUPS = ("cli", "chaos/test_chaos_run.py")
 
 
-def xdist_group(parts: tuple[str, ...]) -> str:
-    """The group a test runs in under ``--dist loadgroup``: its folder for a shared group, its
-    module otherwise (module-scoped fixtures are set up once, as without xdist)."""
-    if parts[0] in SHARED_GROUPS:
-        return parts[0]
-    return "/".join(parts)
+def worker_group(path: str) -> str:
+    """The group a test runs in under xdist, from its file's path under ``tests/``: its folder for
+    a shared group, its module otherwise (module-scoped fixtures are set up once, as without
+    xdist)."""
+    parts = Path(path).parts
+    return parts[0] if parts[0] in SHARED_GROUPS else "/".join(parts)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Hand xdist's workers whole groups (:func:`worker_group`), in collection order.
+
+    xdist's own ``loadgroup`` marks no longer take effect under pytest 9 (they rename a node id
+    that pytest now derives elsewhere), so the grouping is a scheduler's: a scope is a group.
+    """
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415 - only under xdist
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return worker_group(str(Path(path).relative_to("tests")))
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the full tier by folder, so no test can forget its marker; group tests by module
-    for xdist, long groups first (a stable sort, the same in every worker)."""
+    """Mark the full tier by folder, so no test can forget its marker; long groups first (a
+    stable sort, the same in every worker)."""
     root = Path(__file__).parent
-    groups: dict[str, str] = {}
+    rank = {group: i for i, group in enumerate(LONG_GROUPS)}
+    order: dict[str, int] = {}
     for item in items:
         parts = Path(item.path).relative_to(root).parts
         if parts and parts[0] in FULL_TIER:
             item.add_marker(pytest.mark.full)
-        group = groups[item.nodeid] = xdist_group(parts)
-        item.add_marker(pytest.mark.xdist_group(group))
-    rank = {group: i for i, group in enumerate(LONG_GROUPS)}
-    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))
+        order[item.nodeid] = rank.get(worker_group("/".join(parts)), len(rank))
+    items.sort(key=lambda item: order[item.nodeid])
