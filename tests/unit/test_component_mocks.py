@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import pickle
 from typing import Any
@@ -32,6 +33,10 @@ class Recorder(pulumi.runtime.Mocks):
 
 @pytest.fixture
 def recorder() -> Recorder:
+    # set_mocks registers the root stack on the current event loop, and a test run before this
+    # one in the same worker (any asyncio.run) leaves the main thread without one. The loop stays
+    # current afterwards: the mocks' last RPCs are still queued on it.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     mocks = Recorder()
     pulumi.runtime.set_mocks(mocks, preview=False)
     return mocks
