@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from pulumi_lora.testing.testbed import find_binary
 from pulumi_lora.testing.testbed._cli import default_state_dir
 from pulumi_lora.testing.testbed._cli import testbed_group as group
+from pulumi_lora.testing.testbed._process import alive
 
 RUN = "from pulumi_lora.testing.testbed._cli import testbed_group; testbed_group()"
 
@@ -29,15 +30,6 @@ def cli(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
         timeout=timeout,
         check=False,
     )
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_group_lists_its_commands() -> None:

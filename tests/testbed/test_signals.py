@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pulumi_lora.testing.testbed import existing_namespaces, netns_available
+from pulumi_lora.testing.testbed._process import alive
 
 PROGRAM = """
 import json, sys, time
@@ -28,14 +29,6 @@ if sys.argv[1] == "exit":
     sys.exit(0)
 time.sleep(600)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.mark.usefixtures("testbed_binaries")

@@ -7,7 +7,6 @@ a live testbed holds. Only leftovers of testbeds without a claim go.
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import time
@@ -16,10 +15,10 @@ from collections.abc import Iterator
 import pytest
 
 from pulumi_lora.testing.testbed._netns import (
-    NETNS_PREFIX,
+    NetworkClaim,
     allocate_pod_network,
-    claim_networks,
     existing_namespaces,
+    remove_testbed_networks,
     sweep_stale_networks,
 )
 from pulumi_lora.testing.testbed._netns import (
@@ -55,19 +54,13 @@ def testbed_ids(netns_required: None) -> Iterator[list[str]]:
     ids: list[str] = []
     yield ids
     for testbed_id in ids:
-        for name in existing_namespaces():
-            if name.startswith(f"{NETNS_PREFIX}{testbed_id}-"):
-                for pid in pids_in(name):
-                    os.kill(int(pid), 9)
-                subprocess.run(["ip", "netns", "del", name], check=False)
-        for link in links_of(testbed_id):
-            subprocess.run(["ip", "link", "del", link], check=False)
+        remove_testbed_networks(testbed_id)
 
 
 def test_a_dead_testbeds_namespaces_and_processes_are_swept(testbed_ids: list[str]) -> None:
     dead, live = secrets.token_hex(3), secrets.token_hex(3)
     testbed_ids += [dead, live]
-    claim = claim_networks(live)
+    claim = NetworkClaim(live)
     try:
         dead_net, live_net = allocate_pod_network(dead, 0), allocate_pod_network(live, 0)
         dead_pid, live_pid = orphan_inside(dead_net.namespace), orphan_inside(live_net.namespace)

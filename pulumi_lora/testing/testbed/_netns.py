@@ -39,7 +39,6 @@ __all__ = [
     "NetworkClaim",
     "PodNetwork",
     "allocate_pod_network",
-    "claim_networks",
     "existing_namespaces",
     "netns_available",
     "netns_unavailable_reason",
@@ -230,13 +229,20 @@ def _links() -> list[str]:
 
 
 def remove_testbed_networks(testbed_id: str) -> list[str]:
-    """Delete every namespace and link left by testbed ``testbed_id`` (after a hard crash).
+    """Delete every namespace and link left by testbed ``testbed_id`` (after a hard crash),
+    SIGKILLing the processes still inside a namespace first: with live processes a namespace
+    outlives ``ip netns del``.
 
-    Returns what was removed. Touches only names carrying this testbed's id.
+    Returns what was removed (``pid N`` for a killed process). Touches only names carrying this
+    testbed's id.
     """
     removed = []
     for name in existing_namespaces():
         if name.startswith(f"{NETNS_PREFIX}{testbed_id}-"):
+            for pid in _ip("netns", "pids", name, check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+                removed.append(f"pid {pid}")
             _ip("netns", "del", name, check=False)
             removed.append(name)
     for link in testbed_links(testbed_id):
@@ -273,11 +279,6 @@ class NetworkClaim:
             file.close()
 
 
-def claim_networks(testbed_id: str) -> NetworkClaim:
-    """Claim the network names of testbed ``testbed_id`` for this process's lifetime."""
-    return NetworkClaim(testbed_id)
-
-
 def _owner_alive(testbed_id: str) -> bool:
     path = _OWNERS / f"{testbed_id}.lock"
     try:
@@ -307,15 +308,8 @@ def sweep_stale_networks() -> list[str]:
     ids = {m.group(1) for m in map(_OWNED_NAME.match, names) if m is not None}
     removed: list[str] = []
     for testbed_id in sorted(ids):
-        if _owner_alive(testbed_id):
-            continue
-        for name in existing_namespaces():
-            if name.startswith(f"{NETNS_PREFIX}{testbed_id}-"):
-                pids = _ip("netns", "pids", name, check=False).stdout.split()
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError, ValueError):
-                        os.kill(int(pid), signal.SIGKILL)
-                removed += [f"pid {pid}" for pid in pids]
-        removed += remove_testbed_networks(testbed_id)
-        _log.warning("removed leftovers of testbed %s: %s", testbed_id, ", ".join(removed))
+        if not _owner_alive(testbed_id):
+            gone = remove_testbed_networks(testbed_id)
+            _log.warning("removed leftovers of testbed %s: %s", testbed_id, ", ".join(gone))
+            removed += gone
     return removed

@@ -48,7 +48,6 @@ from pulumi_lora.testing.testbed._collector import FinalizerCollector
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
 from pulumi_lora.testing.testbed._netns import (
     NetworkClaim,
-    claim_networks,
     netns_unavailable_reason,
     sweep_stale_networks,
 )
@@ -220,7 +219,7 @@ class Testbed:
         directory = self._dir
         _log.info("testbed %s starting in %s", self.id, directory)
         if netns_unavailable_reason() is None:
-            self._network_claim = claim_networks(self.id)
+            self._network_claim = NetworkClaim(self.id)
             sweep_stale_networks()  # what testbeds killed with SIGKILL left running
         keys = generate_key_material(directory)
         token_file = directory / "tokens.csv"
