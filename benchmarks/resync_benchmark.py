@@ -370,6 +370,28 @@ class Sync:
     watch_seconds: dict[str, float]
     loop_cpu: float
     load_average: str
+    runs: Runs | None = None
+
+
+@dataclass
+class Runs:
+    """The pod runs of the initial sync (seconds from the loop's start): how many, when their
+    first loads were sent and when they ended. Runs in waves mean ``--concurrency`` held pods
+    back; ends spread wide mean some pods were served slower than others."""
+
+    count: int
+    first_loads: tuple[float, float]
+    ends: tuple[float, float]
+
+
+def pod_runs(loop: LoopProcess, started_wall: float) -> Runs | None:
+    """The `Runs` read from the loop's ``pod_synced`` events that loaded something."""
+    runs = [e for e in loop.events("pod_synced") if e.get("loads")]
+    if not runs:
+        return None
+    firsts = [e["first_load_at"] - started_wall for e in runs if e.get("first_load_at")]
+    ends = [e["finished_at"] - started_wall for e in runs]
+    return Runs(len(runs), (min(firsts), max(firsts)), (min(ends), max(ends)))
 
 
 @dataclass
@@ -402,12 +424,18 @@ COUNTERS = {
 }
 
 
-def scenario_scale(tb: Testbed, services: int, idle: float, floor: bool) -> Scale:
+def scenario_scale(
+    tb: Testbed, services: int, idle: float, floor: bool, loop_args: Sequence[str] = ()
+) -> Scale:
     namespace = tb.create_namespace("bench-scale")
     pods_each, crs = 20 // services, 1000 // services
     handles = [
         tb.deploy_inference_service(
-            namespace, f"svc-{i}", replicas=pods_each, extra_args=DEFAULT_EXTRA_ARGS
+            namespace,
+            f"svc-{i}",
+            replicas=pods_each,
+            extra_args=DEFAULT_EXTRA_ARGS,
+            probe_time_scale=1.0,  # a kubelet's real period: 20 probes/s, not 200
         )
         for i in range(services)
     ]
@@ -427,11 +455,12 @@ def scenario_scale(tb: Testbed, services: int, idle: float, floor: bool) -> Scal
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, range(1000)))
     log("scale: starting the loop (default 30 s verification)")
-    started = time.monotonic()
-    loop = start_loop(tb, namespace, "--log-level", "debug")
+    started, started_wall = time.monotonic(), time.time()
+    loop = start_loop(tb, namespace, "--log-level", "debug", *loop_args)
     try:
         loop.wait_event("verify_sweep", 300)
         sync = wait_quiet(loop, started)
+        sync.runs = pod_runs(loop, started_wall)
         log(f"scale: initial sync done in {sync.wall:.1f} s; measuring {idle:.0f} s idle")
         sweeps_before = len(loop.events("verify_sweep"))
         cpu0, t0 = loop.cpu_seconds(), time.monotonic()
@@ -618,6 +647,12 @@ def scale_report(scale: Scale) -> None:
         f"  Events:        {sync.events:>6.0f}, the last at {sync.events_done:5.1f} s, "
         f"{sync.event_seconds:6.1f} s of requests (mean {event_mean})"
     )
+    if sync.runs is not None:
+        (first0, first1), (end0, end1) = sync.runs.first_loads, sync.runs.ends
+        print(
+            f"  pod runs that loaded: {sync.runs.count}, first loads sent at {first0:.1f} to "
+            f"{first1:.1f} s, ended at {end0:.1f} to {end1:.1f} s"
+        )
     watch = ", ".join(f"{kind} {sec:.2f} s" for kind, sec in sorted(sync.watch_seconds.items()))
     print(f"  watch handling (event loop): {watch}; the loop's CPU in all: {sync.loop_cpu:.1f} s")
     if floor is not None:
@@ -698,6 +733,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-floor", action="store_true", help="skip the apiserver write-rate measurement"
     )
     parser.add_argument("--only", choices=("recovery", "scale"), help="run one scenario")
+    parser.add_argument(
+        "--loop-arg",
+        action="append",
+        default=[],
+        help="an extra argument for the scale scenario's loop (repeat: --loop-arg=--concurrency "
+        "--loop-arg=16)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     with _testbed() as tb:
@@ -705,7 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             scenario_recovery(tb, args.rounds, args.poll_rounds) if args.only != "scale" else None
         )
         scale = (
-            scenario_scale(tb, args.services, args.idle_seconds, not args.no_floor)
+            scenario_scale(tb, args.services, args.idle_seconds, not args.no_floor, args.loop_arg)
             if args.only != "recovery"
             else None
         )

@@ -50,7 +50,7 @@ _DEFAULTS = ClientTimeouts()
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
-    default=16,
+    default=64,
     help="Pods worked on at once (always one operation per pod).",
 )
 @click.option(

@@ -77,7 +77,7 @@ class ResyncSettings:
     verify_interval: float = 30.0
     """Seconds between two verification sweeps (``/v1/models`` on every Ready pod). Events do
     the fast work; the sweep only catches out-of-band changes, so 30 s costs little."""
-    concurrency: int = 16
+    concurrency: int = 64
     """Pods worked on at the same time (each pod still gets one operation at a time: SGLang
     serializes its own loads, so more per pod would only queue there)."""
     backoff_base: float = 1.0

@@ -10,12 +10,13 @@ import signal
 import ssl
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from pulumi_lora.testing.testbed import (
+    ANNOTATION_PROBE_TIME_SCALE,
     BENCH_NETWORK,
     ApiRequestError,
     InferenceServiceHandle,
@@ -23,6 +24,7 @@ from pulumi_lora.testing.testbed import (
     PodNotFoundError,
     Testbed,
 )
+from pulumi_lora.testing.testbed._kubelet import PROBE_TIME_SCALE, KubeletContext, PodRuntime
 from pulumi_lora.testing.testbed._process import alive
 
 ISVC = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices/{name}"
@@ -161,6 +163,32 @@ def test_ready_only_after_the_startup_delay(testbed: Testbed, namespace: str) ->
         what="Ready=True in the apiserver",
     )
     testbed.delete_inference_service(namespace, "slow")
+
+
+def test_probe_time_scale_sets_the_readiness_period(testbed: Testbed, namespace: str) -> None:
+    """Pods probe ten times faster than declared unless their service asks for real time."""
+    handle = testbed.deploy_inference_service(
+        namespace, "realtime", replicas=1, probe_time_scale=1.0
+    )
+    handle.wait_ready(20)
+    (info,) = handle.pods()
+    pod = pod_object(testbed, namespace, info.name)
+    assert pod["metadata"]["annotations"][ANNOTATION_PROBE_TIME_SCALE] == "1.0"
+    declared = pod["spec"]["containers"][0]["readinessProbe"]["periodSeconds"]
+
+    def period(annotations: dict[str, str]) -> float:
+        meta = {**pod["metadata"], "annotations": annotations}
+        runtime = PodRuntime(cast(KubeletContext, _Ctx()), {**pod, "metadata": meta})
+        assert runtime.readiness is not None
+        return runtime.readiness.period
+
+    assert period(pod["metadata"]["annotations"]) == declared
+    assert period({}) == pytest.approx(declared * PROBE_TIME_SCALE)
+    testbed.delete_inference_service(namespace, "realtime")
+
+
+class _Ctx:
+    default_network = "loopback"
 
 
 def _health(url: str) -> int | None:

@@ -39,6 +39,7 @@ from pulumi_lora.testing.testbed._netns import (
 from pulumi_lora.testing.testbed._pods import (
     ANNOTATION_EMULATOR_ARGS,
     ANNOTATION_NETWORK,
+    ANNOTATION_PROBE_TIME_SCALE,
     ANNOTATION_STARTUP_DELAY,
     CONTAINER_NAME,
     DEFAULT_EXTRA_ARGS,
@@ -62,6 +63,7 @@ __all__ = [
     "ADMIN_USER",
     "ANNOTATION_EMULATOR_ARGS",
     "ANNOTATION_NETWORK",
+    "ANNOTATION_PROBE_TIME_SCALE",
     "ANNOTATION_STARTUP_DELAY",
     "AUDIT_POLICY",
     "BENCH_NETWORK",

@@ -51,6 +51,7 @@ from pulumi_lora.testing.testbed._rest import KubeRest
 from pulumi_lora.testing.testbed._workloads import (
     ANNOTATION_EMULATOR_ARGS,
     ANNOTATION_NETWORK,
+    ANNOTATION_PROBE_TIME_SCALE,
     ANNOTATION_STARTUP_DELAY,
     CONTAINER_NAME,
     DEFAULT_PORT,
@@ -64,6 +65,7 @@ from pulumi_lora.testing.testbed._workloads import (
 __all__ = [
     "ANNOTATION_EMULATOR_ARGS",
     "ANNOTATION_NETWORK",
+    "ANNOTATION_PROBE_TIME_SCALE",
     "ANNOTATION_STARTUP_DELAY",
     "CONTAINER_NAME",
     "DEFAULT_EXTRA_ARGS",
@@ -160,6 +162,7 @@ def isvc_manifest(
     network: Network,
     startup_delay: float,
     emulator_args: Sequence[str],
+    probe_time_scale: float | None = None,
 ) -> dict[str, Any]:
     """The InferenceService the testbed's helper creates, knobs as annotations (pure)."""
     annotations: dict[str, str] = {ANNOTATION_NETWORK: network}
@@ -167,6 +170,8 @@ def isvc_manifest(
         annotations[ANNOTATION_STARTUP_DELAY] = str(startup_delay)
     if emulator_args:
         annotations[ANNOTATION_EMULATOR_ARGS] = json.dumps(list(emulator_args))
+    if probe_time_scale is not None:
+        annotations[ANNOTATION_PROBE_TIME_SCALE] = str(probe_time_scale)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferenceService",
@@ -468,6 +473,7 @@ class PodPlayer:
         startup_delay: float,
         emulator_args: Sequence[str],
         model: str,
+        probe_time_scale: float | None = None,
     ) -> InferenceServiceHandle:
         """Create the InferenceService; return once its pods exist and their processes started."""
         if network not in ("loopback", "netns"):
@@ -484,6 +490,7 @@ class PodPlayer:
             network=network,
             startup_delay=startup_delay,
             emulator_args=emulator_args,
+            probe_time_scale=probe_time_scale,
         )
         collection = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{INFERENCE_SERVICE_PLURAL}"
         self.caches.isvcs.note(self.user.create(collection, body))

@@ -526,14 +526,18 @@ class Testbed:
         startup_delay: float = 0.0,
         emulator_args: Sequence[str] = (),
         model: str = "llama-8b",
+        probe_time_scale: float | None = None,
     ) -> InferenceServiceHandle:
         """Create an InferenceService CR; return the handle on what the controllers run for it.
 
         A thin helper: the testbed's operator and controllers act on any InferenceService, this
-        one only carries the test knobs (``network``, ``startup_delay``, ``emulator_args``) as
-        ``testbed.pulumi-lora.dev/`` annotations. Returns once the pods exist and their emulators
-        were started (not yet Ready: use :meth:`InferenceServiceHandle.wait_ready`).
-        ``network="netns"`` needs root; see :func:`netns_available`.
+        one only carries the test knobs (``network``, ``startup_delay``, ``emulator_args``,
+        ``probe_time_scale``) as ``testbed.pulumi-lora.dev/`` annotations. ``probe_time_scale``
+        is the factor on the readiness probe's periods (default 0.1, ten probes a second per
+        pod; benchmarks pass 1.0 so that the probes cost what a real kubelet's would). Returns
+        once the pods exist and their emulators were started (not yet Ready: use
+        :meth:`InferenceServiceHandle.wait_ready`). ``network="netns"`` needs root; see
+        :func:`netns_available`.
         """
         if network == "netns":
             reason = netns_unavailable_reason()
@@ -549,6 +553,7 @@ class Testbed:
             startup_delay=startup_delay,
             emulator_args=emulator_args,
             model=model,
+            probe_time_scale=probe_time_scale,
         )
 
     def inference_service(self, namespace: str, name: str) -> InferenceServiceHandle:

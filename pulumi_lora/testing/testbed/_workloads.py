@@ -19,6 +19,7 @@ from pulumi_lora._crd import GROUP, VERSION
 __all__ = [
     "ANNOTATION_EMULATOR_ARGS",
     "ANNOTATION_NETWORK",
+    "ANNOTATION_PROBE_TIME_SCALE",
     "ANNOTATION_STARTUP_DELAY",
     "CONTAINER_NAME",
     "DEFAULT_PORT",
@@ -65,8 +66,16 @@ ANNOTATION_STARTUP_DELAY = "testbed.pulumi-lora.dev/startup-delay"
 ANNOTATION_EMULATOR_ARGS = "testbed.pulumi-lora.dev/emulator-args"
 """Test knob: a JSON list of extra emulator-only arguments."""
 
+ANNOTATION_PROBE_TIME_SCALE = "testbed.pulumi-lora.dev/probe-time-scale"
+"""Test knob: the factor on the readiness probe's periods (the kubelet's default when absent)."""
+
 _SPEC_HASH = "testbed.pulumi-lora.dev/spec-hash"
-_TESTBED_ANNOTATIONS = (ANNOTATION_NETWORK, ANNOTATION_STARTUP_DELAY, ANNOTATION_EMULATOR_ARGS)
+_TESTBED_ANNOTATIONS = (
+    ANNOTATION_NETWORK,
+    ANNOTATION_STARTUP_DELAY,
+    ANNOTATION_EMULATOR_ARGS,
+    ANNOTATION_PROBE_TIME_SCALE,
+)
 _IMAGE = "lmsysorg/sglang:testbed-emulator"
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' SafeEncodeString alphabet
 
