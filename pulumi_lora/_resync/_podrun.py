@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cache
 
-import httpx
-
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._executor import AsyncLoRAClient, run_async
 from pulumi_lora._reconcile import Desired, PodOutcome, PodView, plan, pod_program
@@ -33,6 +31,7 @@ from pulumi_lora._sglang import (
     ModelList,
     NotLoaded,
     Unloaded,
+    asyncio_transport,
 )
 
 #: Failure reason when a CR's API-key Secret can't be read.
@@ -79,7 +78,7 @@ def pod_client(facts: PodFacts, api_key: str | None, timeouts: ClientTimeouts) -
         api_key=api_key,
         timeouts=timeouts,
         label=f"pod {facts.namespace}/{facts.name} ({facts.url})",
-        transport=httpx.AsyncHTTPTransport(verify=_tls()),
+        transport=asyncio_transport(verify=_tls()),
     )
 
 

@@ -4,6 +4,7 @@ Outcomes are values (`Loaded`, `AlreadyLoaded`, `Unloaded`, `NotLoaded`, `ModelL
 failures are errors from `pulumi_lora._errors`, whose ``retryable`` and ``reason`` say what to do.
 """
 
+from pulumi_lora._sglang._aio import asyncio_transport
 from pulumi_lora._sglang._client import AsyncSGLangClient, SGLangClient, deadline_transport
 from pulumi_lora._sglang._protocol import (
     MAX_BODY_BYTES,
@@ -29,5 +30,6 @@ __all__ = [
     "SGLangClient",
     "UnloadOutcome",
     "Unloaded",
+    "asyncio_transport",
     "deadline_transport",
 ]

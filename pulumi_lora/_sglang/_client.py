@@ -37,6 +37,7 @@ from pulumi_lora._errors import (
 )
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import _protocol as protocol
+from pulumi_lora._sglang._aio import asyncio_transport
 from pulumi_lora._sglang._protocol import (
     MAX_BODY_BYTES,
     Health,
@@ -223,8 +224,9 @@ class SGLangClient(_ClientBase):
 class AsyncSGLangClient(_ClientBase):
     """The asyncio twin of `SGLangClient`: same arguments and methods, awaited.
 
-    ``transport`` is an ``httpx.AsyncBaseTransport``. Close it with `aclose`, or use it as an
-    async context manager.
+    ``transport`` is an ``httpx.AsyncBaseTransport``; by default `asyncio_transport` (httpx on
+    plain asyncio sockets, see ``_aio``). Close it with `aclose`, or use it as an async context
+    manager.
     """
 
     def __init__(
@@ -238,7 +240,9 @@ class AsyncSGLangClient(_ClientBase):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = self._configure(base_url, api_key, extra_headers, timeouts, label)
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, transport=transport or asyncio_transport()
+        )
 
     async def load_adapter(self, name: str, path: str, *, pinned: bool = False) -> LoadOutcome:
         """Load adapter ``name`` from ``path``: `Loaded`, or `AlreadyLoaded` (compare its path)."""
