@@ -76,6 +76,14 @@ def load_average() -> str:
     return " / ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+def cpu_ticks() -> tuple[int, int, int]:
+    """The machine's CPU ticks so far (``/proc/stat``): busy, stolen by the hypervisor, all."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:9]]
+    idle, steal = fields[3] + fields[4], fields[7]
+    return sum(fields) - idle - steal, steal, sum(fields)
+
+
 def log(message: str) -> None:
     """Progress on stderr (the figures go to stdout)."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -370,6 +378,8 @@ class Sync:
     watch_seconds: dict[str, float]
     loop_cpu: float
     load_average: str
+    busy: float  # share of the machine's CPU time busy during the sync
+    steal: float  # share stolen by the hypervisor (a figure of this machine, not of the loop)
     runs: Runs | None = None
 
 
@@ -498,15 +508,19 @@ def wait_quiet(loop: LoopProcess, started: float, quiet: float = 5.0, timeout: f
     deadline = time.monotonic() + timeout
     moved = dict.fromkeys(COUNTERS, time.monotonic())
     counts: dict[str, float] = {}
+    ticks = last_move_ticks = cpu_ticks()
     while time.monotonic() < deadline:
         metrics = loop.metrics()
         now = time.monotonic()
         for kind, name in COUNTERS.items():
             value = total(metrics, name)
             if counts.get(kind) != value:
-                counts[kind], moved[kind] = value, now
+                counts[kind], moved[kind], last_move_ticks = value, now, cpu_ticks()
         if now - max(moved.values()) >= quiet:
-            return sync_figures(loop, started, moved, counts, metrics)
+            (busy0, steal0, all0), (busy1, steal1, all1) = ticks, last_move_ticks
+            share = max(1, all1 - all0)
+            machine = ((busy1 - busy0) / share, (steal1 - steal0) / share)
+            return sync_figures(loop, started, moved, counts, metrics, machine=machine)
         time.sleep(0.2)
     raise RuntimeError("the loop never went quiet")
 
@@ -517,6 +531,8 @@ def sync_figures(
     moved: dict[str, float],
     counts: dict[str, float],
     metrics: Samples,
+    *,
+    machine: tuple[float, float],
 ) -> Sync:
     watch = {
         dict(labels)["resource"]: value
@@ -536,6 +552,8 @@ def sync_figures(
         watch_seconds=watch,
         loop_cpu=loop.cpu_seconds(),
         load_average=load_average(),
+        busy=machine[0],
+        steal=machine[1],
     )
 
 
@@ -632,7 +650,8 @@ def scale_report(scale: Scale) -> None:
     print(
         f"initial sync (loop start to the last load, status write and Event): {sync.wall:.1f} s "
         f"(target {SYNC_TARGET:.0f} s, ratio {sync.wall / SYNC_TARGET:.2f}); "
-        f"load average {sync.load_average}"
+        f"load average {sync.load_average}; the machine's CPU {sync.busy:.0%} busy, "
+        f"{sync.steal:.0%} stolen by the hypervisor"
     )
     status_mean, event_mean = (
         mean(sync.status_seconds, sync.statuses),

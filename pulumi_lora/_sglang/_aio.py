@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import select
 import ssl
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +33,11 @@ READ_BUFFER = 256 * 1024
 
 WRITE_BUFFER = 64 * 1024
 """Bytes of a request held back before they are sent without waiting for its first read."""
+
+RECENT = 1.0
+"""Seconds after its last data during which an open connection counts as alive without polling
+its socket: no server's keep-alive timeout is that short (uvicorn's, SGLang's server, is 5 s),
+and a server that closes a connection for another reason races any check anyway."""
 
 
 def asyncio_transport(*, verify: ssl.SSLContext | bool = True) -> httpx.AsyncHTTPTransport:
@@ -57,6 +63,7 @@ class _Connection(asyncio.Protocol):
         self.error: Exception | None = None
         self.reading_paused = False
         self.writing_paused = False
+        self.last_data = time.monotonic()
         self._readable: asyncio.Future[None] | None = None
         self._writable: asyncio.Future[None] | None = None
 
@@ -66,6 +73,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received += data
+        self.last_data = time.monotonic()
         if len(self.received) >= READ_BUFFER and self.transport is not None:
             self.transport.pause_reading()
             self.reading_paused = True
@@ -193,10 +201,13 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     def _is_readable(self) -> bool:
         """Whether the idle connection has something to read: the server closed it (or sent
         what nobody asked for). What the event loop already delivered answers without a system
-        call; otherwise the socket is polled, as httpcore's own backends do."""
+        call, and so does a connection that had data within `RECENT` seconds; otherwise the
+        socket is polled, as httpcore's own backends do."""
         connection = self._connection
         if connection.received or connection.eof or self._transport.is_closing():
             return True
+        if time.monotonic() - connection.last_data < RECENT:
+            return False
         sock = self._transport.get_extra_info("socket")
         if sock is None:
             return True
