@@ -54,6 +54,7 @@ from pulumi_lora._cluster import (
 )
 from pulumi_lora._executor import run_async
 from pulumi_lora._reconcile import Desired, PodView, plan, pod_program
+from pulumi_lora._resync._events import EVENT_SENDERS
 from pulumi_lora._sglang import AsyncSGLangClient
 from pulumi_lora.testing.loop import LoopProcess
 from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
@@ -407,7 +408,8 @@ def pod_runs(loop: LoopProcess, started_wall: float) -> Runs | None:
 @dataclass
 class Floor:
     """The apiserver's write rate from one client at the loop's concurrency (8 status writes,
-    2 Event senders), writing what the initial sync writes: status, Events, then both at once."""
+    `EVENT_SENDERS` Event senders), writing what the initial sync writes: status, Events, then
+    both at once."""
 
     status_per_second: float
     events_per_second: float
@@ -565,8 +567,9 @@ def lane(write: Callable[[int], None], indexes: range) -> None:
 
 def write_floor(tb: Testbed, namespace: str, statuses: int, events: int) -> Floor:
     """What the apiserver takes from one client writing like the loop (the loop is stopped):
-    ``statuses`` status applies with 8 in flight, ``events`` Events with 2, each alone and then
-    both at once. Each status moves ``lastLoadedAt``, so every apply is a real write."""
+    ``statuses`` status applies with 8 in flight, ``events`` Events with `EVENT_SENDERS`, each
+    alone and then both at once. Each status moves ``lastLoadedAt``, so every apply is a real
+    write."""
     client = tb.client()
     crs = [as_dict(c) for c in client.list(LoRAAdapterResource, namespace=namespace)]
     crs = (crs * (1 + statuses // max(1, len(crs))))[:statuses]
@@ -596,10 +599,10 @@ def write_floor(tb: Testbed, namespace: str, statuses: int, events: int) -> Floo
                 future.result()
         return time.monotonic() - begun
 
-    log(f"floor: {statuses} status applies (8 in flight), {events} Events (2 in flight)")
+    log(f"floor: {statuses} status applies (8 at once), {events} Events ({EVENT_SENDERS} at once)")
     status_s = timed([(write_status, statuses, 8)])
-    event_s = timed([(write_event, events, 2)])
-    both_s = timed([(write_status, statuses, 8), (write_event, events, 2)])
+    event_s = timed([(write_event, events, EVENT_SENDERS)])
+    both_s = timed([(write_status, statuses, 8), (write_event, events, EVENT_SENDERS)])
     return Floor(statuses / status_s, events / event_s, both_s, load_average())
 
 
@@ -679,7 +682,7 @@ def scale_report(scale: Scale) -> None:
         print(
             f"apiserver write floor (one client, the loop stopped): "
             f"{floor.status_per_second:.0f} status applies/s (8 in flight), "
-            f"{floor.events_per_second:.0f} Events/s (2 in flight); this sync's "
+            f"{floor.events_per_second:.0f} Events/s ({EVENT_SENDERS} in flight); this sync's "
             f"{sync.statuses:.0f} + {sync.events:.0f} writes take {writes:.1f} s one kind after "
             f"the other, {floor.both_seconds:.1f} s both at once; load average {floor.load_average}"
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._controller import Controller
+from pulumi_lora._resync._events import EVENT_SENDERS
 from pulumi_lora._resync._kube import Kube
 from pulumi_lora._resync._lease import LeaderElector
 from pulumi_lora._resync._metrics import Metrics
@@ -34,7 +35,9 @@ class Loop:
     def __init__(self, settings: ResyncSettings) -> None:
         self.settings = settings
         self.metrics = Metrics()
-        self.kube = Kube(settings.kube, settings.namespace)
+        # A thread for each status write and Event in flight, and two for Secret reads.
+        threads = settings.status_concurrency + EVENT_SENDERS + 2
+        self.kube = Kube(settings.kube, settings.namespace, threads=threads)
         self.elector = LeaderElector(self.kube.client, settings.lease)
         self.controller: Controller | None = None
         self._election: asyncio.Task[None] | None = None

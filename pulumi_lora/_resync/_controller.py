@@ -38,7 +38,7 @@ from pulumi_lora._resync._decide import (
     capacity_message,
     permission,
 )
-from pulumi_lora._resync._events import PODS, EventRecorder
+from pulumi_lora._resync._events import EVENT_SENDERS, PODS, EventRecorder
 from pulumi_lora._resync._kube import Kube, Objects, jitter, pod_facts
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._podrun import PodRun, run_pod
@@ -114,7 +114,8 @@ class Controller:
             self._watchers.append(asyncio.create_task(self._sweep_forever(), name="sweep"))
             self._background.append(asyncio.create_task(self.statuses.run(), name="status"))
             self._background += [
-                asyncio.create_task(self.events.run(), name=f"events {i}") for i in range(2)
+                asyncio.create_task(self.events.run(), name=f"events {i}")
+                for i in range(EVENT_SENDERS)
             ]
             children = self._watchers + self._background
             done, _ = await asyncio.wait(children, return_when=asyncio.FIRST_EXCEPTION)
