@@ -227,6 +227,7 @@ def run_fleet(
         "llama",
         replicas=size.pods,
         emulator_args=("--emulator-latency", f"/load_lora_adapter={size.latency}"),
+        probe_time_scale=1.0,  # a real kubelet's pace, not the tests' ten probes a second a pod
     )
     handle.wait_ready(timeout=120)
     meter = Meter(tb, ns, tb.emulator_pids())

@@ -43,6 +43,7 @@ from pulumi_lora._ownership import (
     controller_chain,
     controller_of,
 )
+from pulumi_lora._wire import hold_writes
 
 LoRAAdapterResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 InferenceServiceResource = create_namespaced_resource(GROUP, VERSION, ISVC_KIND, ISVC_PLURAL)
@@ -133,7 +134,15 @@ def _looks_like_content(value: str) -> bool:
 
 def make_client(source: KubeSource) -> Client:
     """A lightkube client for ``source`` (TLS verified as the kubeconfig says: on by default)."""
-    return Client(config=source.load(), field_manager=SPEC_MANAGER)
+    return held_writes(Client(config=source.load(), field_manager=SPEC_MANAGER))
+
+
+def held_writes(client: Client) -> Client:
+    """``client``, its requests sent in one write each (`pulumi_lora._wire`): half the TLS
+    records and system calls of a status write or an Event."""
+    generic: Any = client._client  # lightkube's GenericSyncClient: its httpx client is _client
+    hold_writes(generic._client)
+    return client
 
 
 # --- the target ---------------------------------------------------------------------------------

@@ -148,7 +148,7 @@ class Kube:
         config = source.load()
         self.namespace = namespace
         self.client = AsyncClient(config=config, field_manager=FIELD_MANAGER)
-        self._sync = Client(config=config, field_manager=FIELD_MANAGER)
+        self._sync = k8s.held_writes(Client(config=config, field_manager=FIELD_MANAGER))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="resync-kube")
 
     async def close(self) -> None:

@@ -47,6 +47,7 @@ from pulumi_lora._sglang._protocol import (
     Request,
     UnloadOutcome,
 )
+from pulumi_lora._wire import HeldWritesBackend, HeldWritesStream
 
 __all__ = ["AsyncSGLangClient", "SGLangClient", "deadline_transport"]
 
@@ -328,13 +329,14 @@ def deadline_transport(*, verify: ssl.SSLContext | bool = True) -> httpx.HTTPTra
     included) waits at most what is left of the request's deadline, so a server dripping its
     status line, headers or body fails at the deadline, not one per-read timeout after it.
 
+    Under the deadlines, a request's headers and body leave in one write (`pulumi_lora._wire`).
     httpx builds its connection pool itself; the network backend is swapped in after (httpcore's
     ``ConnectionPool`` takes one, httpx offers no argument for it).
     ``tests/unit/test_sglang_client.py`` checks the wiring against the installed httpx.
     """
     transport = httpx.HTTPTransport(verify=verify)
     pool: Any = transport._pool
-    pool._network_backend = _DeadlineBackend(pool._network_backend)
+    pool._network_backend = _DeadlineBackend(HeldWritesBackend(pool._network_backend))
     return transport
 
 
@@ -352,7 +354,7 @@ def _left(timeout: float | None, error: type[Exception]) -> float | None:
 class _DeadlineStream(httpcore.NetworkStream):
     """A network stream whose waits end at the request's deadline (see `deadline_transport`)."""
 
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
+    def __init__(self, inner: httpcore.NetworkStream | HeldWritesStream) -> None:
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -380,7 +382,7 @@ class _DeadlineStream(httpcore.NetworkStream):
 class _DeadlineBackend(httpcore.NetworkBackend):
     """httpcore's network backend, handing out `_DeadlineStream`s."""
 
-    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+    def __init__(self, inner: httpcore.NetworkBackend | HeldWritesBackend) -> None:
         self._inner = inner
 
     def connect_tcp(
