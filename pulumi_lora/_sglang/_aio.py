@@ -54,7 +54,8 @@ def asyncio_transport(*, verify: ssl.SSLContext | bool = True) -> httpx.AsyncHTT
 
 
 class _Connection(asyncio.Protocol):
-    """What arrived on one connection, and whoever waits for more or for room to write."""
+    """What arrived on one connection, and the one waiter for a change (HTTP/1.1 never reads
+    and writes one connection at once: a waiter is either a read or a drain)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -64,8 +65,7 @@ class _Connection(asyncio.Protocol):
         self.reading_paused = False
         self.writing_paused = False
         self.last_data = time.monotonic()
-        self._readable: asyncio.Future[None] | None = None
-        self._writable: asyncio.Future[None] | None = None
+        self._changed: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -77,50 +77,37 @@ class _Connection(asyncio.Protocol):
         if len(self.received) >= READ_BUFFER and self.transport is not None:
             self.transport.pause_reading()
             self.reading_paused = True
-        self._wake_reader()
+        self._wake()
 
     def eof_received(self) -> bool:
         self.eof = True
-        self._wake_reader()
+        self._wake()
         return False  # close the transport: HTTP/1.1 never writes after the peer's EOF
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.eof = True
         self.error = exc
-        self._wake_reader()
         self.writing_paused = False
-        self._wake_writer()
+        self._wake()
 
     def pause_writing(self) -> None:
         self.writing_paused = True
 
     def resume_writing(self) -> None:
         self.writing_paused = False
-        self._wake_writer()
+        self._wake()
 
-    async def readable(self) -> None:
-        """Until data, EOF or an error arrives."""
-        self._readable = asyncio.get_running_loop().create_future()
+    async def changed(self) -> None:
+        """Until data, EOF, an error or room to write arrives."""
+        self._changed = asyncio.get_running_loop().create_future()
         try:
-            await self._readable
+            await self._changed
         finally:
-            self._readable = None
+            self._changed = None
 
-    async def writable(self) -> None:
-        """Until the transport's write buffer drains below its low-water mark, or it closes."""
-        self._writable = asyncio.get_running_loop().create_future()
-        try:
-            await self._writable
-        finally:
-            self._writable = None
-
-    def _wake_reader(self) -> None:
-        if self._readable is not None and not self._readable.done():
-            self._readable.set_result(None)
-
-    def _wake_writer(self) -> None:
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
+    def _wake(self) -> None:
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
 
 
 class AsyncioStream(httpcore.AsyncNetworkStream):
@@ -139,7 +126,8 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if not connection.received and not connection.eof:
             try:
                 async with asyncio.timeout(timeout):
-                    await connection.readable()
+                    while not connection.received and not connection.eof:
+                        await connection.changed()
             except TimeoutError as exc:
                 raise httpcore.ReadTimeout("no data within the read timeout") from exc
         if connection.received:
@@ -228,7 +216,8 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if connection.writing_paused:
             try:
                 async with asyncio.timeout(timeout):
-                    await connection.writable()
+                    while connection.writing_paused:
+                        await connection.changed()
             except TimeoutError as exc:
                 raise httpcore.WriteTimeout("no room to write within the write timeout") from exc
         self._check_open(httpcore.WriteError)
