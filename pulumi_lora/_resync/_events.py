@@ -29,6 +29,7 @@ EVENT_QUEUE = 2000
 #: (1,000 CRs in about 20 s here, 40 to 100 ms an Event): with 2 in flight the Events ended 2 s
 #: after the last load, with 4 they keep up.
 EVENT_SENDERS = 4
+
 #: Seconds during which Events of one kind about one CR are merged into one.
 EVENT_WINDOW = 1.0
 #: Longest an Event about a CR whose pass is under way is held back (a pod stuck in a slow run

@@ -9,9 +9,10 @@ loop, so per request those costs were most of the loop's CPU.
 
 This backend keeps one asyncio protocol per connection that always reads (buffering at most
 `READ_BUFFER` bytes before pausing), answers the idle check from what the protocol already saw
-(one ``poll`` only when it saw nothing), and holds a request's writes until its first read, so
-headers and body leave in one ``send``. Timeouts and errors map to httpcore's exceptions exactly
-as its anyio backend maps them, so httpx and the client's error translation see no difference.
+(a ``poll`` only on a connection quiet for a second), and holds a request's writes until its
+first read, so headers and body leave in one ``send``. Timeouts and errors map to httpcore's
+exceptions exactly as its anyio backend maps them, so httpx and the client's error translation
+see no difference.
 """
 
 from __future__ import annotations
@@ -26,18 +27,12 @@ from typing import Any
 import httpcore
 import httpx
 
+from pulumi_lora._wire import RECENT, WRITE_BUFFER
+
 __all__ = ["AsyncioBackend", "asyncio_transport"]
 
 READ_BUFFER = 256 * 1024
 """Bytes a connection buffers before it stops reading from the socket (until they are read)."""
-
-WRITE_BUFFER = 64 * 1024
-"""Bytes of a request held back before they are sent without waiting for its first read."""
-
-RECENT = 1.0
-"""Seconds after its last data during which an open connection counts as alive without polling
-its socket: no server's keep-alive timeout is that short (uvicorn's, SGLang's server, is 5 s),
-and a server that closes a connection for another reason races any check anyway."""
 
 
 def asyncio_transport(*, verify: ssl.SSLContext | bool = True) -> httpx.AsyncHTTPTransport:
@@ -189,8 +184,8 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     def _is_readable(self) -> bool:
         """Whether the idle connection has something to read: the server closed it (or sent
         what nobody asked for). What the event loop already delivered answers without a system
-        call, and so does a connection that had data within `RECENT` seconds; otherwise the
-        socket is polled, as httpcore's own backends do."""
+        call, and so does a connection that had data within `RECENT` seconds (as in `_wire`);
+        otherwise the socket is polled, as httpcore's own backends do."""
         connection = self._connection
         if connection.received or connection.eof or self._transport.is_closing():
             return True
