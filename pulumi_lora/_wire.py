@@ -19,7 +19,14 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-__all__ = ["RECENT", "WRITE_BUFFER", "HeldWritesBackend", "HeldWritesStream", "hold_writes"]
+__all__ = [
+    "RECENT",
+    "WRITE_BUFFER",
+    "HeldWritesBackend",
+    "HeldWritesStream",
+    "WrappingBackend",
+    "hold_writes",
+]
 
 WRITE_BUFFER = 64 * 1024
 """Bytes of a request held back before they are sent without waiting for its first read."""
@@ -88,11 +95,20 @@ class HeldWritesStream:
             self._inner.write(data, timeout)
 
 
-class HeldWritesBackend:
-    """A network backend handing out `HeldWritesStream`s over ``inner``'s streams."""
+class WrappingBackend:
+    """A blocking network backend that connects through ``inner`` and wraps each stream it
+    hands out (`wrap`), after adjusting the connect timeout (`connect_timeout`)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
+
+    def wrap(self, stream: Any) -> Any:
+        """The stream handed to httpcore in place of ``stream``."""
+        raise NotImplementedError
+
+    def connect_timeout(self, timeout: float | None) -> float | None:
+        """The timeout ``inner`` connects with (as given, unless a subclass bounds it)."""
+        return timeout
 
     def connect_tcp(
         self,
@@ -101,18 +117,27 @@ class HeldWritesBackend:
         timeout: float | None = None,
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> HeldWritesStream:
-        return HeldWritesStream(
+    ) -> Any:
+        timeout = self.connect_timeout(timeout)
+        return self.wrap(
             self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
         )
 
     def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> HeldWritesStream:
-        return HeldWritesStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+    ) -> Any:
+        timeout = self.connect_timeout(timeout)
+        return self.wrap(self._inner.connect_unix_socket(path, timeout, socket_options))
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
+
+
+class HeldWritesBackend(WrappingBackend):
+    """A network backend handing out `HeldWritesStream`s over ``inner``'s streams."""
+
+    def wrap(self, stream: Any) -> HeldWritesStream:
+        return HeldWritesStream(stream)
 
 
 def hold_writes(http_client: Any) -> None:

@@ -20,7 +20,7 @@ import dataclasses
 import math
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Self
@@ -47,7 +47,7 @@ from pulumi_lora._sglang._protocol import (
     Request,
     UnloadOutcome,
 )
-from pulumi_lora._wire import HeldWritesBackend, HeldWritesStream
+from pulumi_lora._wire import HeldWritesBackend, HeldWritesStream, WrappingBackend
 
 __all__ = ["AsyncSGLangClient", "SGLangClient", "deadline_transport"]
 
@@ -379,35 +379,15 @@ class _DeadlineStream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's network backend, handing out `_DeadlineStream`s."""
+class _DeadlineBackend(WrappingBackend):
+    """httpcore's network backend, handing out `_DeadlineStream`s; connecting, too, waits at most
+    what is left of the deadline."""
 
-    def __init__(self, inner: httpcore.NetworkBackend | HeldWritesBackend) -> None:
-        self._inner = inner
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        timeout = _left(timeout, httpcore.ConnectTimeout)
-        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+    def wrap(self, stream: Any) -> _DeadlineStream:
         return _DeadlineStream(stream)
 
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        timeout = _left(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._inner.connect_unix_socket(path, timeout, socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
+    def connect_timeout(self, timeout: float | None) -> float | None:
+        return _left(timeout, httpcore.ConnectTimeout)
 
 
 def _check_deadline(deadline: float) -> None:
