@@ -198,7 +198,8 @@ def step(label: str, meter: Meter, walls: dict[str, float]) -> Iterator[None]:
 
 
 class NoopComponent(pulumi.ComponentResource):
-    """A no-op resource in a ``LoRAAdapter``'s shape: a component with one dynamic child."""
+    """A no-op in the component shape: a component with one dynamic child (other languages'
+    ``LoRAAdapter``, and Python's before it became one resource)."""
 
     def __init__(self, name: str, path: str) -> None:
         super().__init__("bench:index:NoopComponent", name, {})
@@ -338,7 +339,8 @@ def main() -> None:
     parser.add_argument(
         "--shaped",
         action="store_true",
-        help="also run no-op components (a LoRAAdapter's shape): the engine's share of the gap",
+        help="also run no-op components (a component with one dynamic child: the shape a "
+        "LoRAAdapter has in other languages, and had in Python before it became one resource)",
     )
     args = parser.parse_args()
 

@@ -14,7 +14,8 @@ project's module name (``@pulumilora/pulumi-lora``, ``pulumilora_pulumi_lora``; 
 import pulumi
 from pulumi.provider.experimental import component_provider_host
 
-from pulumi_lora import LoRAAdapter, __version__
+from pulumi_lora import __version__
+from pulumi_lora._component import LoRAAdapter
 
 NAME = "pulumi-lora"
 """The schema's package name: the first part of the type token ``pulumi-lora:index:LoRAAdapter``."""

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from pulumi_lora._version import __version__
 
 if TYPE_CHECKING:
-    from pulumi_lora._component import (
+    from pulumi_lora._adapter import (
+        RESOURCE_TYPE,
         TYPE_TOKEN,
         ConditionInfo,
         LoRAAdapter,
@@ -42,12 +43,13 @@ if TYPE_CHECKING:
     from pulumi_lora._provider import LoRAAdapterProvider
 
 _HOMES = {
-    "TYPE_TOKEN": "_component",
-    "ConditionInfo": "_component",
-    "LoRAAdapter": "_component",
-    "LoRAAdapterArgs": "_component",
-    "LoRAAdapterResource": "_component",
-    "PodStatus": "_component",
+    "RESOURCE_TYPE": "_adapter",
+    "TYPE_TOKEN": "_adapter",
+    "ConditionInfo": "_adapter",
+    "LoRAAdapter": "_adapter",
+    "LoRAAdapterArgs": "_adapter",
+    "LoRAAdapterResource": "_adapter",
+    "PodStatus": "_adapter",
     "AdapterNotLoaded": "_errors",
     "ClusterError": "_errors",
     "ConfigurationError": "_errors",
@@ -80,6 +82,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "RESOURCE_TYPE",
     "TYPE_TOKEN",
     "AdapterNotLoaded",
     "ClusterError",

@@ -3,7 +3,9 @@ provider config, a Ready InferenceService, and helpers to inspect pods."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -84,3 +86,28 @@ def keyed_service(testbed: Testbed, namespace: str, name: str, key: str) -> Infe
         )
     )
     return handle
+
+
+class AuditCounter:
+    """Requests the apiserver answered about one namespace from now on (its audit log)."""
+
+    def __init__(self, log: Path | None, namespace: str) -> None:
+        assert log is not None, "the testbed runs with its audit log on"
+        self.log, self.namespace = log, namespace
+        self.offset = log.stat().st_size
+
+    def count(self, verb: str, resource: str) -> int:
+        """How many ``verb`` requests on ``resource`` in the namespace since construction."""
+        found = 0
+        with self.log.open("rb") as lines:
+            lines.seek(self.offset)
+            for line in lines:
+                event = json.loads(line)
+                ref = event.get("objectRef") or {}
+                found += (
+                    event.get("stage") == "ResponseComplete"
+                    and event.get("verb") == verb
+                    and ref.get("resource") == resource
+                    and ref.get("namespace") == self.namespace
+                )
+        return found

@@ -1,4 +1,5 @@
-"""Registration and pickling of the component and its dynamic child, under Pulumi's mocks."""
+"""Registration and pickling of ``LoRAAdapter`` (one resource) and of the component served to other
+languages (a component and its dynamic child), under Pulumi's mocks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ import dill
 import pulumi
 import pytest
 
-from pulumi_lora import TYPE_TOKEN, LoRAAdapter, LoRAAdapterArgs, LoRAAdapterProvider
+from pulumi_lora import (
+    RESOURCE_TYPE,
+    TYPE_TOKEN,
+    LoRAAdapter,
+    LoRAAdapterArgs,
+    LoRAAdapterProvider,
+)
+from pulumi_lora._adapter import DYNAMIC_TYPE
+from pulumi_lora._component import LoRAAdapter as LoRAAdapterComponent
 
 
 class Recorder(pulumi.runtime.Mocks):
@@ -23,7 +32,7 @@ class Recorder(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         self.resources.append(args)
         outs = dict(args.inputs)
-        if args.typ == "pulumi-python:dynamic:Resource":
+        if args.typ in (RESOURCE_TYPE, DYNAMIC_TYPE):
             outs.update(loaded=True, cr_name="sql-lora", pods=[])
         return f"{args.name}-id", outs
 
@@ -42,34 +51,77 @@ def recorder() -> Recorder:
     return mocks
 
 
+SQL = LoRAAdapterArgs(
+    adapter_name="sql-lora", path="/adapters/sql", inference_service="llama", namespace="models"
+)
+
+
+def assert_by_reference(resource: pulumi.runtime.MockResourceArgs) -> None:
+    """The dynamic resource's inputs and its provider, pickled by reference."""
+    assert resource.inputs["adapter_name"] == "sql-lora"
+    assert resource.inputs["inference_service"] == "llama"
+    pickled = base64.b64decode(resource.inputs["__provider"])
+    # By reference: module path + class name, not the source code of the class.
+    assert b"pulumi_lora._provider" in pickled and b"LoRAAdapterProvider" in pickled
+    assert len(pickled) < 2048
+    provider = dill.loads(pickled)
+    assert isinstance(provider, LoRAAdapterProvider)
+
+
 @pulumi.runtime.test
-def test_component_registers_one_dynamic_child_with_a_by_reference_provider(
+def test_an_adapter_is_one_resource_of_its_own_type(recorder: Recorder) -> pulumi.Output[Any]:
+    sql = LoRAAdapter("sql", SQL)
+
+    def check(values: list[Any]) -> None:
+        loaded, cr_name, urn = values
+        assert loaded is True and cr_name == "sql-lora"
+        assert [r.typ for r in recorder.resources] == [RESOURCE_TYPE]
+        assert urn.endswith(f"{RESOURCE_TYPE}::sql")
+        assert_by_reference(recorder.resources[0])
+
+    return pulumi.Output.all(sql.loaded, sql.cr_name, sql.urn).apply(check)
+
+
+@pulumi.runtime.test
+def test_an_adapter_is_aliased_to_the_child_of_the_component_it_was(
     recorder: Recorder,
 ) -> pulumi.Output[Any]:
-    sql = LoRAAdapter(
-        "sql",
-        LoRAAdapterArgs(
-            adapter_name="sql-lora",
-            path="/adapters/sql",
-            inference_service="llama",
-            namespace="models",
-        ),
-    )
+    """Stacks made when ``LoRAAdapter`` was a component keep their state (tested on the real
+    engine in tests/e2e/test_one_resource.py); here, the alias's URN for both parents."""
+    holder = pulumi.ComponentResource("acme:index:Team", "team")
+    top = LoRAAdapter("sql", SQL)
+    nested = LoRAAdapter("sql", SQL, pulumi.ResourceOptions(parent=holder))
+    stack = f"{pulumi.get_stack()}::{pulumi.get_project()}"
+
+    def check(values: list[Any]) -> None:
+        top_alias, nested_alias, holder_urn = values
+        # A top-level component's URN has no parent type; a nested one's has its parent's types.
+        assert top_alias == (
+            f"urn:pulumi:{stack}::pulumi-lora:index:LoRAAdapter$pulumi-python:dynamic:Resource::sql"
+        )
+        holder_types = holder_urn.rsplit("::", 1)[0]
+        assert nested_alias == (
+            f"{holder_types}$pulumi-lora:index:LoRAAdapter$pulumi-python:dynamic:Resource::sql"
+        )
+
+    def alias_urn(adapter: LoRAAdapter) -> pulumi.Output[str]:
+        (alias,) = adapter._aliases  # the one alias the constructor adds
+        return alias
+
+    return pulumi.Output.all(alias_urn(top), alias_urn(nested), holder.urn).apply(check)
+
+
+@pulumi.runtime.test
+def test_the_component_registers_one_dynamic_child_with_a_by_reference_provider(
+    recorder: Recorder,
+) -> pulumi.Output[Any]:
+    sql = LoRAAdapterComponent("sql", SQL)
 
     def check(values: list[Any]) -> None:
         loaded, cr_name = values
         assert loaded is True and cr_name == "sql-lora"
-        types = [r.typ for r in recorder.resources]
-        assert types == [TYPE_TOKEN, "pulumi-python:dynamic:Resource"]
-        child = recorder.resources[1]
-        assert child.inputs["adapter_name"] == "sql-lora"
-        assert child.inputs["inference_service"] == "llama"
-        pickled = base64.b64decode(child.inputs["__provider"])
-        # By reference: module path + class name, not the source code of the class.
-        assert b"pulumi_lora._provider" in pickled and b"LoRAAdapterProvider" in pickled
-        assert len(pickled) < 2048
-        provider = dill.loads(pickled)
-        assert isinstance(provider, LoRAAdapterProvider)
+        assert [r.typ for r in recorder.resources] == [TYPE_TOKEN, DYNAMIC_TYPE]
+        assert_by_reference(recorder.resources[1])
 
     return pulumi.Output.all(sql.loaded, sql.cr_name).apply(check)
 
@@ -82,7 +134,7 @@ def test_a_long_lived_process_can_make_any_number_of_dynamic_children(recorder: 
     """
     from pulumi.dynamic.dynamic import serialize_provider  # noqa: PLC0415
 
-    from pulumi_lora._component import unwrap_sorted_batch_setitems  # noqa: PLC0415
+    from pulumi_lora._adapter import unwrap_sorted_batch_setitems  # noqa: PLC0415
 
     provider = LoRAAdapterProvider()
     first = serialize_provider(provider)

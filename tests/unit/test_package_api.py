@@ -8,6 +8,7 @@ import sys
 import pulumi_lora
 
 INTENDED = {
+    "RESOURCE_TYPE",
     "TYPE_TOKEN",
     "AdapterNotLoaded",
     "ClusterError",
@@ -41,6 +42,8 @@ def test_the_provider_keeps_its_pickled_import_path() -> None:
     # Stacks' state references the provider by module and class name: renaming breaks them.
     assert pulumi_lora.LoRAAdapterProvider.__module__ == "pulumi_lora._provider"
     assert pulumi_lora.TYPE_TOKEN == "pulumi-lora:index:LoRAAdapter"
+    # Python stacks' resources are found and aliased by their type: renaming breaks them.
+    assert pulumi_lora.RESOURCE_TYPE == "pulumi-python:dynamic/lora:LoRAAdapter"
 
 
 def test_the_emulator_and_the_loop_do_not_import_the_pulumi_sdk() -> None:

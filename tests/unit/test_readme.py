@@ -12,6 +12,8 @@ from typing import Any
 
 import pulumi
 
+from pulumi_lora import RESOURCE_TYPE
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
@@ -57,7 +59,7 @@ def test_every_python_block_runs() -> pulumi.Output[None]:
         # The quickstart declares one adapter; the platform stack three, its InferenceService
         # and the re-sync loop.
         assert len(python) == 2
-        assert recorder.types.count("pulumi-lora:index:LoRAAdapter") == 4
+        assert recorder.types.count(RESOURCE_TYPE) == 4
         assert "kubernetes:inference.llmkube.dev/v1alpha1:InferenceService" in recorder.types
         assert "pulumi-lora:index:ResyncDeployment" in recorder.types
 

@@ -26,8 +26,8 @@ import httpx
 import yaml
 from pulumi import automation as auto
 
+from pulumi_lora._adapter import DYNAMIC_TYPE, RESOURCE_TYPE, LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._cluster import apiserver_errors, list_adapters
-from pulumi_lora._component import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._errors import ClusterError
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.chaos._invariants import (
@@ -553,7 +553,7 @@ def _state_entries(deployment: Mapping[str, Any]) -> dict[str, StateEntry]:
     """Adapter name → its dynamic resource's outputs in an exported Pulumi deployment."""
     entries = {}
     for resource in deployment.get("resources") or ():
-        if resource.get("type") != "pulumi-python:dynamic:Resource":
+        if resource.get("type") not in (RESOURCE_TYPE, DYNAMIC_TYPE):
             continue
         outs = resource.get("outputs") or {}
         pods = {
