@@ -49,7 +49,7 @@ import pulumi
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora._component import unwrap_sorted_batch_setitems
+from pulumi_lora._adapter import unwrap_sorted_batch_setitems
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.engine_probe import ProbeFile
 from pulumi_lora.testing.testbed import Testbed

@@ -255,6 +255,11 @@ LOOKS: SharedViews[LookKey, TargetLook] = SharedViews(
 )
 
 
+def target_generation(args: AdapterArgs, config: ProviderConfig) -> int:
+    """How many times this process loaded or unloaded on ``args``' target (``LOOKS``' count)."""
+    return LOOKS.generation(Session(args, config).scope)
+
+
 @dataclass(frozen=True)
 class CrListing:
     """Every LoRAAdapter CR of a cluster, as listed from ``started`` (``time.monotonic``) on."""
@@ -1037,5 +1042,6 @@ __all__ = [
     "create",
     "delete",
     "observe",
+    "target_generation",
     "update",
 ]

@@ -20,9 +20,10 @@ Facts that decide correctness here (see docs/design.md):
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pulumi.dynamic import (
@@ -121,7 +122,7 @@ class LoRAAdapterProvider(ResourceProvider):
         replaces = [k for k in REPLACE_KEYS if _changed(before.get(k), after.get(k))]
         updates = [k for k in UPDATE_KEYS if _changed(before.get(k), after.get(k))]
         drift = live_drift(olds, news)
-        if not (replaces or updates or drift or RECENT_READS.vouches_for(_id, olds)):
+        if not (replaces or updates or drift or self._read_vouches(_id, olds, news)):
             drift = self._observed_drift(news)
         return DiffResult(
             changes=bool(replaces or updates or drift),
@@ -151,10 +152,16 @@ class LoRAAdapterProvider(ResourceProvider):
         state = ops.create(args, self._config)
         return CreateResult(id_=f"{args.namespace}/{args.cr_name}", outs=outputs(args, state))
 
+    def _read_vouches(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> bool:
+        """Whether this process's read of ``id_`` is as good as a look now (``RecentReads``)."""
+        generation = ops.target_generation(_args(news), self._config)
+        return RECENT_READS.vouches_for(id_, olds, generation)
+
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         """Refresh: the CR's live spec and every Ready pod's truth; gone when the CR is."""
         args = _args(props)
         started = time.monotonic()
+        generation = ops.target_generation(args, self._config)
         state = ops.observe(args, self._config, ops.LOOKS)
         if state is None:
             return ReadResult(id_="", outs={})
@@ -165,7 +172,7 @@ class LoRAAdapterProvider(ResourceProvider):
             }
         )
         outs = outputs(live, state)
-        RECENT_READS.record(id_, outs, started)
+        RECENT_READS.record(id_, outs, started, generation)
         return ReadResult(id_=id_, outs=outs, inputs=_inputs(outs))
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
@@ -178,30 +185,50 @@ class LoRAAdapterProvider(ResourceProvider):
         ops.delete(_args(props), self._config)
 
 
+def serves_one_command() -> bool:
+    """Whether this process is the engine's dynamic-provider process (``python -m
+    pulumi.dynamic``), which the engine starts for one command and stops after it."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == "pulumi.dynamic.__main__"
+
+
 class RecentReads:
     """The outputs this process's ``read`` returned lately, by resource id (thread-safe).
 
     The engine follows a refresh's read with a diff of the same resource, in the same provider
-    process; when the diff's old outputs are exactly what that read returned, and the read
-    started less than ``max_age`` ago, the read is as good as a look at the cluster now (the
-    rule of ``ops.LOOKS``) and the diff need not look again.
+    process; when the diff's old outputs are exactly what that read returned, the read is as
+    good as a look at the cluster now, and the diff need not look again, if
+
+    * this process has not loaded or unloaded on the adapter's target since the read started
+      (the target's ``ops.LOOKS`` generation is the same: an adapter loaded since may have
+      evicted this one), and
+    * the read started less than ``max_age`` ago (the rule of ``ops.LOOKS``), or this process
+      serves one engine command (``whole_command``). A ``preview --refresh`` of 300 adapters
+      reads them all first and diffs them seconds later; the read was taken in this command,
+      which is all that a refresh promises.
     """
 
-    def __init__(self, max_age: float) -> None:
+    def __init__(
+        self, max_age: float, whole_command: Callable[[], bool] = serves_one_command
+    ) -> None:
         self.max_age = max_age
+        self._whole_command = whole_command
         self._lock = threading.Lock()
-        self._reads: dict[str, tuple[float, str]] = {}
+        self._reads: dict[str, tuple[float, int, str]] = {}
 
-    def record(self, id_: str, outs: Mapping[str, Any], started: float) -> None:
-        """A ``read`` of ``id_``, started at ``started`` (``time.monotonic``), returned ``outs``."""
+    def record(self, id_: str, outs: Mapping[str, Any], started: float, generation: int) -> None:
+        """A ``read`` of ``id_`` started at ``started`` (``time.monotonic``), when its target's
+        generation was ``generation``, and returned ``outs``."""
         with self._lock:
-            self._reads[id_] = (started, _fingerprint(outs))
+            self._reads[id_] = (started, generation, _fingerprint(outs))
 
-    def vouches_for(self, id_: str, olds: Mapping[str, Any]) -> bool:
-        """Whether a young enough read of ``id_`` returned exactly ``olds``."""
+    def vouches_for(self, id_: str, olds: Mapping[str, Any], generation: int) -> bool:
+        """Whether a read of ``id_`` returned exactly ``olds``, young enough and with no own
+        write to its target since (its generation is still ``generation``)."""
         with self._lock:
-            started, seen = self._reads.get(id_, (-float("inf"), ""))
-        return time.monotonic() - started < self.max_age and seen == _fingerprint(olds)
+            started, seen_generation, seen = self._reads.get(id_, (-float("inf"), -1, ""))
+        young = time.monotonic() - started < self.max_age or self._whole_command()
+        return young and seen_generation == generation and seen == _fingerprint(olds)
 
 
 RECENT_READS = RecentReads(ops.LOOK_MAX_AGE_SECONDS)

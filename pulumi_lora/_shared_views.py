@@ -100,6 +100,11 @@ class SharedViews(Generic[K, V]):
         mine.set_result(value)
         return value
 
+    def generation(self, scope: Hashable) -> int:
+        """How many times ``scope`` was invalidated: unchanged means no own write since."""
+        with self._lock:
+            return self._generations.get(scope, 0)
+
     def invalidate(self, scope: Hashable) -> None:
         """Retire every look of ``scope``, stored or being taken (this process just wrote)."""
         with self._lock:

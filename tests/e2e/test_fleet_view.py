@@ -58,6 +58,12 @@ def test_a_fleet_refresh_shares_its_look_and_drift_is_still_seen(
     for verb, resource in (("list", "pods"), ("get", "inferenceservices")):
         assert 1 <= audit.count(verb, resource) <= min(looks_allowed, ADAPTERS - 1)
 
+    # preview --refresh: each diff trusts the refresh's read of its adapter, made in the same
+    # command by the same provider process (no own load since): one CR read per adapter.
+    audit = AuditCounter(testbed.audit_log_path, namespace)
+    assert drift_report(stack) is None
+    assert audit.count("get", "loraadapters") == ADAPTERS
+
     # Drift made just before a command is seen by it: an unload on one pod, a restart of another.
     first, second = isvc.ready_pods()[:2]
     emulator_post(first.url, "/unload_lora_adapter", {"lora_name": "fleet-3"})

@@ -1,8 +1,12 @@
-"""A diff right after this process read the same resource trusts that read (bounded age)."""
+"""A diff after this process read the same resource trusts that read: young enough (or in the
+engine's one-command process), and with no own load or unload on the target since."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import sys
 import time
+import types
 from typing import Any
 
 import pytest
@@ -10,7 +14,7 @@ import pytest
 from pulumi_lora import _operations as ops
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora._operations import AdapterState, PodReport
-from pulumi_lora._provider import LoRAAdapterProvider, RecentReads, outputs
+from pulumi_lora._provider import LoRAAdapterProvider, RecentReads, outputs, serves_one_command
 
 GOOD = {
     "adapter_name": "sql-lora",
@@ -31,25 +35,52 @@ def outs() -> dict[str, Any]:
     return outputs(AdapterArgs.model_validate(GOOD), state)
 
 
+def reads(*, whole_command: bool = False) -> RecentReads:
+    return RecentReads(2.0, whole_command=lambda: whole_command)
+
+
 class TestRecentReads:
     def test_a_young_read_with_the_same_outputs_vouches(self) -> None:
-        reads = RecentReads(2.0)
-        reads.record("models/sql-lora", outs(), time.monotonic())
-        assert reads.vouches_for("models/sql-lora", outs())
+        recent = reads()
+        recent.record("models/sql-lora", outs(), time.monotonic(), 0)
+        assert recent.vouches_for("models/sql-lora", outs(), 0)
 
     def test_integers_handed_back_as_floats_still_match(self) -> None:
-        reads = RecentReads(2.0)
-        reads.record("id", outs(), time.monotonic())
-        assert reads.vouches_for("id", {**outs(), "generation": 1.0, "__provider": "pickled"})
+        recent = reads()
+        recent.record("id", outs(), time.monotonic(), 0)
+        assert recent.vouches_for("id", {**outs(), "generation": 1.0, "__provider": "pickled"}, 0)
 
     def test_other_outputs_an_old_read_or_another_id_do_not(self) -> None:
-        reads = RecentReads(2.0)
+        recent = reads()
         now = time.monotonic()
-        reads.record("id", outs(), now)
-        reads.record("old", outs(), now - 2.0)
-        assert not reads.vouches_for("id", {**outs(), "pods": []})
-        assert not reads.vouches_for("old", outs())
-        assert not reads.vouches_for("never-read", outs())
+        recent.record("id", outs(), now, 0)
+        recent.record("old", outs(), now - 2.0, 0)
+        assert not recent.vouches_for("id", {**outs(), "pods": []}, 0)
+        assert not recent.vouches_for("old", outs(), 0)
+        assert not recent.vouches_for("never-read", outs(), 0)
+
+    def test_in_the_engines_process_an_old_read_vouches_for_the_whole_command(self) -> None:
+        recent = reads(whole_command=True)
+        recent.record("old", outs(), time.monotonic() - 600, 3)
+        assert recent.vouches_for("old", outs(), 3)
+        assert not recent.vouches_for("old", {**outs(), "pods": []}, 3)
+
+    def test_an_own_load_or_unload_on_the_target_since_the_read_revokes_it(self) -> None:
+        for whole_command in (False, True):
+            recent = reads(whole_command=whole_command)
+            recent.record("id", outs(), time.monotonic(), 3)
+            assert not recent.vouches_for("id", outs(), 4)
+
+    def test_only_the_engines_dynamic_provider_process_serves_one_command(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """``python -m pulumi.dynamic`` runs the module below as ``__main__`` (on the real
+        engine: tests/e2e/test_fleet_view.py counts one CR read per adapter)."""
+        assert not serves_one_command()  # pytest's own __main__
+        engine_main = types.ModuleType("__main__")
+        engine_main.__spec__ = importlib.machinery.ModuleSpec("pulumi.dynamic.__main__", None)
+        monkeypatch.setitem(sys.modules, "__main__", engine_main)
+        assert serves_one_command()
 
 
 class TestDiffAfterRead:
@@ -85,3 +116,14 @@ class TestDiffAfterRead:
         provider = LoRAAdapterProvider()
         assert not provider.diff("models/sql-unread", outs(), dict(GOOD)).changes
         assert len(looks) == 1
+
+    def test_a_diff_after_this_process_loaded_on_the_target_looks_again(
+        self, looks: list[AdapterArgs]
+    ) -> None:
+        provider = LoRAAdapterProvider()
+        read = provider.read("models/sql-evictable", {**GOOD})
+        args = AdapterArgs.model_validate(GOOD)
+        # Another adapter's load on the same target, in this process (it may have evicted ours).
+        ops.LOOKS.invalidate(ops.Session(args, ops.ProviderConfig()).scope)
+        assert not provider.diff("models/sql-evictable", read.outs or {}, dict(GOOD)).changes
+        assert len(looks) == 2
