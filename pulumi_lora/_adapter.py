@@ -1,7 +1,7 @@
 """``LoRAAdapter``: one LLMKube LoRAAdapter CR as one Pulumi resource, for Python programs.
 
 It is a dynamic resource (``LoRAAdapterProvider`` does the work) with its own type,
-``pulumi-python:dynamic/lora:LoRAAdapter``. Up to 0.x it was a component wrapping a dynamic
+``pulumi-python:dynamic/lora:LoRAAdapter``. It used to be a component wrapping a dynamic
 child; a component costs the engine two more steps and a second copy of the outputs in every
 checkpoint of the state, which made an ``up`` of 300 adapters take twice as long (see
 docs/performance.md). Stacks made by the component move to this resource with no load, no
@@ -24,8 +24,8 @@ from pulumi.dynamic import Resource
 from pulumi_lora._provider import INPUT_KEYS, OUTPUT_KEYS, LoRAAdapterProvider
 
 TYPE_TOKEN = "pulumi-lora:index:LoRAAdapter"  # noqa: S105 - a type token, not a password
-"""The component's type token (other languages, and Python stacks made before 1.0); fixed,
-since renaming it would break existing stacks."""
+"""The component's type token (other languages, and Python stacks made while ``LoRAAdapter``
+was a component); fixed, since renaming it would break existing stacks."""
 RESOURCE_TYPE = "pulumi-python:dynamic/lora:LoRAAdapter"
 """The type of a Python program's ``LoRAAdapter`` (a dynamic resource with its own type)."""
 DYNAMIC_TYPE = "pulumi-python:dynamic:Resource"
@@ -127,7 +127,29 @@ def unwrap_sorted_batch_setitems() -> None:
         pickler._batch_setitems = method
 
 
-class LoRAAdapter(LoRAAdapterResource, module="lora", name="LoRAAdapter"):
+class AdapterOutputs:
+    """The outputs both shapes of ``LoRAAdapter`` expose, as annotations only.
+
+    The component-provider host reads them through the component's base classes to build the
+    schema. The Pulumi SDK reads a custom resource's own annotations only (and would convert the
+    outputs to them: it cannot make a TypedDict), so on ``LoRAAdapter`` they serve type
+    checkers alone.
+    """
+
+    adapter_name: pulumi.Output[str]
+    path: pulumi.Output[str]
+    namespace: pulumi.Output[str]
+    cr_name: pulumi.Output[str]
+    loaded: pulumi.Output[bool]
+    available: pulumi.Output[bool]
+    ready: pulumi.Output[bool]
+    conditions: pulumi.Output[list[ConditionInfo]]
+    pods: pulumi.Output[list[PodStatus]]
+    loaded_path: pulumi.Output[Optional[str]]
+    last_loaded_at: pulumi.Output[Optional[str]]
+
+
+class LoRAAdapter(LoRAAdapterResource, AdapterOutputs, module="lora", name="LoRAAdapter"):
     """One LLMKube LoRAAdapter CR, its adapter loaded on every Ready pod of the target.
 
     Outputs: every input, as the provider checked it, and what the cluster reports
@@ -135,20 +157,9 @@ class LoRAAdapter(LoRAAdapterResource, module="lora", name="LoRAAdapter"):
     """
 
     if TYPE_CHECKING:  # for type checkers only: the SDK would convert outputs to annotated types
-        adapter_name: pulumi.Output[str]
-        path: pulumi.Output[str]
         inference_service: pulumi.Output[str]
-        namespace: pulumi.Output[str]
-        cr_name: pulumi.Output[str]
         cr_uid: pulumi.Output[str]
         generation: pulumi.Output[int]
-        loaded: pulumi.Output[bool]
-        available: pulumi.Output[bool]
-        ready: pulumi.Output[bool]
-        conditions: pulumi.Output[list[ConditionInfo]]
-        pods: pulumi.Output[list[PodStatus]]
-        loaded_path: pulumi.Output[Optional[str]]
-        last_loaded_at: pulumi.Output[Optional[str]]
 
     def __init__(
         self, name: str, args: LoRAAdapterArgs, opts: Optional[pulumi.ResourceOptions] = None

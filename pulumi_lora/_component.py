@@ -3,53 +3,25 @@
 Pulumi's component-provider host infers a schema from a ``ComponentResource`` class (its name
 is the type's last part, its annotations the outputs) and runs it in the plugin's process; it
 cannot serve a custom resource. So other languages get a component with one dynamic child, the
-shape Python stacks had before 1.0. Python programs use ``pulumi_lora.LoRAAdapter`` (``_adapter``),
-one resource. No ``from __future__ import annotations``: the host reads these at run time.
+shape Python stacks had before ``LoRAAdapter`` became one resource; Python programs use
+``pulumi_lora.LoRAAdapter`` (``_adapter``). No ``from __future__ import annotations``: the host
+reads these at run time.
 """
 
+import inspect
 from typing import Optional
 
 import pulumi
 
-from pulumi_lora._adapter import (
-    TYPE_TOKEN,
-    ConditionInfo,
-    LoRAAdapterArgs,
-    LoRAAdapterResource,
-    PodStatus,
-)
+from pulumi_lora._adapter import TYPE_TOKEN, AdapterOutputs, LoRAAdapterArgs, LoRAAdapterResource
 from pulumi_lora._provider import INPUT_KEYS
 
-COMPONENT_OUTPUTS = (
-    "adapter_name",
-    "path",
-    "namespace",
-    "cr_name",
-    "loaded",
-    "available",
-    "ready",
-    "conditions",
-    "pods",
-    "loaded_path",
-    "last_loaded_at",
-)
-"""The dynamic child's outputs the component re-exposes (its class annotations below)."""
+COMPONENT_OUTPUTS = tuple(inspect.get_annotations(AdapterOutputs))
+"""The dynamic child's outputs the component re-exposes (``AdapterOutputs``' annotations)."""
 
 
-class LoRAAdapter(pulumi.ComponentResource):
+class LoRAAdapter(pulumi.ComponentResource, AdapterOutputs):
     """One LLMKube LoRAAdapter CR, its adapter loaded on every Ready pod of the target."""
-
-    adapter_name: pulumi.Output[str]
-    path: pulumi.Output[str]
-    namespace: pulumi.Output[str]
-    cr_name: pulumi.Output[str]
-    loaded: pulumi.Output[bool]
-    available: pulumi.Output[bool]
-    ready: pulumi.Output[bool]
-    conditions: pulumi.Output[list[ConditionInfo]]
-    pods: pulumi.Output[list[PodStatus]]
-    loaded_path: pulumi.Output[Optional[str]]
-    last_loaded_at: pulumi.Output[Optional[str]]
 
     def __init__(
         self, name: str, args: LoRAAdapterArgs, opts: Optional[pulumi.ResourceOptions] = None
