@@ -2,11 +2,13 @@
 
 On the real engine and apiserver: the first ``up`` of the new program keeps every adapter's
 state (no load, no CR write, no replacement) and drops only the empty components, for an
-adapter at the top of the stack and one inside a user's own component.
+adapter at the top of the stack and one inside a user's own component; a user's resource
+under an adapter keeps its state with the alias the README gives.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -17,6 +19,7 @@ from pulumi_lora._adapter import DYNAMIC_TYPE
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora._component import LoRAAdapter as LoRAAdapterComponent
 from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.engine_probe import ProbeFile
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import AuditCounter, drift_report, served
 
@@ -36,15 +39,20 @@ def cr_uid(testbed: Testbed, namespace: str, name: str) -> str | None:
 
 
 def test_a_component_stack_moves_to_one_resource_without_touching_the_cluster(
-    engine: LocalEngine, testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
+    engine: LocalEngine,
+    testbed: Testbed,
+    namespace: str,
+    isvc: InferenceServiceHandle,
+    tmp_path: Path,
 ) -> None:
     paths = {name: testbed.make_adapter(f"moved-{name}") for name in ("top", "nested")}
     shape: dict[str, type[Any]] = {"adapter": LoRAAdapterComponent}  # what the program declares
 
     def program() -> None:
         team = pulumi.ComponentResource("acme:index:Team", "team")
+        adapters = {}
         for name, parent in (("top", None), ("nested", team)):
-            adapter = shape["adapter"](
+            adapters[name] = adapter = shape["adapter"](
                 "sql",  # the same name under two parents: the aliases must tell them apart
                 LoRAAdapterArgs(
                     adapter_name=f"moved-{name}",
@@ -55,20 +63,33 @@ def test_a_component_stack_moves_to_one_resource_without_touching_the_cluster(
                 pulumi.ResourceOptions(parent=parent),
             )
             pulumi.export(f"{name}_loaded_at", adapter.last_loaded_at)
+        # A resource of the user's under the top adapter keeps its state through the alias the
+        # README gives (a no-op while the adapter is still the component).
+        top, was = adapters["top"], pulumi.create_urn("sql", TYPE_TOKEN)
+        ProbeFile(
+            "note",
+            path=str(tmp_path / "note"),
+            content="x",
+            opts=pulumi.ResourceOptions(parent=top, aliases=[pulumi.Alias(parent=was)]),
+        )
 
     stack = engine.inline_stack("lora-moved", "moved", program)
     stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
     first = stack.up()
-    assert types_in(stack) == sorted(["acme:index:Team", *[TYPE_TOKEN, DYNAMIC_TYPE] * 2])
+    assert types_in(stack) == sorted(
+        ["acme:index:Team", *[TYPE_TOKEN, DYNAMIC_TYPE] * 2, DYNAMIC_TYPE]  # the last: the note
+    )
     uids = {name: cr_uid(testbed, namespace, f"moved-{name}") for name in paths}
     assert all(uids.values())
 
     shape["adapter"] = LoRAAdapter
     audit = AuditCounter(testbed.audit_log_path, namespace)
     moved = stack.up()
-    # The stack, the team and the two adapters are the same; only the components go.
-    assert moved.summary.resource_changes == {"same": 4, "delete": 2}
-    assert types_in(stack) == sorted(["acme:index:Team", RESOURCE_TYPE, RESOURCE_TYPE])
+    # The stack, the team, the two adapters and the note are the same; only the components go.
+    assert moved.summary.resource_changes == {"same": 5, "delete": 2}
+    assert types_in(stack) == sorted(
+        ["acme:index:Team", RESOURCE_TYPE, RESOURCE_TYPE, DYNAMIC_TYPE]
+    )
     assert all(audit.count(verb, "loraadapters") == 0 for verb in WRITES)
     for name in paths:  # not loaded again, the same CR
         key = f"{name}_loaded_at"
