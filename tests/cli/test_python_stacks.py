@@ -253,7 +253,8 @@ def test_fresh_project_installs_and_runs_without_downloading(
 ) -> None:
     """`pulumi install` and `pulumi up` in a fresh project, plugin acquisition on: pulumi-lora
     declares it has no plugin (``pulumi_lora/pulumi-plugin.json``), so nothing is looked up or
-    downloaded for it (without the file the Python host asks for a plugin ``lora`` v0.1.0). The
+    downloaded for it (without the file the Python host asks for a plugin ``lora`` at this
+    package's version). The
     venv also holds the kubernetes extra, whose plugin is the provisioned one in the plugin
     cache (as ``pulumi plugin install --file`` puts it): nothing is downloaded for it either."""
     installed = user_venv.path.glob("lib/python*/site-packages/pulumi_lora/pulumi-plugin.json")
@@ -265,7 +266,7 @@ def test_fresh_project_installs_and_runs_without_downloading(
     assert runner.outputs() == {"version": __version__}
     for done in (install, up):
         text = (done.stdout + done.stderr).lower()
-        for needle in ("plugin", "pulumi-resource-lora", "lora-0.1.0:"):
+        for needle in ("plugin", "pulumi-resource-lora", f"lora-{__version__}:"):
             assert needle not in text, text
     plugins = engine.home / "pulumi-home" / "plugins"
     assert sorted(p.name for p in plugins.iterdir()) == engine.plugins  # none added
