@@ -15,8 +15,8 @@ words, so they survive the camelCase mapping unchanged.
 """
 
 import pickle
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NotRequired, Optional, TypedDict
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, Optional, TypedDict, Union, Unpack, overload
 
 import pulumi
 from pulumi.dynamic import Resource
@@ -32,8 +32,12 @@ DYNAMIC_TYPE = "pulumi-python:dynamic:Resource"
 """The type of the component's dynamic child (``LoRAAdapterResource``)."""
 
 
-class LoRAAdapterArgs(TypedDict):
-    """The declaration of one adapter on one InferenceService."""
+class AdapterInputs(TypedDict):
+    """The declaration of one adapter on one InferenceService: every argument, typed.
+
+    The one list of ``LoRAAdapter``'s arguments: ``LoRAAdapterArgs`` and the keyword form take
+    these keys, and the component served to other languages reads its schema from them.
+    """
 
     adapter_name: pulumi.Input[str]
     """``spec.name``: the SGLang handle quoted in requests (1-63 chars of ``[A-Za-z0-9._-]``)."""
@@ -63,6 +67,43 @@ class LoRAAdapterArgs(TypedDict):
     """kubeconfig context for this resource (several clusters in one stack)."""
     kubeconfig_path: NotRequired[pulumi.Input[str]]
     """kubeconfig file for this resource (a path: the content never enters state)."""
+
+
+REQUIRED_INPUTS = tuple(sorted(AdapterInputs.__required_keys__, key=INPUT_KEYS.index))
+"""The arguments every adapter must give (``AdapterInputs``' required keys)."""
+
+
+def checked_inputs(inputs: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """``inputs`` as a plain dict, or a ``TypeError`` naming what is unknown or missing.
+
+    A TypedDict checks nothing at run time: without this, a typo such as ``namespce=`` was
+    dropped without a word and the CR landed in ``default``.
+    """
+    unknown = sorted(set(inputs) - set(INPUT_KEYS))
+    if unknown:
+        raise TypeError(
+            f"{owner} got unknown argument(s) {', '.join(map(repr, unknown))}; "
+            f"valid arguments: {', '.join(INPUT_KEYS)}"
+        )
+    missing = [k for k in REQUIRED_INPUTS if k not in inputs]
+    if missing:
+        raise TypeError(
+            f"{owner} is missing required argument(s) {', '.join(map(repr, missing))}; "
+            f"required: {', '.join(REQUIRED_INPUTS)}"
+        )
+    return dict(inputs)
+
+
+class LoRAAdapterArgs(dict[str, Any]):
+    """The arguments of one ``LoRAAdapter``, as keywords (the keys of ``AdapterInputs``).
+
+    ``LoRAAdapterArgs(adapter_name=..., path=..., inference_service=..., namespace=...)`` is a
+    dict of exactly the arguments given; an unknown or a missing required one is a
+    ``TypeError`` that lists the valid ones.
+    """
+
+    def __init__(self, **kwargs: Unpack[AdapterInputs]) -> None:
+        super().__init__(checked_inputs(kwargs, "LoRAAdapterArgs"))
 
 
 class ConditionInfo(TypedDict):
@@ -161,15 +202,65 @@ class LoRAAdapter(LoRAAdapterResource, AdapterOutputs, module="lora", name="LoRA
         cr_uid: pulumi.Output[str]
         generation: pulumi.Output[int]
 
+    @overload
     def __init__(
-        self, name: str, args: LoRAAdapterArgs, opts: Optional[pulumi.ResourceOptions] = None
-    ) -> None:
+        self,
+        name: str,
+        args: Union[LoRAAdapterArgs, AdapterInputs],
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        name: str,
+        opts: Optional[pulumi.ResourceOptions] = None,
+        **kwargs: Unpack[AdapterInputs],
+    ) -> None: ...
+
+    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """``LoRAAdapter(name, args, opts)`` or ``LoRAAdapter(name, opts, adapter_name=..., ...)``.
+
+        As in Pulumi's own SDKs: an args object (``LoRAAdapterArgs``, or a dict of its keys) or
+        the arguments as keywords, not both; ``opts`` positional or by keyword in either form.
+        """
+        inputs, opts = resource_args_opts(args, kwargs)
         moved = pulumi.ResourceOptions(aliases=[component_child_alias(name, opts)])
         super().__init__(
             name,
-            {k: args.get(k) for k in INPUT_KEYS},
+            {k: inputs.get(k) for k in INPUT_KEYS},
             pulumi.ResourceOptions.merge(opts, moved),
         )
+
+
+def resource_args_opts(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[dict[str, Any], Optional[pulumi.ResourceOptions]]:
+    """Split ``LoRAAdapter``'s arguments after its name into (checked inputs, options)."""
+    rest, given = list(args), dict(kwargs)
+    inputs: Any = None
+    if rest and not isinstance(rest[0], pulumi.ResourceOptions | None):
+        inputs = rest.pop(0)
+    elif "args" in given:
+        inputs = given.pop("args")
+    opts = rest.pop(0) if rest else given.pop("opts", None)
+    if rest:
+        raise TypeError(
+            f"LoRAAdapter takes a name, an args object and options; got {len(args) + 1} "
+            "positional arguments"
+        )
+    if opts is not None and not isinstance(opts, pulumi.ResourceOptions):
+        raise TypeError(f"LoRAAdapter's opts must be pulumi.ResourceOptions, not {type(opts)}")
+    if inputs is None:
+        return checked_inputs(given, "LoRAAdapter"), opts
+    if given:
+        raise TypeError(
+            "LoRAAdapter takes an args object or keyword arguments, not both; got args and "
+            f"{', '.join(f'{k}=' for k in given)}"
+        )
+    if not isinstance(inputs, Mapping):
+        raise TypeError(f"LoRAAdapter's args must be a LoRAAdapterArgs, not {type(inputs)}")
+    return checked_inputs(inputs, "LoRAAdapter"), opts
 
 
 def component_child_alias(name: str, opts: Optional[pulumi.ResourceOptions]) -> pulumi.Alias:

@@ -13,7 +13,7 @@ from typing import Optional
 
 import pulumi
 
-from pulumi_lora._adapter import TYPE_TOKEN, AdapterOutputs, LoRAAdapterArgs, LoRAAdapterResource
+from pulumi_lora._adapter import TYPE_TOKEN, AdapterInputs, AdapterOutputs, LoRAAdapterResource
 from pulumi_lora._provider import INPUT_KEYS
 
 COMPONENT_OUTPUTS = tuple(inspect.get_annotations(AdapterOutputs))
@@ -24,7 +24,7 @@ class LoRAAdapter(pulumi.ComponentResource, AdapterOutputs):
     """One LLMKube LoRAAdapter CR, its adapter loaded on every Ready pod of the target."""
 
     def __init__(
-        self, name: str, args: LoRAAdapterArgs, opts: Optional[pulumi.ResourceOptions] = None
+        self, name: str, args: AdapterInputs, opts: Optional[pulumi.ResourceOptions] = None
     ) -> None:
         super().__init__(TYPE_TOKEN, name, {}, opts)
         props = {k: args.get(k) for k in INPUT_KEYS}

@@ -29,6 +29,25 @@ PLURAL = "loraadapters"
 ISVC_KIND = "InferenceService"
 ISVC_PLURAL = "inferenceservices"
 
+#: LLMKube's own LoRA controller (it runs in every LLMKube install; docs/protocol.md) marks
+#: every LoRAAdapter it acts on with this finalizer.
+LLMKUBE_FINALIZER = "loraadapter.inference.llmkube.dev/finalizer"
+#: The user LLMKube's controller manager acts as with LLMKube's kustomize and Helm defaults
+#: (ServiceAccount ``llmkube-controller-manager`` in ``llmkube-system``).
+LLMKUBE_CONTROLLER_USER = "system:serviceaccount:llmkube-system:llmkube-controller-manager"
+#: Condition reasons only LLMKube's LoRA controller writes (pulumi-lora never uses them; both
+#: write ``LoadUnsuccessful``, so it tells nothing).
+LLMKUBE_REASONS = frozenset(
+    {
+        "AlreadyLoaded",
+        "FinalizerAdded",
+        "InvalidPort",
+        "ReconcileSuccess",
+        "ReconcilerError",
+        "UnloadUnsuccessful",
+    }
+)
+
 #: The SGLang handle: the CRD's pattern and length.
 ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 #: Condition reasons: the CRD's pattern (metav1.Condition).

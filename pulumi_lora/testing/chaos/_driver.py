@@ -258,7 +258,7 @@ class _Run:
 
         def program() -> None:
             for name, args in declared.items():
-                LoRAAdapter(name, LoRAAdapterArgs(**args))  # type: ignore[typeddict-item]
+                LoRAAdapter(name, LoRAAdapterArgs(**args))
 
         engine = LocalEngine(self.workdir / "engine")
         stack = engine.inline_stack("lora-chaos", "chaos", program)

@@ -28,6 +28,12 @@ from pulumi_lora.testing.testbed._binaries import (
 )
 from pulumi_lora.testing.testbed._certs import CertificateError, StaticToken, new_token
 from pulumi_lora.testing.testbed._crds import CrdNotEstablishedError
+from pulumi_lora.testing.testbed._llmkube import (
+    LLMKUBE_CONTROLLER_USER,
+    LLMKubeLoRAController,
+    LLMKubeStats,
+    SentRequest,
+)
 from pulumi_lora.testing.testbed._netns import (
     BENCH_NETWORK,
     NETNS_PREFIX,
@@ -71,6 +77,7 @@ __all__ = [
     "CONTAINER_NAME",
     "CONTROLLER_USER",
     "DEFAULT_EXTRA_ARGS",
+    "LLMKUBE_CONTROLLER_USER",
     "NETNS_PORT",
     "NETNS_PREFIX",
     "NODE_NAME",
@@ -81,11 +88,14 @@ __all__ = [
     "CertificateError",
     "CrdNotEstablishedError",
     "InferenceServiceHandle",
+    "LLMKubeLoRAController",
+    "LLMKubeStats",
     "NetnsError",
     "Network",
     "PodInfo",
     "PodNotFoundError",
     "ProcessStartError",
+    "SentRequest",
     "StaticToken",
     "Testbed",
     "TestbedError",

@@ -26,6 +26,7 @@ from pulumi_lora.testing.testbed._kubelet import KubeletContext, PodRuntime, del
 from pulumi_lora.testing.testbed._process import free_port
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
 from pulumi_lora.testing.testbed._workloads import (
+    ANNOTATION_DECLARED_PORT,
     ANNOTATION_NETWORK,
     HASH_LABEL,
     NODE_NAME,
@@ -37,9 +38,11 @@ from pulumi_lora.testing.testbed._workloads import (
     pod_for_replicaset,
     pod_ready,
     render_deployment,
+    render_service,
     replicaset_for,
     replicaset_status,
     rollout_scale,
+    service_is_current,
     template_hash,
 )
 
@@ -67,14 +70,16 @@ def _terminating(obj: dict[str, Any]) -> bool:
 
 
 class Caches:
-    """The four informers the controllers read: InferenceServices, Deployments, RSs, Pods."""
+    """The informers the controllers read: InferenceServices, Deployments, ReplicaSets, Pods and
+    Services."""
 
     def __init__(self, rest: KubeRest, on_change: Callable[[], None]) -> None:
         self.isvcs = Informer(rest, ISVC_COLLECTION, on_change)
         self.deployments = Informer(rest, "/apis/apps/v1/deployments", on_change)
         self.replicasets = Informer(rest, "/apis/apps/v1/replicasets", on_change)
         self.pods = Informer(rest, "/api/v1/pods", on_change)
-        self.all = (self.isvcs, self.deployments, self.replicasets, self.pods)
+        self.services = Informer(rest, "/api/v1/services", on_change)
+        self.all = (self.isvcs, self.deployments, self.replicasets, self.pods, self.services)
 
     def synced(self) -> bool:
         """Whether every informer has listed at least once."""
@@ -149,6 +154,7 @@ class ControllerManager:
             live = self._write(
                 self.caches.deployments, lambda: self.rest.put(f"{base}/{name}", body)
             )
+        self._serve(isvc)
         old = isvc.get("status", {}) or {}
         previous: dict[str, Any] = next(
             (c for c in old.get("conditions", []) if c.get("type") == "Available"), {}
@@ -163,6 +169,20 @@ class ControllerManager:
                 self.caches.isvcs,
                 lambda: self.rest.merge_patch(f"{path}/status", _status_patch(old, status)),
             )
+
+    def _serve(self, isvc: dict[str, Any]) -> None:
+        """The Service LLMKube's operator creates in front of the pods (``render_service``)."""
+        desired = render_service(isvc)
+        namespace, name = object_key(desired)
+        live = self.caches.services.get(namespace, name)
+        base = f"/api/v1/namespaces/{namespace}/services"
+        if live is None:
+            self._write(self.caches.services, lambda: self.rest.create(base, desired))
+        elif controller_uid(live) == isvc["metadata"]["uid"] and not service_is_current(
+            live, desired
+        ):
+            body = {**live, "spec": {**live["spec"], **desired["spec"]}}
+            self._write(self.caches.services, lambda: self.rest.put(f"{base}/{name}", body))
 
     # --- the Deployment controller ---------------------------------------------------------
 
@@ -311,6 +331,7 @@ class ControllerManager:
                 self._ports.add(chosen)
                 old = str(port["containerPort"])
                 port["containerPort"] = chosen
+                pod["metadata"].setdefault("annotations", {})[ANNOTATION_DECLARED_PORT] = old
                 args = [str(a) for a in container.get("args", []) or []]
                 for i, arg in enumerate(args[:-1]):
                     if arg == "--port" and args[i + 1] == old:
@@ -329,6 +350,7 @@ class ControllerManager:
             (self.caches.deployments, "apis/apps/v1/namespaces/{ns}/deployments"),
             (self.caches.replicasets, "apis/apps/v1/namespaces/{ns}/replicasets"),
             (self.caches.pods, "api/v1/namespaces/{ns}/pods"),
+            (self.caches.services, "api/v1/namespaces/{ns}/services"),
         ):
             for obj in informer.items():
                 ref = next(

@@ -163,8 +163,13 @@ def isvc_manifest(
     startup_delay: float,
     emulator_args: Sequence[str],
     probe_time_scale: float | None = None,
+    endpoint_port: int | None = None,
 ) -> dict[str, Any]:
-    """The InferenceService the testbed's helper creates, knobs as annotations (pure)."""
+    """The InferenceService the testbed's helper creates, knobs as annotations (pure).
+
+    ``endpoint_port`` sets ``spec.endpoint.port`` (LLMKube's Service port); without it LLMKube
+    fronts the pods with a Service on 8080, which the container (30000) does not serve.
+    """
     annotations: dict[str, str] = {ANNOTATION_NETWORK: network}
     if startup_delay > 0:
         annotations[ANNOTATION_STARTUP_DELAY] = str(startup_delay)
@@ -182,6 +187,7 @@ def isvc_manifest(
             "replicas": replicas,
             "containerPort": NETNS_PORT,
             "extraArgs": list(extra_args),
+            **({"endpoint": {"port": endpoint_port}} if endpoint_port else {}),
         },
     }
 
@@ -474,6 +480,7 @@ class PodPlayer:
         emulator_args: Sequence[str],
         model: str,
         probe_time_scale: float | None = None,
+        endpoint_port: int | None = None,
     ) -> InferenceServiceHandle:
         """Create the InferenceService; return once its pods exist and their processes started."""
         if network not in ("loopback", "netns"):
@@ -491,6 +498,7 @@ class PodPlayer:
             startup_delay=startup_delay,
             emulator_args=emulator_args,
             probe_time_scale=probe_time_scale,
+            endpoint_port=endpoint_port,
         )
         collection = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{INFERENCE_SERVICE_PLURAL}"
         self.caches.isvcs.note(self.user.create(collection, body))

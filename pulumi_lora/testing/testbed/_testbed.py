@@ -46,6 +46,13 @@ from pulumi_lora.testing.testbed._certs import (
 )
 from pulumi_lora.testing.testbed._collector import FinalizerCollector
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
+from pulumi_lora.testing.testbed._llmkube import (
+    LLMKubeLoRAController,
+    ServiceProxy,
+)
+from pulumi_lora.testing.testbed._llmkube import (
+    grant_identity as grant_llmkube_identity,
+)
 from pulumi_lora.testing.testbed._netns import (
     NetworkClaim,
     netns_unavailable_reason,
@@ -84,6 +91,7 @@ _CONTROLLER_RULES = [
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
     {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {
         "apiGroups": ["apps"],
@@ -139,6 +147,8 @@ class Testbed:
         keep_directory: bool = False,
         apiserver_args: Sequence[str] = (),
         default_network: Network = "loopback",
+        llmkube_lora_controller: bool = True,
+        llmkube_time_scale: float = 1.0,
     ) -> None:
         """Prepare a testbed (nothing starts before :meth:`start`).
 
@@ -149,6 +159,9 @@ class Testbed:
         ``apiserver_args`` are appended to the apiserver's flags (feature gates, ...).
         ``default_network`` is how pods of InferenceServices that carry no
         ``testbed.pulumi-lora.dev/network`` annotation are reached (created by kubectl, ...).
+        ``llmkube_lora_controller`` runs LLMKube's own LoRA controller, played from its source
+        (``_llmkube.py``), as every LLMKube install runs it; ``False`` leaves it out.
+        ``llmkube_time_scale`` shrinks its clocks (30 s requeues, 2 minute skip window).
         """
         self.id = secrets.token_hex(3)
         self._given_dir = directory
@@ -170,6 +183,10 @@ class Testbed:
         self._admin_token = new_token()
         self._controller_token = new_token()
         self._default_network: Network = default_network
+        self._llmkube_wanted = llmkube_lora_controller
+        self._llmkube_time_scale = llmkube_time_scale
+        self._llmkube: LLMKubeLoRAController | None = None
+        self._llmkube_rest: KubeRest | None = None
         self._controller_rest: KubeRest | None = None
         self._kubeconfig: Path | None = None
         self._audit_log: Path | None = None
@@ -273,7 +290,30 @@ class Testbed:
         self._player.start()
         self._collector = FinalizerCollector(self._controller_rest)
         self._collector.start()
+        if self._llmkube_wanted:
+            self._start_llmkube()
         _log.info("testbed %s ready at %s", self.id, self._apiserver.url)
+
+    def _start_llmkube(self) -> None:
+        """LLMKube's LoRA controller under its own ServiceAccount; kube-proxy as the controllers."""
+        token = grant_llmkube_identity(self._require_rest())
+        context = self._require_apiserver().ssl_context()
+        self._llmkube_rest = KubeRest(self._require_apiserver().url, token, context)
+        proxy = ServiceProxy(self._require_controller_rest())
+        self._llmkube = LLMKubeLoRAController(
+            self._llmkube_rest, proxy, time_scale=self._llmkube_time_scale
+        )
+        self._llmkube.start()
+
+    @property
+    def llmkube(self) -> LLMKubeLoRAController | None:
+        """LLMKube's played LoRA controller (None when left out or stopped)."""
+        return self._llmkube
+
+    def _require_controller_rest(self) -> KubeRest:
+        if self._controller_rest is None:
+            raise TestbedError("the testbed is not started")
+        return self._controller_rest
 
     def _grant_controllers(self) -> None:
         """The ClusterRole and binding that let :data:`CONTROLLER_USER` play the controllers."""
@@ -324,16 +364,19 @@ class Testbed:
     def stop(self) -> None:
         """Stop everything this testbed started and remove its directory. Idempotent."""
         with self._lock:
+            llmkube, self._llmkube = self._llmkube, None
+            if llmkube is not None:
+                llmkube.stop()
             collector, self._collector = self._collector, None
             if collector is not None:
                 collector.stop()
             player, self._player = self._player, None
             if player is not None:
                 player.close()
-            for rest in (self._rest, self._controller_rest):
+            for rest in (self._rest, self._controller_rest, self._llmkube_rest):
                 if rest is not None:
                     rest.close()
-            self._rest = self._controller_rest = None
+            self._rest = self._controller_rest = self._llmkube_rest = None
             apiserver, self._apiserver = self._apiserver, None
             if apiserver is not None:
                 apiserver.kill()  # nothing to drain at the end: see ApiServer.kill
@@ -527,6 +570,7 @@ class Testbed:
         emulator_args: Sequence[str] = (),
         model: str = "llama-8b",
         probe_time_scale: float | None = None,
+        endpoint_port: int | None = None,
     ) -> InferenceServiceHandle:
         """Create an InferenceService CR; return the handle on what the controllers run for it.
 
@@ -537,7 +581,8 @@ class Testbed:
         pod; benchmarks pass 1.0 so that the probes cost what a real kubelet's would). Returns
         once the pods exist and their emulators were started (not yet Ready: use
         :meth:`InferenceServiceHandle.wait_ready`). ``network="netns"`` needs root; see
-        :func:`netns_available`.
+        :func:`netns_available`. ``endpoint_port`` sets ``spec.endpoint.port``: the port of the
+        Service LLMKube's operator creates (8080 without it, which the pods do not serve).
         """
         if network == "netns":
             reason = netns_unavailable_reason()
@@ -554,6 +599,7 @@ class Testbed:
             emulator_args=emulator_args,
             model=model,
             probe_time_scale=probe_time_scale,
+            endpoint_port=endpoint_port,
         )
 
     def inference_service(self, namespace: str, name: str) -> InferenceServiceHandle:

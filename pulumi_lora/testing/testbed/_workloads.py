@@ -17,6 +17,7 @@ from typing import Any
 from pulumi_lora._crd import GROUP, VERSION
 
 __all__ = [
+    "ANNOTATION_DECLARED_PORT",
     "ANNOTATION_EMULATOR_ARGS",
     "ANNOTATION_NETWORK",
     "ANNOTATION_PROBE_TIME_SCALE",
@@ -33,9 +34,11 @@ __all__ = [
     "owner_reference",
     "pod_for_replicaset",
     "render_deployment",
+    "render_service",
     "replicaset_for",
     "replicaset_status",
     "rollout_scale",
+    "service_is_current",
     "template_hash",
 ]
 
@@ -68,6 +71,13 @@ ANNOTATION_EMULATOR_ARGS = "testbed.pulumi-lora.dev/emulator-args"
 
 ANNOTATION_PROBE_TIME_SCALE = "testbed.pulumi-lora.dev/probe-time-scale"
 """Test knob: the factor on the readiness probe's periods (the kubelet's default when absent)."""
+
+ANNOTATION_DECLARED_PORT = "testbed.pulumi-lora.dev/declared-port"
+"""On a loopback pod: the ``http`` port its spec declared before the testbed gave it its own
+(what a Service's numeric ``targetPort`` names; see ``_llmkube.ServiceProxy``)."""
+
+SERVICE_PORT_DEFAULT = 8080
+"""The Service port LLMKube's operator uses when ``spec.endpoint.port`` is unset."""
 
 _SPEC_HASH = "testbed.pulumi-lora.dev/spec-hash"
 _TESTBED_ANNOTATIONS = (
@@ -176,6 +186,57 @@ def render_deployment(isvc: dict[str, Any]) -> dict[str, Any]:
         },
         "spec": deployment_spec,
     }
+
+
+def service_name(isvc_name: str) -> str:
+    """The Service LLMKube names after an InferenceService (``.`` becomes ``-``)."""
+    return isvc_name.replace(".", "-")
+
+
+def render_service(isvc: dict[str, Any]) -> dict[str, Any]:
+    """The Service LLMKube's operator keeps for an InferenceService (pure).
+
+    As ``service_builder.go`` (LLMKube 907ac8d8) builds it: named after the InferenceService with
+    ``.`` as ``-``, selecting ``app`` and the service label, one port ``http`` whose ``port`` and
+    numeric ``targetPort`` are ``spec.endpoint.port``, else 8080 for every runtime. So an sglang
+    InferenceService without ``endpoint.port`` gets a Service on 8080 in front of a container on
+    30000: LLMKube's own trap, played as it is.
+    """
+    meta, spec = isvc["metadata"], isvc.get("spec", {})
+    name = meta["name"]
+    endpoint = spec.get("endpoint") or {}
+    port = int(endpoint.get("port") or SERVICE_PORT_DEFAULT)
+    kinds = {"NodePort": "NodePort", "LoadBalancer": "LoadBalancer"}
+    labels = {"app": name, SERVICE_LABEL: name}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(name),
+            "namespace": meta["namespace"],
+            "labels": dict(labels),
+            "ownerReferences": [owner_reference(isvc)],
+        },
+        "spec": {
+            "type": kinds.get(str(endpoint.get("type", "")), "ClusterIP"),
+            "selector": labels,
+            "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def service_is_current(live: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """Whether a live Service already has the desired selector, ports and type (pure)."""
+    have, want = live.get("spec", {}), desired["spec"]
+    ports = [
+        {k: p.get(k) for k in ("name", "port", "targetPort", "protocol")}
+        for p in have.get("ports", []) or []
+    ]
+    return bool(
+        have.get("selector") == want["selector"]
+        and have.get("type", "ClusterIP") == want["type"]
+        and ports == want["ports"]
+    )
 
 
 def deployment_is_current(live: dict[str, Any], desired: dict[str, Any]) -> bool:

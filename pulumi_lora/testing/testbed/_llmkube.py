@@ -1,0 +1,651 @@
+"""LLMKube's own LoRAAdapter controller, played from its source, and the Service path it loads by.
+
+Every LLMKube install runs this controller: ``cmd/main.go`` (defilantech/LLMKube 907ac8d8)
+registers ``LoRAAdapterReconciler`` unconditionally beside the InferenceService controller. So
+every testbed runs it too unless told not to (``Testbed(llmkube_lora_controller=False)``), under
+LLMKube's identity (:data:`LLMKUBE_CONTROLLER_USER`, a real ServiceAccount token) and RBAC
+(:data:`LLMKUBE_RULES`, the LoRA part of ``llmkube-manager-role``).
+
+Played step for step from ``internal/controller/loraadapter_controller.go``:
+
+* controller-runtime's queue: one worker; every watch event of a LoRAAdapter (its own writes
+  included: the controller sets no predicate) queues the key at once; an error requeues it
+  rate-limited (5 ms doubling per failure up to 1000 s, the default item limiter); a
+  ``RequeueAfter`` forgets the failures and requeues after the delay; success forgets them.
+* Reconcile: a CR being deleted that carries the finalizer is unloaded through the Service when
+  the InferenceService is sglang and has ``status.endpoint`` (errors only noted in status, whose
+  write's error is ignored), then the finalizer is removed (a plain Update). A CR without the
+  finalizer gets it (a plain Update of the object as cached), then seeded conditions
+  (``FinalizerAdded``, ``Status().Update``). Otherwise: InferenceService missing → NotFound
+  conditions, requeue 30 s; runtime not sglang → ``RuntimeMismatch``, requeue 30 s; the Service's
+  ``ports[0].port`` unresolvable → ``InvalidPort``, requeue 30 s; ``status.loadedPath ==
+  spec.path`` and ``lastLoadedAt`` under 2 minutes old → ``AlreadyLoaded`` conditions, no
+  requeue; else POST ``/load_lora_adapter`` through the Service: any non-2xx or transport error
+  → ``LoadUnsuccessful`` (Loaded False, Error True), requeue 30 s; success → ``loadedPath``,
+  ``lastLoadedAt``, ``ReconcileSuccess``. Every status write is ``Status().Update``: a PUT of
+  the whole status read from the cache (a conflict is an error, requeued rate-limited).
+
+The Service path (:class:`ServiceProxy`) plays DNS and kube-proxy: ``<svc>.<ns>.svc:<port>``
+reaches one Ready pod selected by the Service's selector, chosen at random, at the Service's
+numeric ``targetPort``; a port nothing listens on refuses the connection.
+
+``time_scale`` shrinks the controller's clocks (the 30 s requeue, the 2 minute skip window, the
+rate limiter) for tests that need many of its cycles; 1.0 is LLMKube's own timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import heapq
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from pulumi_lora._models import (
+    GROUP,
+    LLMKUBE_CONTROLLER_USER,
+    LLMKUBE_FINALIZER,
+    PLURAL,
+    VERSION,
+)
+from pulumi_lora.testing.testbed._informer import Informer, object_key
+from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
+from pulumi_lora.testing.testbed._workloads import (
+    ANNOTATION_DECLARED_PORT,
+    CONTAINER_NAME,
+    pod_ready,
+    service_name,
+)
+
+__all__ = [
+    "LLMKUBE_CONTROLLER_USER",
+    "LLMKUBE_NAMESPACE",
+    "LLMKUBE_ROLE",
+    "LLMKUBE_RULES",
+    "LLMKUBE_SERVICE_ACCOUNT",
+    "LLMKubeLoRAController",
+    "LLMKubeStats",
+    "SentRequest",
+    "ServiceProxy",
+    "grant_identity",
+]
+
+_log = logging.getLogger("pulumi_lora.testing.testbed.llmkube")
+
+LLMKUBE_NAMESPACE = "llmkube-system"
+LLMKUBE_SERVICE_ACCOUNT = "llmkube-controller-manager"
+LLMKUBE_ROLE = "llmkube-manager-role"
+LLMKUBE_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [GROUP],
+        "resources": ["inferenceservices", PLURAL],
+        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+    },
+    {
+        "apiGroups": [GROUP],
+        "resources": ["inferenceservices/status", f"{PLURAL}/status"],
+        "verbs": ["get", "patch", "update"],
+    },
+    {
+        "apiGroups": [GROUP],
+        "resources": ["inferenceservices/finalizers", f"{PLURAL}/finalizers"],
+        "verbs": ["update"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["services"],
+        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+"""The rules of LLMKube's ``llmkube-manager-role`` (``config/rbac/role.yaml``) that its LoRA
+controller and its Service lookups use."""
+
+REQUEUE_SECONDS = 30.0
+SKIP_WINDOW_SECONDS = 120.0
+BACKOFF_BASE_SECONDS = 0.005
+BACKOFF_MAX_SECONDS = 1000.0
+HTTP_TIMEOUT_SECONDS = 30.0
+_ADAPTERS = f"/apis/{GROUP}/{VERSION}"
+
+
+@dataclass(frozen=True)
+class SentRequest:
+    """One request LLMKube's controller sent through a Service, and where it landed."""
+
+    at: float  # time.monotonic()
+    route: str  # /load_lora_adapter or /unload_lora_adapter
+    adapter: str  # "namespace/name" of the CR
+    lora_name: str
+    pod: str | None  # the pod kube-proxy picked (None: refused before any pod)
+    status: int | None  # HTTP status (None: transport error)
+
+
+@dataclass
+class LLMKubeStats:
+    """What the played controller did, counted (thread-safe through the controller's lock)."""
+
+    reconciles: int = 0
+    errors: int = 0
+    requests: list[SentRequest] = field(default_factory=list)
+    status_writes: int = 0
+    status_refused: int = 0
+    finalizer_adds: int = 0
+    finalizer_refused: int = 0
+    finalizer_removals: int = 0
+
+
+class ServiceProxy:
+    """DNS and kube-proxy for ``http://<svc>.<ns>.svc:<port>``: one Ready pod behind the Service.
+
+    Reads Services and pods as the kube-proxy would (``rest``), picks a Ready pod matching the
+    Service's selector at random, and sends to its IP at the Service's numeric ``targetPort``.
+    Loopback pods listen on the port the testbed gave each (:data:`ANNOTATION_DECLARED_PORT`
+    keeps the one their spec declared): a ``targetPort`` equal to that declared port reaches the
+    pod's own; any other port has nothing listening and is refused, without a packet sent.
+    """
+
+    def __init__(self, rest: KubeRest, rng: random.Random | None = None) -> None:
+        self.rest = rest
+        self._rng = rng or random.Random()  # noqa: S311 - load balancing, not security
+        self._http = httpx.Client(trust_env=False, timeout=HTTP_TIMEOUT_SECONDS)
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._http.close()
+
+    def post(
+        self, host: str, port: int, route: str, body: dict[str, str]
+    ) -> tuple[str | None, httpx.Response]:
+        """POST JSON to ``http://host:port/route``; ``(pod picked, response)``.
+
+        Raises :class:`httpx.ConnectError` when no Ready pod backs the Service or nothing
+        listens on the port, as a refused connection would.
+        """
+        name, namespace = _service_host(host)
+        service = self.rest.get(f"/api/v1/namespaces/{namespace}/services/{name}", allow=(404,))
+        if service is None:
+            raise httpx.ConnectError(f"dial tcp: lookup {host}: no such host")
+        ports = service.get("spec", {}).get("ports", []) or []
+        target = next((p.get("targetPort", p["port"]) for p in ports if p["port"] == port), None)
+        selector = service.get("spec", {}).get("selector") or {}
+        pods = [
+            p
+            for p in self._pods(namespace, selector)
+            if pod_ready(p) and p.get("status", {}).get("podIP")
+        ]
+        if target is None or not pods:
+            raise httpx.ConnectError(f"dial tcp {host}:{port}: connect: connection refused")
+        pod = self._rng.choice(pods)
+        address = _backend(pod, target)
+        if address is None:
+            raise httpx.ConnectError(f"dial tcp {host}:{port}: connect: connection refused")
+        response = self._http.post(f"http://{address}{route}", json=body)
+        return str(pod["metadata"]["name"]), response
+
+    def _pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        if not selector:
+            return []
+        labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        listing = self.rest.get(
+            f"/api/v1/namespaces/{namespace}/pods?labelSelector={quote(labels)}"
+        )
+        return list((listing or {}).get("items", []))
+
+
+def _service_host(host: str) -> tuple[str, str]:
+    """``name.namespace.svc[.cluster.local]`` → ``(name, namespace)``."""
+    parts = host.split(".")
+    if len(parts) < 3 or parts[2] != "svc":
+        raise httpx.ConnectError(f"dial tcp: lookup {host}: no such host")
+    return parts[0], parts[1]
+
+
+def _backend(pod: dict[str, Any], target: int | str) -> str | None:
+    """``ip:port`` a pod answers on for a Service's ``targetPort``, or None (nothing listens)."""
+    ip = pod["status"]["podIP"]
+    declared = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_DECLARED_PORT)
+    for container in pod.get("spec", {}).get("containers", []) or []:
+        if container.get("name") != CONTAINER_NAME:
+            continue
+        for port in container.get("ports", []) or []:
+            actual = int(port["containerPort"])
+            names = {port.get("name"), str(actual), declared if port.get("name") == "http" else ""}
+            if str(target) in names:
+                return f"{ip}:{actual}"
+    return None
+
+
+class LLMKubeLoRAController:
+    """LLMKube's ``LoRAAdapterReconciler`` with controller-runtime's queue, as one thread."""
+
+    def __init__(
+        self,
+        rest: KubeRest,
+        proxy: ServiceProxy,
+        *,
+        time_scale: float = 1.0,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.rest = rest
+        self.proxy = proxy
+        self.time_scale = time_scale
+        self._now = now
+        self.stats = LLMKubeStats()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.informer = Informer(rest, f"{_ADAPTERS}/{PLURAL}", self._wake.set)
+        self._seen: dict[tuple[str, str], str] = {}
+        self._failures: dict[tuple[str, str], int] = {}
+        self._waiting: list[tuple[float, tuple[str, str]]] = []  # heap of (due, key)
+        self._ready: list[tuple[str, str]] = []
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the watch and the worker."""
+        self.informer.start()
+        self._thread = threading.Thread(target=self._run, name="llmkube-lora", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the worker and the watch."""
+        self._stop.set()
+        self._wake.set()
+        self.informer.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self.proxy.close()
+
+    def requests(self, route: str | None = None) -> list[SentRequest]:
+        """The requests sent through Services so far (``route``: only those)."""
+        with self._lock:
+            return [r for r in self.stats.requests if route is None or r.route == route]
+
+    # --- the queue -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._collect_events()
+            key = self._next_key()
+            if key is None:
+                due = self._waiting[0][0] - time.monotonic() if self._waiting else 1.0
+                self._wake.wait(max(0.0, min(due, 1.0)))
+                self._wake.clear()
+                continue
+            try:
+                requeue = self._reconcile(key)
+            except Exception as exc:  # what controller-runtime does with a returned error
+                failures = self._failures.get(key, 0)
+                self._failures[key] = failures + 1
+                delay = min(BACKOFF_BASE_SECONDS * 2**failures, BACKOFF_MAX_SECONDS)
+                with self._lock:
+                    self.stats.errors += 1
+                _log.debug("llmkube: reconcile %s/%s failed: %s", *key, exc)
+                self._add_after(key, delay * self.time_scale)
+                continue
+            self._failures.pop(key, None)
+            if requeue:
+                self._add_after(key, requeue * self.time_scale)
+
+    def _collect_events(self) -> None:
+        """Queue every CR whose resourceVersion changed since last seen (a watch event)."""
+        for obj in self.informer.items():
+            key = object_key(obj)
+            version = str(obj["metadata"].get("resourceVersion", ""))
+            if self._seen.get(key) != version:
+                self._seen[key] = version
+                if key not in self._ready:
+                    self._ready.append(key)
+
+    def _add_after(self, key: tuple[str, str], delay: float) -> None:
+        heapq.heappush(self._waiting, (time.monotonic() + delay, key))
+
+    def _next_key(self) -> tuple[str, str] | None:
+        now = time.monotonic()
+        while self._waiting and self._waiting[0][0] <= now:
+            _, key = heapq.heappop(self._waiting)
+            if key not in self._ready:
+                self._ready.append(key)
+        return self._ready.pop(0) if self._ready else None
+
+    # --- Reconcile -------------------------------------------------------------------------
+
+    def _reconcile(self, key: tuple[str, str]) -> float | None:
+        """One Reconcile; returns RequeueAfter in LLMKube seconds (None: none), raises on error."""
+        with self._lock:
+            self.stats.reconciles += 1
+        cached = self.informer.get(*key)
+        if cached is None:
+            return None
+        adapter = _copy(cached)
+        finalizers = list(adapter["metadata"].get("finalizers") or [])
+        if adapter["metadata"].get("deletionTimestamp"):
+            if LLMKUBE_FINALIZER not in finalizers:
+                return None
+            self._reconcile_delete(adapter)
+            return None
+        if LLMKUBE_FINALIZER not in finalizers:
+            self._add_finalizer(adapter)
+            return None
+        return self._reconcile_load(adapter)
+
+    def _reconcile_load(self, adapter: dict[str, Any]) -> float | None:
+        isvc = self._get_isvc(adapter)
+        ns, name = _isvc_key(adapter)
+        if isvc is None:
+            text = f'inferenceservices.{GROUP} "{name}" not found'
+            self._set(adapter, "Available", "False", "InferenceServiceNotFound", text)
+            self._set(
+                adapter,
+                "Loaded",
+                "False",
+                "InferenceServiceNotFound",
+                "waiting for the referenced InferenceService to exist",
+            )
+            self._set(adapter, "Error", "True", "InferenceServiceNotFound", text)
+            self._update_status(adapter)
+            return REQUEUE_SECONDS
+        runtime = str(isvc.get("spec", {}).get("runtime") or "llamacpp")
+        if runtime != "sglang":
+            self._set(
+                adapter,
+                "Available",
+                "False",
+                "RuntimeMismatch",
+                f'referenced InferenceService/{ns}/{name} runtime="{runtime}", expected sglang',
+            )
+            skipped = "skipped: target runtime is not sglang"
+            self._set(adapter, "Loaded", "False", "RuntimeMismatch", skipped)
+            self._set(
+                adapter,
+                "Error",
+                "True",
+                "RuntimeMismatch",
+                "load cannot proceed against a non-sglang runtime",
+            )
+            self._update_status(adapter)
+            return REQUEUE_SECONDS
+        try:
+            host, port = self._resolve(isvc)
+        except LookupError as exc:
+            self._set(
+                adapter,
+                "Available",
+                "True",
+                "ReconcilerError",
+                "spec is well-formed but port resolution failed",
+            )
+            self._set(adapter, "Loaded", "False", "InvalidPort", str(exc))
+            self._set(adapter, "Error", "True", "InvalidPort", str(exc))
+            self._update_status(adapter)
+            return REQUEUE_SECONDS
+        spec = adapter.get("spec", {})
+        if self._should_skip(adapter):
+            ok = "InferenceService exists and is sglang"
+            self._set(adapter, "Available", "True", "ReconcileSuccess", ok)
+            skip = "skip: already loaded within safety window"
+            self._set(adapter, "Loaded", "True", "AlreadyLoaded", skip)
+            self._set(adapter, "Error", "False", "ReconcileSuccess", "no error")
+            self._update_status(adapter)
+            return None
+        body = {"lora_name": str(spec.get("name")), "lora_path": str(spec.get("path"))}
+        failure = self._send(adapter, host, port, "/load_lora_adapter", body)
+        ok = "InferenceService exists and is sglang"
+        self._set(adapter, "Available", "True", "ReconcileSuccess", ok)
+        if failure is not None:
+            self._set(adapter, "Loaded", "False", "LoadUnsuccessful", failure)
+            self._set(adapter, "Error", "True", "LoadUnsuccessful", failure)
+            self._update_status(adapter)
+            return REQUEUE_SECONDS
+        status = adapter.setdefault("status", {})
+        status["loadedPath"] = spec.get("path")
+        status["lastLoadedAt"] = _time(self._now())
+        self._set(
+            adapter,
+            "Loaded",
+            "True",
+            "ReconcileSuccess",
+            f'loaded as "{spec.get("name")}" at {spec.get("path")}',
+        )
+        self._set(adapter, "Error", "False", "ReconcileSuccess", "no error")
+        self._update_status(adapter)
+        return None
+
+    def _reconcile_delete(self, adapter: dict[str, Any]) -> None:
+        isvc = self._get_isvc(adapter) or {}
+        if isvc.get("spec", {}).get("runtime") == "sglang" and isvc.get("status", {}).get(
+            "endpoint"
+        ):
+            try:
+                host, port = self._resolve(isvc)
+            except LookupError:
+                pass
+            else:
+                body = {"lora_name": str(adapter.get("spec", {}).get("name"))}
+                failure = self._send(adapter, host, port, "/unload_lora_adapter", body)
+                if failure is not None:
+                    self._set(adapter, "Loaded", "False", "UnloadUnsuccessful", failure)
+                    self._set(adapter, "Error", "True", "UnloadUnsuccessful", failure)
+                    with contextlib.suppress(ApiRequestError):  # ``_ = r.Status().Update``
+                        adapter = self._update_status(adapter)
+        meta = adapter["metadata"]
+        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != LLMKUBE_FINALIZER]
+        self._update(adapter)
+        with self._lock:
+            self.stats.finalizer_removals += 1
+
+    def _add_finalizer(self, adapter: dict[str, Any]) -> None:
+        meta = adapter["metadata"]
+        meta["finalizers"] = [*(meta.get("finalizers") or []), LLMKUBE_FINALIZER]
+        try:
+            updated = self._update(adapter)
+        except ApiRequestError:
+            with self._lock:
+                self.stats.finalizer_refused += 1
+            raise
+        with self._lock:
+            self.stats.finalizer_adds += 1
+        adopted = "first reconcile: adopted; waiting for load"
+        self._set(updated, "Available", "False", "FinalizerAdded", adopted)
+        self._set(updated, "Loaded", "False", "FinalizerAdded", "first reconcile: not yet loaded")
+        self._set(updated, "Error", "False", "FinalizerAdded", "no error")
+        self._update_status(updated)
+
+    # --- pieces ----------------------------------------------------------------------------
+
+    def _get_isvc(self, adapter: dict[str, Any]) -> dict[str, Any] | None:
+        ns, name = _isvc_key(adapter)
+        path = f"{_ADAPTERS}/namespaces/{ns}/inferenceservices/{name}"
+        found: dict[str, Any] | None = self.rest.get(path, allow=(404,))
+        return found
+
+    def _resolve(self, isvc: dict[str, Any]) -> tuple[str, int]:
+        """``defaultLoRAAdapterURLResolver``: the real Service's ``ports[0].port``."""
+        ns, name = isvc["metadata"]["namespace"], service_name(isvc["metadata"]["name"])
+        service = self.rest.get(f"/api/v1/namespaces/{ns}/services/{name}", allow=(404,))
+        if service is None:
+            raise LookupError(
+                f"service {ns}/{name} not found yet (operator ordering); will retry: "
+                f'services "{name}" not found'
+            )
+        ports = service.get("spec", {}).get("ports") or []
+        if not ports:
+            raise LookupError(f"service {ns}/{name} has no ports exposed")
+        port = int(ports[0].get("port", 0))
+        if port <= 0:
+            raise LookupError(f"service {ns}/{name} port {port} is not a valid positive integer")
+        return f"{name}.{ns}.svc", port
+
+    def _should_skip(self, adapter: dict[str, Any]) -> bool:
+        status = adapter.get("status") or {}
+        loaded_path, last = status.get("loadedPath"), status.get("lastLoadedAt")
+        if not loaded_path or not last or loaded_path != adapter.get("spec", {}).get("path"):
+            return False
+        try:
+            when = datetime.fromisoformat(str(last))
+        except ValueError:
+            return False
+        window = timedelta(seconds=SKIP_WINDOW_SECONDS * self.time_scale)
+        return self._now() - when < window
+
+    def _send(
+        self, adapter: dict[str, Any], host: str, port: int, route: str, body: dict[str, str]
+    ) -> str | None:
+        """POST through the Service; None on 2xx, else the error text LLMKube records."""
+        url = f"http://{host}:{port}{route}"
+        pod: str | None = None
+        code: int | None = None
+        try:
+            pod, response = self.proxy.post(host, port, route, body)
+            code = response.status_code
+            if code // 100 == 2:
+                return None
+            return f"sglang {url}: {code} {response.reason_phrase}: {response.text[:4096]}"
+        except httpx.HTTPError as exc:
+            return f"post {url}: {exc}"
+        finally:
+            meta = adapter["metadata"]
+            sent = SentRequest(
+                time.monotonic(),
+                route,
+                f"{meta['namespace']}/{meta['name']}",
+                body["lora_name"],
+                pod,
+                code,
+            )
+            with self._lock:
+                self.stats.requests.append(sent)
+            _log.info("llmkube: %s %s via %s -> pod %s: %s", route, sent.lora_name, host, pod, code)
+
+    def _set(
+        self, adapter: dict[str, Any], kind: str, status: str, reason: str, message: str
+    ) -> None:
+        """``meta.SetStatusCondition``: lastTransitionTime moves only when status flips."""
+        generation = int(adapter["metadata"].get("generation", 1))
+        conditions = adapter.setdefault("status", {}).setdefault("conditions", [])
+        now = _time(self._now())
+        for cond in conditions:
+            if cond.get("type") == kind:
+                if cond.get("status") != status:
+                    cond["lastTransitionTime"] = now
+                cond.update(
+                    status=status, reason=reason, message=message, observedGeneration=generation
+                )
+                return
+        conditions.append(
+            {
+                "type": kind,
+                "status": status,
+                "observedGeneration": generation,
+                "lastTransitionTime": now,
+                "reason": reason,
+                "message": message,
+            }
+        )
+
+    def _path(self, adapter: dict[str, Any]) -> str:
+        ns, name = object_key(adapter)
+        return f"{_ADAPTERS}/namespaces/{ns}/{PLURAL}/{name}"
+
+    def _update(self, adapter: dict[str, Any]) -> dict[str, Any]:
+        """``r.Update``: PUT the object (its resourceVersion guards it)."""
+        updated: dict[str, Any] = self.rest.put(self._path(adapter), adapter)
+        return updated
+
+    def _update_status(self, adapter: dict[str, Any]) -> dict[str, Any]:
+        """``r.Status().Update``: PUT the whole status."""
+        try:
+            updated: dict[str, Any] = self.rest.put(f"{self._path(adapter)}/status", adapter)
+        except ApiRequestError:
+            with self._lock:
+                self.stats.status_refused += 1
+            raise
+        with self._lock:
+            self.stats.status_writes += 1
+        return updated
+
+
+def _isvc_key(adapter: dict[str, Any]) -> tuple[str, str]:
+    ref = adapter.get("spec", {}).get("inferenceServiceRef") or {}
+    return str(ref.get("namespace") or adapter["metadata"]["namespace"]), str(ref.get("name", ""))
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy (controller-runtime hands the reconciler a copy of the cached object)."""
+    return copy.deepcopy(obj)
+
+
+def _time(value: datetime) -> str:
+    """``metav1.Time`` on the wire: RFC 3339, seconds, UTC."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def grant_identity(admin: KubeRest) -> str:
+    """Create LLMKube's namespace, ServiceAccount, ClusterRole and binding; return a token for it.
+
+    The token comes from the TokenRequest API, so the apiserver authenticates the controller as
+    :data:`LLMKUBE_CONTROLLER_USER` with the ServiceAccount groups, as it would in a cluster.
+    """
+    admin.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LLMKUBE_NAMESPACE}},
+        allow=(409,),
+    )
+    admin.request(
+        "POST",
+        f"/api/v1/namespaces/{LLMKUBE_NAMESPACE}/serviceaccounts",
+        body={
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": LLMKUBE_SERVICE_ACCOUNT, "namespace": LLMKUBE_NAMESPACE},
+        },
+        allow=(409,),
+    )
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": LLMKUBE_ROLE},
+        "rules": LLMKUBE_RULES,
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "llmkube-manager-rolebinding"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": LLMKUBE_ROLE,
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": LLMKUBE_SERVICE_ACCOUNT,
+                "namespace": LLMKUBE_NAMESPACE,
+            }
+        ],
+    }
+    manager = "testbed-llmkube-install"
+    admin.apply(f"{rbac}/clusterroles/{LLMKUBE_ROLE}", role, manager)
+    admin.apply(f"{rbac}/clusterrolebindings/llmkube-manager-rolebinding", binding, manager)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 86400},
+    }
+    path = f"/api/v1/namespaces/{LLMKUBE_NAMESPACE}/serviceaccounts/{LLMKUBE_SERVICE_ACCOUNT}/token"
+    answer = admin.create(path, request)
+    return str(answer["status"]["token"])
