@@ -2,7 +2,7 @@
 Java, YAML), using the Python SDK's component-provider host.
 
 The engine starts it as ``venv/bin/python <this folder> <engine address>``; the host infers the
-schema from ``LoRAAdapter``'s annotations and ``LoRAAdapterArgs`` and prints its port as the
+schema from ``LoRAAdapter``'s annotations and ``AdapterInputs`` and prints its port as the
 first line, so nothing may print at import. Its type token is ``pulumi-lora:index:LoRAAdapter``,
 the same as the Python component's, so the schema's package name is ``pulumi-lora``; the
 namespace ``pulumilora`` keeps generated SDKs out of Pulumi's own scope and away from this

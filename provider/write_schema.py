@@ -1,7 +1,7 @@
 """Write ``schema.json``: the schema this plugin serves, computed in-process exactly as the host
 computes it (``ComponentProvider`` runs the SDK's analyzer and schema generator).
 
-Run ``python provider/write_schema.py`` after changing ``LoRAAdapter`` or ``LoRAAdapterArgs``;
+Run ``python provider/write_schema.py`` after changing ``LoRAAdapter`` or ``AdapterInputs``;
 ``tests/ops/test_provider.py`` fails while the committed file is stale. The same schema comes
 from ``pulumi package get-schema ./provider`` where the ``pulumi-language-python`` host exists.
 """

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pulumi_lora import TYPE_TOKEN, ConditionInfo, LoRAAdapterArgs, PodStatus
+from pulumi_lora import TYPE_TOKEN, ConditionInfo, PodStatus
+from pulumi_lora._adapter import AdapterInputs
 from pulumi_lora._component import COMPONENT_OUTPUTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,9 +106,9 @@ def test_every_input_with_its_type_and_requiredness(resource: dict[str, Any]) ->
         "kubeconfigPath": "string",
     }
     assert sorted(resource["requiredInputs"]) == ["adapterName", "inferenceService", "path"]
-    # ... and exactly LoRAAdapterArgs: a new argument can't be forgotten in the schema.
-    assert set(inputs) == {camel(k) for k in LoRAAdapterArgs.__annotations__}
-    assert set(resource["requiredInputs"]) == {camel(k) for k in LoRAAdapterArgs.__required_keys__}
+    # ... and exactly AdapterInputs (what LoRAAdapterArgs takes): a new argument can't be forgotten in the schema.
+    assert set(inputs) == {camel(k) for k in AdapterInputs.__annotations__}
+    assert set(resource["requiredInputs"]) == {camel(k) for k in AdapterInputs.__required_keys__}
     assert all(spec.get("description") for spec in resource["inputProperties"].values())
 
 
