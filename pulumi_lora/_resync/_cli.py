@@ -26,6 +26,12 @@ from pulumi_lora._settings import ClientTimeouts
 
 __all__ = ["resync_command"]
 
+METRICS_MISSING = (
+    "pulumi-lora resync needs prometheus-client for its /metrics: "
+    "pip install 'pulumi-lora[metrics]'"
+)
+"""What ``resync`` says when the ``metrics`` extra is not installed (instead of a traceback)."""
+
 _SECONDS = click.FloatRange(min=0.05)
 _DEFAULTS = ClientTimeouts()
 
@@ -168,7 +174,13 @@ def resync_command(
     serves the delegated transport. Replicas elect one leader through a Lease.
     """
     from pulumi_lora._resync import _logs as logs  # noqa: PLC0415 - keep --help light
-    from pulumi_lora._resync._app import serve  # noqa: PLC0415
+
+    try:
+        from pulumi_lora._resync._app import serve  # noqa: PLC0415
+    except ModuleNotFoundError as exc:  # the one optional dependency of the loop
+        if exc.name != "prometheus_client":
+            raise
+        raise click.ClickException(METRICS_MISSING) from None
 
     if lease_renew_deadline >= lease_duration:
         raise click.BadParameter(
