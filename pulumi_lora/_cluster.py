@@ -28,6 +28,7 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import Event, Pod, Secret
+from lightkube.types import PatchType
 
 from pulumi_lora import _ownership
 from pulumi_lora._errors import (
@@ -428,10 +429,53 @@ def list_adapters(client: Client, namespace: str | None = None) -> list[dict[str
         raise _cluster_error("listing LoRAAdapters", exc) from exc
 
 
+def release_finalizer(
+    client: Client, namespace: str, name: str, finalizer: str, attempts: int = 3
+) -> bool:
+    """Remove ``finalizer`` from the CR, if it carries it; whether this call removed it.
+
+    A JSON patch that tests the entry before removing it, so a concurrent change to the list
+    fails the patch (and the CR is read again) instead of removing another finalizer.
+    """
+    for _ in range(attempts):
+        obj = get_adapter(client, namespace, name)
+        finalizers = list(((obj or {}).get("metadata") or {}).get("finalizers") or [])
+        if finalizer not in finalizers:
+            return False
+        at = f"/metadata/finalizers/{finalizers.index(finalizer)}"
+        ops = [{"op": "test", "path": at, "value": finalizer}, {"op": "remove", "path": at}]
+        try:
+            client.patch(
+                LoRAAdapterResource, name, ops, namespace=namespace, patch_type=PatchType.JSON
+            )
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            if exc.status.code in (409, 422):  # the list changed under the test: read again
+                continue
+            raise _cluster_error(
+                f"removing {finalizer} from LoRAAdapter {namespace}/{name}", exc
+            ) from exc
+        return True
+    return False
+
+
 def delete_adapter(
-    client: Client, namespace: str, name: str, timeout: float = 60.0, poll: float = 0.2
+    client: Client,
+    namespace: str,
+    name: str,
+    timeout: float = 60.0,
+    poll: float = 0.2,
+    *,
+    release: str | None = None,
 ) -> None:
-    """Delete the CR and wait until it is really gone (a finalizer could hold it)."""
+    """Delete the CR and wait until it is really gone (a finalizer could hold it).
+
+    ``release`` names a finalizer this caller has already done the work of (LLMKube's, after the
+    provider unloaded from every pod): it is removed before the delete and while waiting.
+    """
+    if release is not None:
+        release_finalizer(client, namespace, name, release)
     try:
         client.delete(LoRAAdapterResource, name, namespace=namespace)
     except ApiError as exc:
@@ -439,6 +483,10 @@ def delete_adapter(
             raise _cluster_error(f"deleting LoRAAdapter {namespace}/{name}", exc) from exc
     deadline = time.monotonic() + timeout
     while (obj := get_adapter(client, namespace, name)) is not None:
+        held = (obj.get("metadata") or {}).get("finalizers") or []
+        if release is not None and release in held:
+            release_finalizer(client, namespace, name, release)
+            continue
         if time.monotonic() >= deadline:
             finalizers = (obj.get("metadata") or {}).get("finalizers") or []
             raise ClusterError(
@@ -519,8 +567,11 @@ class ProxyAccess:
 def proxy_access(source: KubeSource) -> ProxyAccess:
     """Build proxy access from the kubeconfig: token or client certificate, the cluster's CA.
 
-    Exec and auth-provider plugins are not supported here; such clusters should use the
-    delegated transport.
+    Exec and auth-provider plugins (the kubeconfigs of EKS, GKE and AKS) are refused with
+    ``TransportUnavailable``. lightkube runs exec plugins for its own client, as an auth flow of
+    its ``httpx2`` client that re-runs the plugin on a 401; the SGLang client here is ``httpx``,
+    which cannot take that flow, and one token taken from it would outlive its expiry (15 min on
+    EKS) in this process-wide access. Such clusters use the delegated transport.
     """
     config = source.load()
     cluster, user = config.cluster, config.user
@@ -528,10 +579,7 @@ def proxy_access(source: KubeSource) -> ProxyAccess:
     if user is not None and getattr(user, "token", None):
         headers["Authorization"] = f"Bearer {user.token}"
     elif user is not None and (getattr(user, "exec", None) or getattr(user, "auth_provider", None)):
-        raise TransportUnavailable(
-            "the proxy transport supports token and client-certificate kubeconfigs, not exec or "
-            "auth-provider plugins; use transport 'delegated' (the in-cluster re-sync loop loads)"
-        )
+        raise TransportUnavailable(_plugin_refusal(config.context_name, user))
     ctx = ssl.create_default_context()
     if getattr(cluster, "insecure", False):
         ctx.check_hostname = False
@@ -547,6 +595,21 @@ def proxy_access(source: KubeSource) -> ProxyAccess:
             if cert:
                 ctx.load_cert_chain(*cert)
     return ProxyAccess(server=str(cluster.server), headers=headers, ssl_context=ctx)
+
+
+def _plugin_refusal(context: str, user: Any) -> str:
+    """Why the proxy transport cannot use a kubeconfig user that runs a credential plugin."""
+    if getattr(user, "exec", None):
+        plugin = f"the exec plugin {Path(user.exec.command).name!r}"
+    else:
+        plugin = f"the auth-provider {(user.auth_provider or {}).get('name', '?')!r}"
+    return (
+        f"the proxy transport cannot use context {context!r}: it authenticates with {plugin} "
+        "(as EKS, GKE and AKS kubeconfigs do), and the proxy transport takes only a token or a "
+        "client certificate. Use transport 'delegated' (the in-cluster re-sync loop loads; "
+        "docs/resync.md), 'direct' from inside the cluster, or a kubeconfig with a "
+        "ServiceAccount token (kubectl create token) for 'proxy'"
+    )
 
 
 @contextmanager

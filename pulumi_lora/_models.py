@@ -186,7 +186,9 @@ class Transport(StrEnum):
     """How the provider reaches each pod's SGLang server."""
 
     DIRECT = "direct"  # pod IP and container port: in-cluster, or a routed pod network
-    PROXY = "proxy"  # the apiserver's pod proxy: anywhere with a kubeconfig, but no API key
+    # the apiserver's pod proxy: a kubeconfig with a token or client certificate (not an exec or
+    # auth-provider plugin, as EKS, GKE and AKS use), and no API key
+    PROXY = "proxy"
     DELEGATED = "delegated"  # apply the CR and await the in-cluster re-sync loop's status
 
 
