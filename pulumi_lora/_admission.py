@@ -19,12 +19,20 @@ from pulumi_lora._models import (
     ANNOTATION_PREFIX,
     ANNOTATION_TRANSPORT,
     GROUP,
+    LLMKUBE_CONTROLLER_USER,
+    LLMKUBE_FINALIZER,
     PLURAL,
     Policy,
     Transport,
 )
 
-__all__ = ["ACCEPT_FOREIGN_ADAPTERS_LABEL", "SERVICE_LABEL", "admission_policies"]
+__all__ = [
+    "ACCEPT_FOREIGN_ADAPTERS_LABEL",
+    "COEXISTENCE_SUFFIX",
+    "SERVICE_LABEL",
+    "admission_policies",
+    "coexistence_policy",
+]
 
 ACCEPT_FOREIGN_ADAPTERS_LABEL = "pulumi-lora.dev/accept-foreign-adapters"
 """A namespace labelled with this key and ``"true"`` accepts LoRAAdapters from other namespaces
@@ -298,3 +306,109 @@ def admission_policies(
         annotations,
         binding("adapter-annotations"),
     ]
+
+
+COEXISTENCE_SUFFIX = "llmkube-coexistence"
+"""What follows the given name in the coexistence policy's and binding's names."""
+
+
+def coexistence_policy(
+    name: str,
+    *,
+    llmkube_user: str = LLMKUBE_CONTROLLER_USER,
+    managed_only: bool = True,
+    namespace_selector: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Pure: a ValidatingAdmissionPolicy and its binding (``Deny``), ``{name}-llmkube-coexistence``,
+    that hold LLMKube's own LoRA controller off the LoRAAdapters pulumi-lora serves.
+
+    LLMKube's controller (every LLMKube install runs it; it cannot be switched off) first adds its
+    finalizer to a CR and returns; it loads through the Service only on a later pass, and writes
+    its conditions with ``Status().Update``. For requests by ``llmkube_user`` on the CRs this
+    policy covers, it refuses adding :data:`LLMKUBE_FINALIZER` and every status write, and lets
+    everything else through (removing the finalizer included, so deletion never waits on it).
+    The controller's reconcile then fails before any request to a pod and backs off on its own.
+
+    ``managed_only`` (the default, for clusters where the provider runs without the loop) covers
+    the CRs carrying pulumi-lora's ``managed-by`` annotation, leaving LLMKube every other CR;
+    ``False`` covers every LoRAAdapter in the bound namespaces (the re-sync loop serves them
+    all). ``namespace_selector`` limits the binding to the namespaces it selects.
+    """
+    conditions: list[dict[str, Any]] = [
+        {
+            "name": "llmkube-controller",
+            "expression": f"request.userInfo.username == '{llmkube_user}'",
+        }
+    ]
+    if managed_only:
+        conditions.append(
+            {
+                "name": "managed-by-pulumi-lora",
+                "expression": (
+                    "has(oldObject.metadata.annotations) && "
+                    f"'{ANNOTATION_MANAGED_BY}' in oldObject.metadata.annotations"
+                ),
+            }
+        )
+    subject = "'LoRAAdapter ' + request.namespace + '/' + request.name"
+    policy = {
+        "apiVersion": _VAP,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{name}-{COEXISTENCE_SUFFIX}"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": [PLURAL, f"{PLURAL}/status"],
+                    }
+                ]
+            },
+            "matchConditions": conditions,
+            "variables": [
+                {
+                    "name": "adds",
+                    "expression": (
+                        f"has(object.metadata.finalizers) && '{LLMKUBE_FINALIZER}' in "
+                        "object.metadata.finalizers && !(has(oldObject.metadata.finalizers) && "
+                        f"'{LLMKUBE_FINALIZER}' in oldObject.metadata.finalizers)"
+                    ),
+                }
+            ],
+            "validations": [
+                {
+                    "expression": "request.subResource != 'status'",
+                    "messageExpression": (
+                        f"{subject} + ' is served by pulumi-lora: the LLMKube LoRA "
+                        "controller may not write its status (pulumi-lora coexistence policy)'"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "!variables.adds",
+                    "messageExpression": (
+                        f"{subject} + ' is served by pulumi-lora: the LLMKube LoRA "
+                        f"controller may not add {LLMKUBE_FINALIZER} (pulumi-lora coexistence "
+                        "policy)'"
+                    ),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+    spec: dict[str, Any] = {
+        "policyName": f"{name}-{COEXISTENCE_SUFFIX}",
+        "validationActions": ["Deny"],
+    }
+    if namespace_selector:
+        spec["matchResources"] = {"namespaceSelector": dict(namespace_selector)}
+    binding = {
+        "apiVersion": _VAP,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": f"{name}-{COEXISTENCE_SUFFIX}"},
+        "spec": spec,
+    }
+    return [policy, binding]

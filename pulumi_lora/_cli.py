@@ -40,10 +40,11 @@ def _mount_testbed() -> None:
 
 
 def _mount_ops() -> None:
-    from pulumi_lora._ops_cli import doctor_command, status_command
+    from pulumi_lora._ops_cli import doctor_command, policy_command, status_command
 
     cli.add_command(status_command, "status")
     cli.add_command(doctor_command, "doctor")
+    cli.add_command(policy_command, "coexistence-policy")
 
 
 def _mount_resync() -> None:

@@ -23,7 +23,6 @@ and every class also says it as data, so callers need no ``isinstance`` chains:
     │       └── UnsupportedServer
     ├── ClusterError                  Kubernetes: the target or its pods can't be used
     │   ├── InferenceServiceNotFound, RuntimeMismatch, TransportUnavailable, NameCollision,
-    │   │   ControllerConflict
     │   ├── NoReadyPods               retryable
     │   └── ApiserverUnreachable      retryable: no usable answer from the apiserver
     ├── ConfigurationError            misuse of pulumi-lora's API or settings
@@ -47,7 +46,6 @@ __all__ = [
     "BadRequest",
     "ClusterError",
     "ConfigurationError",
-    "ControllerConflict",
     "EvictionImpossible",
     "IncompatibleAdapter",
     "IncompleteUnload",
@@ -395,13 +393,6 @@ class NameCollision(ClusterError):
             f'adapter name "{adapter_name}" on InferenceService {namespace}/{inference_service} '
             f"is already claimed by {owner}"
         )
-
-
-class ControllerConflict(ClusterError):
-    """Another controller (LLMKube's own LoRA controller) manages the same CR; pulumi-lora is
-    exclusive per cluster and refuses to share it."""
-
-    reason = "ControllerConflict"
 
 
 # --- Misuse -------------------------------------------------------------------------------------

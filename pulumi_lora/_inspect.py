@@ -38,12 +38,15 @@ from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import ClusterError, PulumiLoRAError, Unauthorized, UnsupportedServer
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
+    ANNOTATION_MANAGED_BY,
     ANNOTATION_TRANSPORT,
+    LLMKUBE_FINALIZER,
     AdapterArgs,
     ConditionKind,
     ConditionStatus,
     LoRAAdapterStatus,
     Transport,
+    written_by_llmkube,
 )
 from pulumi_lora._operations import (
     POOL,
@@ -152,6 +155,7 @@ class AdapterLine:
     last_loaded_at: str | None = None
     error: str = ""
     pods: tuple[PodLine, ...] = ()
+    llmkube: str = ""  # signs that LLMKube's own LoRA controller acts on the CR (llmkube_signs)
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON shape (docs/operations.md)."""
@@ -166,6 +170,7 @@ class AdapterLine:
             "verdict": self.verdict.value,
             "last_loaded_at": self.last_loaded_at,
             "error": self.error,
+            "llmkube": self.llmkube,
             "pods": [
                 {
                     "pod": p.pod,
@@ -292,6 +297,7 @@ def adapter_line(
         verdict=AdapterVerdict.OK,
         last_loaded_at=str(last_loaded) if last_loaded else None,
         pods=tuple(pod_line(p, declared) for p in pods or ()),
+        llmkube=llmkube_signs(cr),
     )
     if error:
         return replace(line, verdict=AdapterVerdict.ERROR, error=error)
@@ -315,6 +321,35 @@ def adapter_line(
     return line
 
 
+COEXISTENCE_FIX = (
+    "apply pulumi-lora's coexistence policy, which holds LLMKube's LoRA controller off the CRs "
+    "pulumi-lora serves: `pulumi-lora coexistence-policy | kubectl apply -f -` (the re-sync "
+    "loop's manifests include it; --llmkube-user if LLMKube runs under another ServiceAccount)"
+)
+"""What to do when LLMKube's own LoRA controller is seen acting on pulumi-lora's CRs."""
+
+
+def llmkube_signs(cr: Mapping[str, Any]) -> str:
+    """Pure: the signs that LLMKube's own LoRA controller acts on this CR, in words ("" if none).
+
+    Its finalizer on the CR, and the conditions it wrote (``written_by_llmkube``). The pods stay
+    the truth for the verdict; these say why ``kubectl get lora`` may disagree with it.
+    """
+    signs = []
+    if LLMKUBE_FINALIZER in ((cr.get("metadata") or {}).get("finalizers") or []):
+        signs.append(f"its finalizer {LLMKUBE_FINALIZER}")
+    try:
+        conditions = LoRAAdapterStatus.model_validate(_status(cr)).conditions or []
+    except ValidationError:
+        conditions = []
+    written = [
+        f"{c.type}={c.status.value} ({c.reason})" for c in conditions if written_by_llmkube(c)
+    ]
+    if written:
+        signs.append("conditions it wrote: " + ", ".join(written))
+    return "; ".join(signs)
+
+
 def _status(cr: Mapping[str, Any]) -> Mapping[str, Any]:
     status = cr.get("status")
     return status if isinstance(status, Mapping) else {}
@@ -328,6 +363,12 @@ def _verdict_from_conditions(cr: Mapping[str, Any]) -> tuple[AdapterVerdict, str
     except ValidationError:
         return AdapterVerdict.ERROR, "the CR's status cannot be read"
     loaded = next((c for c in conditions if c.type == ConditionKind.LOADED.value), None)
+    if loaded is not None and written_by_llmkube(loaded):
+        return (
+            AdapterVerdict.ERROR,
+            "the Loaded condition is LLMKube's LoRA controller's, not the re-sync loop's: "
+            + COEXISTENCE_FIX,
+        )
     if loaded is None:
         return AdapterVerdict.DRIFT, "no Loaded condition yet (is the re-sync loop running?)"
     if loaded.observed_generation is not None and loaded.observed_generation != generation:
@@ -403,6 +444,7 @@ class DoctorFacts:
     servers: tuple[ServerProbe, ...] = ()
     transport: str = Transport.DIRECT.value
     untrusted: Mapping[str, str] = field(default_factory=dict)  # labelled, outside the chain
+    adapters: tuple[Mapping[str, Any], ...] = ()  # the LoRAAdapter CRs that target it
 
 
 @dataclass(frozen=True)
@@ -472,6 +514,7 @@ def diagnose(facts: DoctorFacts) -> DoctorReport:
         check_ports(spec, facts.service_port),
         check_pods(facts.pods, int(spec.get("replicas", 1))),
         *([check_ownership(facts.name, facts.untrusted)] if facts.untrusted else []),
+        *([check_llmkube(facts.adapters)] if facts.adapters else []),
         *(check_server(probe, facts.transport) for probe in facts.servers),
     ]
     return DoctorReport(facts.namespace, facts.name, tuple(checks))
@@ -682,6 +725,38 @@ def check_ownership(name: str, untrusted: Mapping[str, str]) -> Check:
         "find out who created them (kubectl get pod NAME -o yaml: metadata.ownerReferences) "
         "and restrict pod creation in the namespace (docs/threat-model.md)",
     )
+
+
+def check_llmkube(adapters: Sequence[Mapping[str, Any]]) -> Check:
+    """Pure: whether LLMKube's own LoRA controller acts on the CRs pulumi-lora serves here.
+
+    It runs in every LLMKube install. On a CR pulumi-lora serves it loads into one pod through
+    the Service, re-sends loads SGLang refuses, and rewrites the status; the coexistence policy
+    holds it off. CRs pulumi-lora did not make (no ``managed-by`` annotation) are left to it,
+    unless the re-sync loop serves them too (then the loop's manifests hold it off them).
+    """
+    managed = [a for a in adapters if ANNOTATION_MANAGED_BY in _notes(a)]
+    seen = [(a, signs) for a in managed if (signs := llmkube_signs(a))]
+    if not seen:
+        what = f"{len(managed)} LoRAAdapter(s) pulumi-lora made" if managed else "no CR of ours"
+        return Check("llmkube-controller", CheckStatus.OK, f"no sign of it on {what}")
+    names = ", ".join(
+        f"{a['metadata'].get('namespace')}/{a['metadata'].get('name')} ({signs})"
+        for a, signs in seen
+    )
+    return Check(
+        "llmkube-controller",
+        CheckStatus.WARN,
+        f"LLMKube's own LoRA controller acts on {len(seen)} of the {len(managed)} LoRAAdapter(s) "
+        f"pulumi-lora serves here: {names}; it loads through the Service into one pod and "
+        "rewrites their status (the pods stay the truth for pulumi-lora)",
+        COEXISTENCE_FIX,
+    )
+
+
+def _notes(cr: Mapping[str, Any]) -> Mapping[str, Any]:
+    notes = (cr.get("metadata") or {}).get("annotations")
+    return notes if isinstance(notes, Mapping) else {}
 
 
 def check_pods(pods: Sequence[k8s.PodEndpoint], replicas: int) -> Check:
@@ -896,7 +971,30 @@ def gather_doctor(
         servers=_probe_servers(session, k8s.target_from_object(obj), pods),
         transport=transport.value,
         untrusted=listing.untrusted,
+        adapters=tuple(_targeting(_adapters_near(kube, namespace), namespace, name)),
     )
+
+
+def _adapters_near(kube: Client, namespace: str) -> list[dict[str, Any]]:
+    """Every LoRAAdapter (they may target across namespaces), else the target namespace's
+    (a user allowed to list only there)."""
+    try:
+        return k8s.list_adapters(kube)
+    except ClusterError:
+        return k8s.list_adapters(kube, namespace)
+
+
+def _targeting(
+    crs: Sequence[Mapping[str, Any]], namespace: str, name: str
+) -> list[Mapping[str, Any]]:
+    """Pure: the CRs whose ``spec.inferenceServiceRef`` is ``namespace/name``."""
+    found = []
+    for cr in crs:
+        ref = (cr.get("spec") or {}).get("inferenceServiceRef") or {}
+        where = ref.get("namespace") or (cr.get("metadata") or {}).get("namespace")
+        if ref.get("name") == name and where == namespace:
+            found.append(cr)
+    return found
 
 
 def _live_service_port(kube: Client, namespace: str, name: str) -> int | None:

@@ -148,6 +148,19 @@ class Condition(_Model):
         return data
 
 
+def written_by_llmkube(condition: Condition) -> bool:
+    """Pure: whether LLMKube's own LoRA controller wrote this condition (not pulumi-lora).
+
+    By its reasons only it uses, or by the shape of its load errors (``sglang http://...`` and
+    ``post http://...``, its HTTP client's words) under the ``LoadUnsuccessful`` both write.
+    """
+    if condition.reason in LLMKUBE_REASONS:
+        return True
+    return condition.reason in ("LoadUnsuccessful", "UnloadUnsuccessful") and (
+        condition.message.startswith(("sglang http://", "post http://"))
+    )
+
+
 class LoRAAdapterStatus(_Model):
     """``status``: conditions plus the last accepted path and load time."""
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -27,7 +27,6 @@ from pulumi_lora._errors import (
     ApiserverUnreachable,
     ClusterError,
     ConfigurationError,
-    ControllerConflict,
     NameCollision,
     NoReadyPods,
     PulumiLoRAError,
@@ -37,6 +36,7 @@ from pulumi_lora._errors import (
 from pulumi_lora._executor import run_sync
 from pulumi_lora._models import (
     ANNOTATION_OPERATION,
+    LLMKUBE_FINALIZER,
     AdapterArgs,
     Condition,
     ConditionKind,
@@ -44,6 +44,7 @@ from pulumi_lora._models import (
     LoRAAdapterStatus,
     Transport,
     format_time,
+    written_by_llmkube,
 )
 from pulumi_lora._ownership import untrusted_message
 from pulumi_lora._reconcile import (
@@ -599,9 +600,28 @@ class Session:
         OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), applied)
         return applied
 
+    def release_llmkube(self, cr: Mapping[str, Any]) -> None:
+        """Take the CR from LLMKube's LoRA controller: remove its finalizer, if the CR carries it.
+
+        Where the coexistence policy holds (docs/protocol.md) LLMKube cannot add it back, so a CR
+        made before the policy is taken over; without the policy LLMKube re-adds it, and nothing
+        depends on it being gone (deletion releases it again).
+        """
+        if LLMKUBE_FINALIZER in ((cr.get("metadata") or {}).get("finalizers") or []):
+            k8s.release_finalizer(
+                self.kube, self.args.namespace, self.args.cr_name, LLMKUBE_FINALIZER
+            )
+
     def delete_cr(self) -> None:
-        """Delete the CR and wait until it is gone (recorded for the shared listings)."""
-        k8s.delete_adapter(self.kube, self.args.namespace, self.args.cr_name)
+        """Delete the CR and wait until it is gone (recorded for the shared listings).
+
+        Called once every pod is unloaded: LLMKube's finalizer, which guards its own unload
+        through the Service, is released rather than waited on (its controller may be backing off,
+        held off by the coexistence policy, or not running).
+        """
+        k8s.delete_adapter(
+            self.kube, self.args.namespace, self.args.cr_name, release=LLMKUBE_FINALIZER
+        )
         OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), None)
 
     def load_everywhere(
@@ -680,7 +700,7 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     session = Session(args, config)
     cr = session.apply_cr(operation="update")
     try:
-        ensure_exclusive(cr)
+        session.release_llmkube(cr)
         listing = session.shared_listing()
         target = listing.target or session.resolve_target()  # afresh: raises why it can't be used
         session.check_collisions(target, own_uid=cr["metadata"].get("uid"))
@@ -710,11 +730,17 @@ def observe(
     args: AdapterArgs,
     config: ProviderConfig,
     looks: SharedViews[LookKey, TargetLook] | None = None,
+    previous: Sequence[Condition] = (),
 ) -> AdapterState | None:
     """What the cluster says now (refresh): None when the CR is gone.
 
     The CR is always read afresh; the target's pods are looked at afresh, or through ``looks``
     (``LOOKS``: shared with this process's other operations, at most its max age old).
+
+    The pods are the truth: the conditions are this project's verdict on what the pods serve
+    now (``observed_conditions``), not what the CR's status says, which another writer (LLMKube's
+    own LoRA controller, where no coexistence policy holds it off) may have rewritten.
+    ``previous`` (the conditions last reported) keeps each unchanged condition's ``since``.
     """
     session = Session(args, config)
     cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
@@ -746,7 +772,79 @@ def observe(
         )
         for v in look.pods
     )
-    return state_from_cr(cr, pod_reports + untrusted_reports(look.untrusted))
+    state = state_from_cr(cr, pod_reports + untrusted_reports(look.untrusted))
+    availability = (
+        Availability(True, "InferenceServiceReady")
+        if look.target is not None
+        else _unavailable(session)
+    )
+    conditions = observed_conditions(
+        availability,
+        None if look.target is None else pod_reports,
+        look.untrusted,
+        live,
+        generation=state.generation,
+        previous=previous or state.conditions,
+        now=now_utc(),
+    )
+    return replace(state, conditions=conditions)
+
+
+def observed_conditions(
+    availability: Availability,
+    pods: Sequence[PodReport] | None,
+    untrusted: Mapping[str, str],
+    args: AdapterArgs,
+    *,
+    generation: int,
+    previous: Sequence[Condition],
+    now: datetime,
+) -> tuple[Condition, ...]:
+    """Pure: the conditions that what the pods serve now earns (``pods`` None: no target).
+
+    A pod counts as loaded when it serves ``args.path`` under ``args.adapter_name``; a pod whose
+    ``/v1/models`` failed counts as failed, with its error. Conditions whose status did not flip
+    keep their ``lastTransitionTime`` from ``previous``; types other than the four are dropped.
+    """
+    if untrusted and availability.ok:
+        note = untrusted_message(args.inference_service, untrusted)
+        availability = Availability(True, availability.reason, note)
+    summary = (
+        None
+        if pods is None
+        else summarize(
+            [
+                PodOutcome(
+                    p.pod,
+                    loaded=p.loaded and p.path == args.path,
+                    path=p.path,
+                    waiting=not p.ready,
+                    reason=p.reason,
+                    error=p.error,
+                )
+                for p in pods
+            ]
+        )
+    )
+    fresh = build_conditions(
+        availability=availability,
+        summary=summary,
+        policy=ReadinessPolicy(args.readiness_policy.value),
+        generation=generation,
+        previous=previous,
+        now=now,
+    )
+    kinds = {k.value for k in ConditionKind}
+    return tuple(c for c in fresh if c.type in kinds)
+
+
+def _unavailable(session: Session) -> Availability:
+    """Why the target can't be used, asked afresh (it may have come back since the look)."""
+    try:
+        session.resolve_target()
+    except ClusterError as exc:
+        return Availability(False, exc.reason, str(exc))
+    return Availability(True, "InferenceServiceReady")
 
 
 @k8s.apiserver_errors()
@@ -791,7 +889,11 @@ def await_delegated(session: Session, cr: Mapping[str, Any], poll: float = 0.5) 
     while True:
         live = k8s.get_adapter(session.kube, meta["namespace"], meta["name"]) or cr
         state = state_from_cr(live, ())
-        current = {c.type: c for c in state.conditions if c.observed_generation == generation}
+        current = {  # the loop's verdict: LLMKube's controller may write the same types
+            c.type: c
+            for c in state.conditions
+            if c.observed_generation == generation and not written_by_llmkube(c)
+        }
         if (loaded := current.get(ConditionKind.LOADED.value)) and (
             loaded.status is ConditionStatus.TRUE
         ):
@@ -872,22 +974,6 @@ def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
 def now_utc() -> datetime:
     """The clock, in one place."""
     return datetime.now(UTC)
-
-
-#: LLMKube's own LoRA controller marks the CRs it manages with this finalizer.
-UPSTREAM_FINALIZER = "loraadapter.inference.llmkube.dev/finalizer"
-
-
-def ensure_exclusive(cr: Mapping[str, Any]) -> None:
-    """Refuse to share a CR with LLMKube's LoRA controller (see docs/protocol.md)."""
-    finalizers = (cr.get("metadata") or {}).get("finalizers") or []
-    if UPSTREAM_FINALIZER in finalizers:
-        meta = cr["metadata"]
-        raise ControllerConflict(
-            f"LoRAAdapter {meta['namespace']}/{meta['name']} carries {UPSTREAM_FINALIZER}: "
-            "LLMKube's own LoRA controller manages it too; disable that controller where "
-            "pulumi-lora manages adapters (see docs/protocol.md)"
-        )
 
 
 def ensure_reachable(args: AdapterArgs, api_key: str | None) -> None:
@@ -984,26 +1070,76 @@ def _settle(
 
 
 def _advice(outcomes: Sequence[PodOutcome]) -> str:
-    """One line of what to do, from the first failure's reason."""
-    reasons = {o.reason for o in outcomes if o.error}
-    if "LoRANotEnabled" in reasons:
-        return "add --enable-lora to the InferenceService's spec.extraArgs"
-    if "IncompatibleAdapter" in reasons:
-        return (
+    """One line of what to do, fitting the class of the failures.
+
+    What only a change of flags, spec or keys fixes comes first, then what may pass by itself;
+    the first class present wins. A timeout says whether the connection or the answer was late
+    (the SGLang clients' message for a connect timeout says "no connection within"); only a
+    server that cannot list adapters is told about SGLang versions.
+    """
+    failed = [o for o in outcomes if o.error]
+    by_class: dict[str, str] = {}
+    for o in failed:
+        kind = o.reason
+        if kind == "Timeout" and "no connection within" in o.error:
+            kind = "ConnectTimeout"
+        by_class.setdefault(kind, o.pod)
+    logs = "kubectl logs {pod} -c sglang"
+    advice = {
+        "LoRANotEnabled": "add --enable-lora to the InferenceService's spec.extraArgs",
+        "IncompatibleAdapter": (
             "raise --max-lora-rank or widen --lora-target-modules in spec.extraArgs, or use "
             "an adapter within them"
-        )
-    if "Timeout" in reasons:
-        return (
+        ),
+        "InvalidAdapterPath": (
+            "the path must be a directory with adapter_config.json inside the sglang container"
+        ),
+        "Unauthorized": (
+            "check the SGLang API key (api_key_secret_name or pulumi-lora:sglangApiKey)"
+        ),
+        "UnsupportedSGLangVersion": (
+            "upgrade SGLang: this server cannot list adapters in /v1/models "
+            f"(supported SGLang versions: {SUPPORTED_SGLANG})"
+        ),
+        "CapacityExhausted": (
+            "the pod holds --max-loaded-loras adapters and can evict none: raise "
+            "--max-loaded-loras (at least --max-loras-per-batch) in spec.extraArgs, or unpin or "
+            "unload adapters"
+        ),
+        "PinStarvation": (
+            "at most --max-loras-per-batch - 1 adapters can be pinned: unpin one or raise "
+            "--max-loras-per-batch in spec.extraArgs"
+        ),
+        "IncompleteUnload": "restart the pod: SGLang refuses this adapter name until it restarts",
+        "BadRequest": (
+            f"SGLang refused the request's shape: report it with the pod's SGLang version ({logs})"
+        ),
+        "ConnectTimeout": (
+            "no connection within pulumi-lora:connectTimeoutSeconds: check that the pod is "
+            "reachable from where pulumi runs (transport 'direct' needs the pod network routed "
+            "there; from outside the cluster use 'proxy' or 'delegated') and that it is running"
+        ),
+        "ConnectionFailed": (
+            "nothing accepted the connection: check that SGLang is up and listens on the pod's "
+            f"container port named http (SGLang's --port) ({logs})"
+        ),
+        "Timeout": (
             "a pod did not answer within the SGLang client timeouts; raise "
             "pulumi-lora:loadTimeoutSeconds (unloadTimeoutSeconds, readTimeoutSeconds) if it is "
             "just slow"
-        )
-    if "Unauthorized" in reasons:
-        return "check the SGLang API key (api_key_secret_name or pulumi-lora:sglangApiKey)"
-    if "InvalidAdapterPath" in reasons:
-        return "the path must be a directory with adapter_config.json inside the sglang container"
-    return f"supported SGLang versions: {SUPPORTED_SGLANG}"
+        ),
+        "ServerStarting": "SGLang is starting or stopping on the pod: run again once it serves",
+        "ServerError": f"SGLang failed while handling the request: check its logs ({logs})",
+        "InvalidResponse": (
+            "the answer does not follow SGLang's LoRA HTTP contract: check what listens on the "
+            f"pod's http port, and its logs ({logs})"
+        ),
+    }
+    for kind, text in advice.items():
+        if kind in by_class:
+            return text.format(pod=by_class[kind])
+    pod = failed[0].pod if failed else "POD"
+    return f"see each pod's error above, and the SGLang logs ({logs.format(pod=pod)})"
 
 
 #: Reason of the Warning Event naming labelled pods outside the controller chain.

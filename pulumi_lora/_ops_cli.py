@@ -1,8 +1,8 @@
-"""The operator commands ``pulumi-lora status`` and ``pulumi-lora doctor`` (click).
+"""The operator commands ``pulumi-lora status``, ``doctor`` and ``coexistence-policy`` (click).
 
 Thin: parse the options, gather the facts (``_inspect.gather_*``), judge them (``_inspect``'s pure
 functions), print a table or JSON, exit with a code a script can use. The lead mounts
-``status_command`` and ``doctor_command`` on the main ``pulumi-lora`` group.
+``status_command``, ``doctor_command`` and ``policy_command`` on the main ``pulumi-lora`` group.
 
 Exit codes, both commands: 0 all good; 1 something to fix was found (drift or errors for
 ``status``, a failed check for ``doctor``); 2 the command could not run (a usage error, or the
@@ -16,14 +16,15 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import click
+import yaml
 
 from pulumi_lora import _inspect as inspect
 from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._models import Transport
+from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, Transport
 from pulumi_lora._operations import POOL
 
-__all__ = ["doctor_command", "render_table", "status_command"]
+__all__ = ["doctor_command", "policy_command", "render_table", "status_command"]
 
 #: Exit code for "could not run": click uses it for usage errors too.
 EXIT_UNUSABLE = 2
@@ -146,6 +147,36 @@ def doctor_command(  # noqa: PLR0917 - one parameter per click option
     ctx.exit(report.exit_code)
 
 
+@click.command("coexistence-policy", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--llmkube-user",
+    default=LLMKUBE_CONTROLLER_USER,
+    show_default=True,
+    help="the user LLMKube's controller manager acts as (its ServiceAccount)",
+)
+@click.option(
+    "--all-adapters",
+    is_flag=True,
+    help="hold LLMKube off every LoRAAdapter (the re-sync loop serves them all), not only the "
+    "CRs the provider made (annotation pulumi-lora.dev/managed-by)",
+)
+@click.option("--name", default="pulumi-lora-resync", show_default=True, help="prefix of the names")
+def policy_command(llmkube_user: str, all_adapters: bool, name: str) -> None:
+    """Print the admission policy that holds LLMKube's LoRA controller off pulumi-lora's CRs.
+
+    LLMKube's own LoRA controller runs in every LLMKube install and cannot be switched off. This
+    ValidatingAdmissionPolicy (Kubernetes 1.30+) refuses it adding its finalizer to, and writing
+    the status of, the LoRAAdapters pulumi-lora serves; it then backs off on them and never
+    loads them through the Service. Apply it with:
+
+        pulumi-lora coexistence-policy | kubectl apply -f -
+    """
+    from pulumi_lora.deploy import coexistence_policy  # noqa: PLC0415 - it imports pulumi
+
+    manifests = coexistence_policy(name, llmkube_user=llmkube_user, managed_only=not all_adapters)
+    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+
+
 def _parse_secret(value: str | None) -> tuple[str, str] | None:
     if not value:
         return None
@@ -213,6 +244,12 @@ def _status_table(report: inspect.StatusReport, where: str | None) -> str:
         f"{counts['adapters']} LoRAAdapter(s): {counts['ok']} ok, {counts['drift']} drift, "
         f"{counts['error']} error"
     )
+    contested = [line for line in report.adapters if line.llmkube]
+    if contested:
+        summary += "\n\nLLMKube's own LoRA controller acts on:\n" + "\n".join(
+            f"  {line.namespace}/{line.name}: {line.llmkube}" for line in contested
+        )
+        summary += f"\nfix: {inspect.COEXISTENCE_FIX}"
     return render_table(STATUS_COLUMNS, rows) + "\n\n" + summary
 
 

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from pulumi_lora import _operations as ops
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._models import AdapterArgs, ConditionKind, Transport
+from pulumi_lora._models import AdapterArgs, Condition, ConditionKind, Transport
 
 #: Inputs whose change means a different CR or a different target: replace, old one first.
 REPLACE_KEYS = (
@@ -162,7 +162,7 @@ class LoRAAdapterProvider(ResourceProvider):
         args = _args(props)
         started = time.monotonic()
         generation = ops.target_generation(args, self._config)
-        state = ops.observe(args, self._config, ops.LOOKS)
+        state = ops.observe(args, self._config, ops.LOOKS, reported_conditions(props))
         if state is None:
             return ReadResult(id_="", outs={})
         live = args.model_copy(
@@ -340,6 +340,29 @@ def outputs(args: AdapterArgs, state: ops.AdapterState) -> dict[str, Any]:
         last_loaded_at=state.last_loaded_at,
     )
     return outs
+
+
+def reported_conditions(props: Mapping[str, Any]) -> list[Condition]:
+    """Pure: the conditions the outputs last reported (``since`` as the transition time), so a
+    refresh keeps each unchanged condition's ``since``; entries that don't parse are skipped."""
+    found = []
+    for entry in props.get("conditions") or []:
+        try:
+            found.append(
+                Condition.model_validate(
+                    {
+                        "type": entry.get("type"),
+                        "status": entry.get("status"),
+                        "reason": entry.get("reason"),
+                        "message": entry.get("message") or "",
+                        "lastTransitionTime": entry.get("since"),
+                        "observedGeneration": entry.get("generation"),
+                    }
+                )
+            )
+        except (ValidationError, AttributeError):
+            continue
+    return found
 
 
 def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:

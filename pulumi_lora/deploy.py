@@ -11,6 +11,8 @@ Every rule in :data:`WATCH_RULES` and :data:`LEASE_RULES` is used by the loop, a
 else is granted; ``tests/resync/test_rbac.py`` proves both directions against a real apiserver
 (docs/resync.md lists the rules and what needs each).
 
+By default both also render :func:`coexistence_policy`, which holds LLMKube's own LoRA
+controller (it runs in every LLMKube install) off the CRs the loop serves.
 With ``admission_policies=True`` both also render :func:`admission_policies`: three
 ValidatingAdmissionPolicies and their bindings that close what RBAC cannot say (cross-namespace
 targets only into namespaces that opt in, the service label only on ReplicaSet-controlled pods,
@@ -28,17 +30,20 @@ import pulumi
 
 from pulumi_lora import _admission
 from pulumi_lora._admission import ACCEPT_FOREIGN_ADAPTERS_LABEL, SERVICE_LABEL
-from pulumi_lora._models import GROUP, ISVC_PLURAL, PLURAL
+from pulumi_lora._models import GROUP, ISVC_PLURAL, LLMKUBE_CONTROLLER_USER, PLURAL
 from pulumi_lora._resync._settings import DEFAULT_LEASE_NAME, DEFAULT_METRICS_PORT
 
 __all__ = [
     "ACCEPT_FOREIGN_ADAPTERS_LABEL",
     "DEFAULT_NAME",
     "LEASE_RULES",
+    "LLMKUBE_CONTROLLER_USER",
+    "RELEASE_RULE",
     "SERVICE_LABEL",
     "WATCH_RULES",
     "ResyncDeployment",
     "admission_policies",
+    "coexistence_policy",
     "resync_manifests",
 ]
 
@@ -61,6 +66,10 @@ WATCH_RULES: tuple[dict[str, Any], ...] = (
 """What the loop does where it watches: follow CRs, InferenceServices, pods and the ReplicaSets
 and Deployments of the pods' controller chain; write CR status (server-side apply); read the
 API-key Secrets CRs name; record Events."""
+
+RELEASE_RULE: dict[str, Any] = {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["patch"]}
+"""With the LLMKube coexistence policy: remove LLMKube's finalizer from the CRs the loop serves
+(``--release-llmkube-finalizer``, a JSON patch of ``metadata.finalizers``)."""
 
 _LEASE_GROUP = "coordination.k8s.io"
 
@@ -106,6 +115,32 @@ def admission_policies(
     )
 
 
+def coexistence_policy(
+    name: str = DEFAULT_NAME,
+    *,
+    llmkube_user: str = LLMKUBE_CONTROLLER_USER,
+    managed_only: bool = True,
+    namespace_selector: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Pure: the ValidatingAdmissionPolicy (and binding) ``{name}-llmkube-coexistence`` that holds
+    LLMKube's own LoRA controller off the LoRAAdapters pulumi-lora serves: it may neither add its
+    finalizer to them nor write their status, so it never loads them through the Service.
+
+    ``llmkube_user`` is the user LLMKube's controller manager acts as (its ServiceAccount; the
+    default is LLMKube's kustomize and Helm install). ``managed_only`` covers only the CRs the
+    provider made (annotation ``pulumi-lora.dev/managed-by``); ``False`` covers every LoRAAdapter
+    in the namespaces ``namespace_selector`` selects. Apply it alone where the provider runs
+    without the re-sync loop (``resync_manifests`` renders it by default). Details:
+    `pulumi_lora._admission.coexistence_policy`; why: docs/protocol.md.
+    """
+    return _admission.coexistence_policy(
+        name,
+        llmkube_user=llmkube_user,
+        managed_only=managed_only,
+        namespace_selector=namespace_selector,
+    )
+
+
 def resync_manifests(
     namespace: str,
     image: str,
@@ -123,6 +158,8 @@ def resync_manifests(
     admission_policies: bool = False,
     workload_creators: Sequence[str] = (),
     admission_namespace_selector: Mapping[str, Any] | None = None,
+    llmkube_coexistence: bool = True,
+    llmkube_user: str = LLMKUBE_CONTROLLER_USER,
 ) -> list[dict[str, Any]]:
     """Pure: the loop's manifests, in apply order.
 
@@ -133,6 +170,12 @@ def resync_manifests(
     ``admission_policies=True`` appends :func:`admission_policies` (named after ``name``, with
     ``workload_creators`` and ``admission_namespace_selector`` as its ``workload_creators`` and
     ``namespace_selector``).
+
+    ``llmkube_coexistence`` (on by default) appends :func:`coexistence_policy` for every
+    LoRAAdapter the loop watches (``llmkube_user`` is LLMKube's controller identity) and runs
+    the loop with ``--release-llmkube-finalizer``: the policy keeps LLMKube's LoRA controller
+    from adding its finalizer and writing status, and the loop takes over CRs that carried the
+    finalizer from before the policy. Turn it off only where LLMKube is not installed.
     """
     meta_labels = {
         "app.kubernetes.io/name": "pulumi-lora-resync",
@@ -149,12 +192,13 @@ def resync_manifests(
         return data
 
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    rules = [dict(r) for r in WATCH_RULES] + ([dict(RELEASE_RULE)] if llmkube_coexistence else [])
     if watch_namespace is None:
         watch_role: dict[str, Any] = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": meta(None),
-            "rules": [dict(r) for r in WATCH_RULES],
+            "rules": rules,
         }
         watch_binding: dict[str, Any] = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -172,7 +216,7 @@ def resync_manifests(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": meta(watch_namespace),
-            "rules": [dict(r) for r in WATCH_RULES],
+            "rules": rules,
         }
         watch_binding = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -205,6 +249,8 @@ def resync_manifests(
     ]
     if watch_namespace is not None:
         args += ["--namespace", watch_namespace]
+    if llmkube_coexistence:
+        args.append("--release-llmkube-finalizer")
     args += list(extra_args)
     probe = {"port": "metrics", "scheme": "HTTP"}
     container = {
@@ -283,6 +329,15 @@ def resync_manifests(
         if admission_policies
         else []
     )
+    if llmkube_coexistence:
+        scope = (
+            {"matchLabels": {"kubernetes.io/metadata.name": watch_namespace}}
+            if watch_namespace is not None
+            else None
+        )
+        policies += coexistence_policy(
+            name, llmkube_user=llmkube_user, managed_only=False, namespace_selector=scope
+        )
     return [
         service_account,
         watch_role,
@@ -373,8 +428,11 @@ class ResyncDeployment(pulumi.ComponentResource):
         self.manifests = manifests
         self.children = created
         # From the objects themselves, so they resolve once the objects exist.
+        deployment = next(
+            c for c, m in zip(created, manifests, strict=True) if m["kind"] == "Deployment"
+        )
         self.service_account = created[0].metadata.apply(lambda m: m["name"])
-        self.deployment = created[-1].metadata.apply(lambda m: m["name"])
+        self.deployment = deployment.metadata.apply(lambda m: m["name"])
         self.namespace = pulumi.Output.from_input(namespace)
         self.register_outputs(
             {

@@ -138,6 +138,14 @@ _DEFAULTS = ClientTimeouts()
     help="Seconds SIGTERM waits for in-flight loads and status writes.",
 )
 @click.option(
+    "--release-llmkube-finalizer",
+    is_flag=True,
+    help=(
+        "Remove LLMKube's LoRA finalizer from the CRs the loop serves (once each). Only where "
+        "pulumi-lora's coexistence policy is applied: it keeps LLMKube from adding it back."
+    ),
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -165,6 +173,7 @@ def resync_command(
     metrics_host: str,
     metrics_port: int,
     shutdown_timeout: float,
+    release_llmkube_finalizer: bool,
     log_level: str,
 ) -> None:
     """Keep every LoRAAdapter loaded on every Ready pod of its InferenceService.
@@ -199,6 +208,7 @@ def resync_command(
             connect=connect_timeout, read=read_timeout, load=load_timeout, unload=unload_timeout
         ),
         shutdown_timeout=shutdown_timeout,
+        release_llmkube_finalizer=release_llmkube_finalizer,
         metrics_host=metrics_host,
         metrics_port=metrics_port,
         lease=LeaseSettings(

@@ -26,6 +26,7 @@ from typing import Any
 
 from pulumi_lora._cluster import SERVICE_LABEL, target_from_object
 from pulumi_lora._errors import ClusterError, EvictionImpossible
+from pulumi_lora._models import LLMKUBE_FINALIZER
 from pulumi_lora._ownership import awaits_owner, owned_from_object, untrusted_message
 from pulumi_lora._reconcile import PodOutcome, extra_arg_value
 from pulumi_lora._resync import _logs as logs
@@ -82,6 +83,9 @@ class Controller:
         self._rechecks: set[Key] = set()  # targets with a trust review scheduled
         self._watchers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
+        # CR UIDs whose LLMKube finalizer this loop removed → whether its return was reported
+        self._released: dict[str, bool] = {}
+        self._releases: set[asyncio.Task[None]] = set()
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -157,6 +161,7 @@ class Controller:
             if kind == "inferenceservices":
                 self.world.put_target(target_from_object(obj))
             elif kind == "loraadapters":
+                self._take_over(obj)
                 if (cr := adapter_from_object(obj)) is not None:
                     self.world.put_cr(cr)
             elif kind in ("deployments", "replicasets"):
@@ -184,6 +189,8 @@ class Controller:
         self._cancel_all()
 
     def _cancel_all(self) -> None:
+        for task in list(self._releases):
+            task.cancel()
         self.stopping = True
         for worker in self._workers.values():
             worker.task.cancel()
@@ -226,6 +233,7 @@ class Controller:
         if event_type == "DELETED":
             self._cr_deleted(object_key(obj), obj)
             return
+        self._take_over(obj)
         cr = adapter_from_object(obj)
         if cr is None:
             logs.event(
@@ -243,6 +251,46 @@ class Controller:
             self.events.record(cr.raw, UNTRUSTED_EVENT, note, warning=True)  # news to this CR
         self.statuses.mark(c.key for c in self.world.crs_of(cr.target))
         self._request(self.world.serving_pods([cr.target]), ReloadReason.CR_CHANGE)
+
+    def _take_over(self, obj: Mapping[str, Any]) -> None:
+        """With ``release_llmkube_finalizer``: remove LLMKube's LoRA finalizer, once per CR.
+
+        The coexistence policy keeps LLMKube's controller from adding it back; if it comes back
+        anyway, the policy is not in force: say so once, and leave it (never a write war).
+        """
+        meta = obj.get("metadata") or {}
+        if not self.settings.release_llmkube_finalizer or LLMKUBE_FINALIZER not in (
+            meta.get("finalizers") or []
+        ):
+            return
+        uid, key = str(meta.get("uid", "")), "/".join(object_key(obj))
+        seen = self._released.get(uid)
+        if seen is not None:  # released before: it came back
+            if not seen:
+                self._released[uid] = True  # one warning per CR
+                logs.event(
+                    "llmkube_finalizer_returned",
+                    logging.WARNING,
+                    cr=key,
+                    why="LLMKube's LoRA controller added its finalizer back: apply the "
+                    "coexistence policy (pulumi_lora.deploy.coexistence_policy)",
+                )
+            return
+        self._released[uid] = False
+        task = asyncio.create_task(self._release(*object_key(obj)), name=f"release {key}")
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _release(self, namespace: str, name: str) -> None:
+        try:
+            removed = await self.kube.release_finalizer(namespace, name, LLMKUBE_FINALIZER)
+        except ClusterError as exc:
+            logs.event(
+                "llmkube_finalizer_kept", logging.WARNING, cr=f"{namespace}/{name}", error=str(exc)
+            )
+            return
+        if removed:
+            logs.event("llmkube_finalizer_released", cr=f"{namespace}/{name}")
 
     def on_cr_snapshot(self, items: Objects) -> None:
         """A relist of LoRAAdapters: CRs missing from it were deleted while the watch was down."""

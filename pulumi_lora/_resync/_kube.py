@@ -252,6 +252,12 @@ class Kube:
             partial(k8s.apply_adapter_status, self._sync, namespace, name, status, FIELD_MANAGER)
         )
 
+    async def release_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:
+        """Remove ``finalizer`` from a CR (a tested JSON patch); whether this call removed it."""
+        return await self._blocking(
+            partial(k8s.release_finalizer, self._sync, namespace, name, finalizer)
+        )
+
     async def emit_event(
         self, cr: Mapping[str, Any], reason: str, message: str, *, warning: bool = False
     ) -> None:

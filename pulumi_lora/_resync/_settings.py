@@ -99,3 +99,7 @@ class ResyncSettings:
     """SGLang client timeouts (short connect, long load and unload)."""
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     """Leader election."""
+    release_llmkube_finalizer: bool = False
+    """Remove LLMKube's LoRA finalizer from the CRs the loop serves, once each: set where the
+    coexistence policy holds LLMKube's controller off them (``resync_manifests`` does), so CRs it
+    marked before the policy are taken over. Without the policy LLMKube would add it back."""

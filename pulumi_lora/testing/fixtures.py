@@ -2,7 +2,10 @@
 
 Register with ``pytest_plugins = ["pulumi_lora.testing.fixtures"]`` in a ``conftest.py``:
 
-- ``testbed`` (session scope): one running testbed shared by every test of the session;
+- ``testbed`` (session scope): one running testbed shared by every test of the session, with
+  pulumi-lora's LLMKube coexistence policy applied for every LoRAAdapter (as the re-sync loop's
+  manifests apply it): the testbed runs LLMKube's own LoRA controller, as every LLMKube
+  install does, and the policy keeps it off the CRs the tests make;
 - ``testbed_binaries`` (session scope): the located etcd, kube-apiserver and kubectl, for tests
   that start testbeds of their own;
 - ``namespace`` (function scope): a fresh, uniquely named namespace for one test, whose
@@ -29,6 +32,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
+from pulumi_lora.deploy import coexistence_policy
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import (
     BINARIES,
@@ -82,12 +86,17 @@ def testbed_binaries() -> dict[str, Binary]:
 
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[Testbed]:
-    """A started testbed for the whole session, stopped (with everything it ran) at the end."""
+    """A started testbed for the whole session, stopped (with everything it ran) at the end.
+
+    LLMKube's LoRA controller runs in it (the default); the coexistence policy the loop's
+    manifests render (``coexistence_policy(managed_only=False)``) holds it off every CR.
+    """
     bed = Testbed()
     try:
         bed.start()
     except (BinaryNotFoundError, CertificateError) as exc:
         missing_real_part(str(exc))
+    bed.apply_manifests(coexistence_policy(managed_only=False))
     try:
         yield bed
     finally:

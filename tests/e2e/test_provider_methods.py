@@ -13,8 +13,9 @@ import pytest
 
 from pulumi_lora import AdapterNotLoaded, InferenceServiceNotFound, NoReadyPods, RuntimeMismatch
 from pulumi_lora._cluster import get_adapter
-from pulumi_lora._errors import ClusterError, ControllerConflict, NameCollision
-from pulumi_lora._operations import UPSTREAM_FINALIZER, ProviderConfig
+from pulumi_lora._errors import ClusterError, NameCollision
+from pulumi_lora._models import LLMKUBE_FINALIZER
+from pulumi_lora._operations import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import emulator_post, served
@@ -273,9 +274,11 @@ def test_an_existing_cr_is_not_adopted_by_create(
     provider(config).delete("", first)
 
 
-def test_llmkube_controller_on_the_same_cr_is_refused(
+def test_update_and_delete_beside_llmkube_finalizer(
     testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
 ) -> None:
+    """A CR LLMKube's LoRA controller marked (before any coexistence policy) updates and deletes:
+    the update swaps on every pod and takes the finalizer off, the delete does not wait on it."""
     v1, v2 = testbed.make_adapter("sql-shared"), testbed.make_adapter("sql-shared-2")
     outs = provider(config).create(props(namespace, v1)).outs
     marked = testbed.kubectl(
@@ -285,12 +288,15 @@ def test_llmkube_controller_on_the_same_cr_is_refused(
         namespace,
         "--type=merge",
         "-p",
-        json.dumps({"metadata": {"finalizers": [UPSTREAM_FINALIZER]}}),
+        json.dumps({"metadata": {"finalizers": [LLMKUBE_FINALIZER]}}),
     )
     assert marked.returncode == 0, marked.stderr
-    with pytest.raises(ControllerConflict, match="LLMKube's own LoRA controller"):
-        provider(config).update("", outs, props(namespace, v2))
-    assert served(isvc) == {pod.name: {"sql-lora": v1} for pod in isvc.ready_pods()}
+    outs = provider(config).update("", outs, props(namespace, v2)).outs
+    assert outs["loaded"]
+    assert served(isvc) == {pod.name: {"sql-lora": v2} for pod in isvc.ready_pods()}
+    stored = cr(testbed, namespace)
+    assert stored is not None
+    assert LLMKUBE_FINALIZER not in (stored["metadata"].get("finalizers") or [])
     testbed.kubectl(
         "patch",
         "lora/sql-lora",
@@ -298,7 +304,7 @@ def test_llmkube_controller_on_the_same_cr_is_refused(
         namespace,
         "--type=merge",
         "-p",
-        json.dumps({"metadata": {"finalizers": None}}),
+        json.dumps({"metadata": {"finalizers": [LLMKUBE_FINALIZER]}}),
     )
     provider(config).delete("", outs)
     nothing_left(testbed, namespace, isvc)

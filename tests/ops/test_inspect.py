@@ -436,6 +436,7 @@ def test_status_report_exit_code_and_json_shape() -> None:
         "verdict",
         "last_loaded_at",
         "error",
+        "llmkube",
         "pods",
     }
     assert line["pods"] == [

@@ -517,6 +517,14 @@ class Testbed:
             argv, input=input, capture_output=True, text=True, timeout=timeout, check=check, env=env
         )
 
+    def apply_manifests(self, manifests: Sequence[dict[str, Any]]) -> None:
+        """``kubectl apply`` plain manifests (e.g. ``pulumi_lora.deploy.coexistence_policy()``) as
+        the admin; raises :class:`TestbedError` with kubectl's message when it refuses."""
+        text = "\n---\n".join(json.dumps(m) for m in manifests)
+        done = self.kubectl("apply", "--server-side", "-f", "-", input=text)
+        if done.returncode != 0:
+            raise TestbedError(f"kubectl apply failed: {done.stderr.strip()}")
+
     def create_namespace(self, prefix: str = "test") -> str:
         """Create a namespace with a unique name starting with ``prefix``; return its name.
 

@@ -1,0 +1,302 @@
+"""pulumi-lora beside LLMKube's own LoRA controller, as every LLMKube cluster runs it (issue 20).
+
+A testbed of this module's own, with the played LLMKube controller's clocks shrunk fifty times
+(its 30 s requeue is 0.6 s, its 2 minute skip window 2.4 s), so a few seconds hold many of its
+cycles. The InferenceService sets ``endpoint.port`` to the container's port, so LLMKube's
+through-the-Service loads really reach a pod: the hostile case.
+
+What is asserted is what users see: the pods' own ``/v1/models``, the CR as ``kubectl`` returns
+it, the provider's outputs; and, from the played controller's own record, every request it sent
+to a pod and every write the apiserver refused it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
+from pulumi_lora._operations import ProviderConfig
+from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora.deploy import coexistence_policy
+from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.testbed import (
+    BinaryNotFoundError,
+    InferenceServiceHandle,
+    LLMKubeLoRAController,
+    Testbed,
+)
+from tests.e2e.conftest import served
+
+SCALE = 0.02
+"""The played controller's clocks: 30 s → 0.6 s, 2 minutes → 2.4 s."""
+
+
+@pytest.fixture(scope="module")
+def bed() -> Iterator[Testbed]:
+    testbed = Testbed(audit=False, llmkube_time_scale=SCALE)
+    try:
+        testbed.start()
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
+    try:
+        yield testbed
+    finally:
+        testbed.stop()
+
+
+@pytest.fixture
+def llmkube(bed: Testbed) -> LLMKubeLoRAController:
+    assert bed.llmkube is not None, "a default testbed runs LLMKube's LoRA controller"
+    return bed.llmkube
+
+
+def deploy(bed: Testbed, prefix: str) -> tuple[str, InferenceServiceHandle]:
+    namespace = bed.create_namespace(prefix)
+    handle = bed.deploy_inference_service(namespace, "llama", replicas=2, endpoint_port=30000)
+    handle.wait_ready(timeout=30)
+    return namespace, handle
+
+
+def kubectl_cr(bed: Testbed, namespace: str, name: str) -> dict[str, Any] | None:
+    got = bed.kubectl("get", "lora", name, "-n", namespace, "-o", "json")
+    if got.returncode != 0:
+        assert "NotFound" in got.stderr, got.stderr
+        return None
+    found: dict[str, Any] = json.loads(got.stdout)
+    return found
+
+
+def conditions(cr: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+    return {
+        c["type"]: (c["status"], c["reason"])
+        for c in ((cr or {}).get("status") or {}).get("conditions") or []
+    }
+
+
+def wait_for(what: str, check: Any, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def provider(bed: Testbed) -> LoRAAdapterProvider:
+    p = LoRAAdapterProvider()
+    p._config = ProviderConfig(kubeconfig=str(bed.kubeconfig_path))
+    return p
+
+
+def props(namespace: str, path: str, name: str = "sql-lora") -> dict[str, Any]:
+    return {
+        "adapter_name": name,
+        "path": path,
+        "inference_service": "llama",
+        "namespace": namespace,
+    }
+
+
+class Flips:
+    """Every change of the CR's Loaded/Ready/Error status, polled every 20 ms in a thread."""
+
+    def __init__(self, bed: Testbed, namespace: str, name: str) -> None:
+        self.client = bed.client()
+        self.namespace, self.name = namespace, name
+        self.seen: list[dict[str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Flips:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        from pulumi_lora._cluster import get_adapter  # noqa: PLC0415 - the test's own reads
+
+        while not self._stop.wait(0.02):
+            cr = get_adapter(self.client, self.namespace, self.name)
+            now = {k: v[0] for k, v in conditions(cr).items() if k in ("Loaded", "Ready", "Error")}
+            if not self.seen or self.seen[-1] != now:
+                self.seen.append(now)
+
+    @property
+    def changes(self) -> int:
+        return len(self.seen) - 1
+
+
+def test_played_controller_loads_one_random_pod_through_the_service(
+    bed: Testbed, llmkube: LLMKubeLoRAController
+) -> None:
+    """LLMKube's controller as its source has it: finalizer first, then one load through the
+    Service (one pod of two), ``Loaded=True``; deletion unloads through the Service, drops the
+    finalizer. Its writes come from its own ServiceAccount (``kubectl auth`` agrees)."""
+    namespace, handle = deploy(bed, "llmkube-played")
+    path = bed.make_adapter("played")
+    service = json.loads(bed.kubectl("get", "svc", "llama", "-n", namespace, "-o", "json").stdout)
+    assert service["spec"]["ports"][0]["port"] == 30000
+    manifest = {
+        "apiVersion": "inference.llmkube.dev/v1alpha1",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": "played", "namespace": namespace},
+        "spec": {"inferenceServiceRef": {"name": "llama"}, "name": "played", "path": path},
+    }
+    assert bed.kubectl("apply", "-f", "-", input=json.dumps(manifest)).returncode == 0
+    cr = wait_for(
+        "LLMKube's Loaded=True",
+        lambda: (
+            (c := kubectl_cr(bed, namespace, "played"))
+            and conditions(c).get("Loaded") == ("True", "ReconcileSuccess")
+            and c
+        ),
+    )
+    assert cr["metadata"]["finalizers"] == [LLMKUBE_FINALIZER]
+    assert cr["status"]["loadedPath"] == path
+    serving = [pod for pod, adapters in served(handle).items() if "played" in adapters]
+    assert len(serving) == 1, f"LLMKube loads into one pod through the Service: {serving}"
+    loads = [r for r in llmkube.requests("/load_lora_adapter") if r.lora_name == "played"]
+    assert [r.pod for r in loads if r.status == 200] == serving
+    can = bed.kubectl(
+        "auth", "can-i", "update", "loraadapters/finalizers", f"--as={LLMKUBE_CONTROLLER_USER}"
+    )
+    assert can.stdout.strip() == "yes"
+
+    assert bed.kubectl("delete", "lora", "played", "-n", namespace, "--wait=true").returncode == 0
+    unloads = [r for r in llmkube.requests("/unload_lora_adapter") if r.lora_name == "played"]
+    assert len(unloads) == 1 and unloads[0].status == 200
+    assert all("played" not in adapters for adapters in served(handle).values())
+
+
+def test_without_the_policy_pulumi_lora_still_works(
+    bed: Testbed, llmkube: LLMKubeLoRAController
+) -> None:
+    """No policy: LLMKube marks the CR and rewrites its status, yet a path swap succeeds on every
+    pod, the outputs say what the pods serve (not LLMKube's ``Loaded=False``), and deletion
+    finishes at once."""
+    namespace, handle = deploy(bed, "llmkube-nopolicy")
+    v1, v2 = bed.make_adapter("nopolicy-v1"), bed.make_adapter("nopolicy-v2")
+    p = provider(bed)
+    outs = p.create(props(namespace, v1)).outs
+    wait_for(
+        "LLMKube's finalizer",
+        lambda: (
+            LLMKUBE_FINALIZER
+            in ((kubectl_cr(bed, namespace, "sql-lora") or {})["metadata"].get("finalizers") or [])
+        ),
+    )
+    outs = p.update("", outs, props(namespace, v2)).outs
+    assert outs["loaded"] and outs["ready"]
+    assert served(handle) == {pod.name: {"sql-lora": v2} for pod in handle.ready_pods()}
+    # Past its skip window LLMKube re-sends the load, SGLang says 400, LLMKube writes Loaded=False.
+    wait_for(
+        "LLMKube's Loaded=False",
+        lambda: (
+            conditions(kubectl_cr(bed, namespace, "sql-lora")).get("Loaded")
+            == ("False", "LoadUnsuccessful")
+        ),
+    )
+    read = p.read(f"{namespace}/sql-lora", outs)
+    assert read.outs["loaded"] and read.outs["ready"], read.outs["conditions"]
+    loaded = next(c for c in read.outs["conditions"] if c["type"] == "Loaded")
+    assert (loaded["status"], loaded["reason"], loaded["message"]) == (
+        "True",
+        "AdapterLoaded",
+        "loaded on 2/2 Ready pods",
+    )
+    assert p.diff(f"{namespace}/sql-lora", read.outs, props(namespace, v2)).changes is False
+
+    started = time.monotonic()
+    p.delete("", read.outs)
+    assert time.monotonic() - started < 10
+    assert kubectl_cr(bed, namespace, "sql-lora") is None
+    assert all("sql-lora" not in adapters for adapters in served(handle).values())
+
+
+def test_policy_holds_llmkube_off_and_takes_over_older_crs(
+    bed: Testbed, llmkube: LLMKubeLoRAController
+) -> None:
+    """With ``coexistence_policy()``: over ten of LLMKube's minutes, no flip of Loaded/Ready/Error
+    on pulumi-lora's CRs and no request from LLMKube to a pod for them; a path swap and deletion
+    work; a CR LLMKube marked before the policy is taken over by its next update; a CR nobody
+    made with pulumi-lora is still LLMKube's."""
+    namespace, handle = deploy(bed, "llmkube-policy")
+    old_v1, old_v2 = bed.make_adapter("older-v1"), bed.make_adapter("older-v2")
+    p = provider(bed)
+    older = p.create(props(namespace, old_v1, "older")).outs
+    wait_for(
+        "LLMKube's finalizer on the older CR",
+        lambda: (
+            LLMKUBE_FINALIZER
+            in ((kubectl_cr(bed, namespace, "older") or {})["metadata"].get("finalizers") or [])
+        ),
+    )
+    bed.apply_manifests(coexistence_policy("coexist-test"))
+    try:
+        older = p.update("", older, props(namespace, old_v2, "older")).outs
+        taken = kubectl_cr(bed, namespace, "older")
+        assert taken is not None
+        assert LLMKUBE_FINALIZER not in (taken["metadata"].get("finalizers") or [])
+
+        v1, v2 = bed.make_adapter("policy-v1"), bed.make_adapter("policy-v2")
+        since = time.monotonic()
+        outs = p.create(props(namespace, v1)).outs
+        with Flips(bed, namespace, "sql-lora") as flips:
+            time.sleep(10 * 60 * SCALE / 2)
+            outs = p.update("", outs, props(namespace, v2)).outs
+            time.sleep(10 * 60 * SCALE / 2)
+        assert flips.seen and flips.seen[0] == {"Loaded": "True", "Ready": "True", "Error": "False"}
+        assert flips.changes == 0, flips.seen
+        ours = {"sql-lora", "older"}
+        sent = [r for r in llmkube.requests() if r.lora_name in ours and r.at > since]
+        assert sent == [], sent
+        assert llmkube.stats.finalizer_refused + llmkube.stats.status_refused > 0
+        for name in ours:
+            cr = kubectl_cr(bed, namespace, name)
+            assert cr is not None and LLMKUBE_FINALIZER not in (
+                cr["metadata"].get("finalizers") or []
+            )
+        assert served(handle) == {
+            pod.name: {"sql-lora": v2, "older": old_v2} for pod in handle.ready_pods()
+        }
+
+        # A CR without pulumi-lora's annotation is LLMKube's to serve, policy or not.
+        theirs = bed.make_adapter("theirs")
+        manifest = {
+            "apiVersion": "inference.llmkube.dev/v1alpha1",
+            "kind": "LoRAAdapter",
+            "metadata": {"name": "theirs", "namespace": namespace},
+            "spec": {"inferenceServiceRef": {"name": "llama"}, "name": "theirs", "path": theirs},
+        }
+        assert bed.kubectl("apply", "-f", "-", input=json.dumps(manifest)).returncode == 0
+        wait_for(
+            "LLMKube's Loaded=True on its own CR",
+            lambda: (
+                conditions(kubectl_cr(bed, namespace, "theirs")).get("Loaded")
+                == ("True", "ReconcileSuccess")
+            ),
+        )
+
+        started = time.monotonic()
+        p.delete("", outs)
+        p.delete("", older)
+        assert time.monotonic() - started < 10
+        assert kubectl_cr(bed, namespace, "sql-lora") is None
+        assert all(
+            not ({"sql-lora", "older"} & set(adapters)) for adapters in served(handle).values()
+        )
+    finally:
+        bed.kubectl(
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            "coexist-test-llmkube-coexistence",
+        )
