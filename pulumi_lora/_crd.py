@@ -16,7 +16,7 @@ schema as the apiserver demands (see "Specifying a structural schema" in the Kub
   ``x-kubernetes-*`` list annotations) is kept verbatim.
 
 The InferenceService schema is hand-written: LLMKube's full schema is large and only the fields this
-project reads or writes are needed (``docs/llmkube-crds.md``); unknown fields are pruned.
+project reads or writes are needed (``crds/inferenceservice.yaml``); unknown fields are pruned.
 
 Regenerate the committed YAML with ``python -m pulumi_lora._crd``; a test checks it is current.
 """

@@ -1,4 +1,4 @@
-"""SGLang's runtime-LoRA HTTP contract as pure functions (docs: sglang-lora-contract.md).
+"""SGLang's runtime-LoRA HTTP contract as pure functions; this module is where it is written down.
 
 Requests are built as plain values; answers are classified from the status code and the body
 bytes into outcome values, or into errors from `pulumi_lora._errors`. Nothing here does I/O or
@@ -7,7 +7,8 @@ imports an HTTP library: the sync and async clients only send, so both decide id
 Classification goes status first (the same rules on every route), then, on the LoRA routes, the
 contract's quoted substrings of SGLang's message. Only ``success`` and the HTTP status are
 trusted; unknown keys are ignored and ``error_message`` may be ``""`` or ``null``, so answers of
-every SGLang from 0.4.10 to 0.5.23 classify.
+every SGLang from 0.4.10 to 0.5.23 classify. ``tests/unit/test_sglang_protocol.py`` maps every
+message of the contract to its outcome; ``tests/contract`` holds the emulator to the same rules.
 """
 
 from __future__ import annotations

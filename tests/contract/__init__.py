@@ -1,1 +1,1 @@
-"""Contract tests of the SGLang emulator against docs/sglang-lora-contract.md (fast tier)."""
+"""Contract tests of the SGLang emulator against the LoRA contract of ``_sglang._protocol``."""

@@ -1,7 +1,7 @@
 """An emulated SGLang 0.5.15 server: its runtime-LoRA HTTP contract, without a model or a GPU.
 
 A real HTTP server (``http.server``, HTTP/1.1 keep-alive) that answers every route of the
-SGLang LoRA contract (``docs/sglang-lora-contract.md``) status code for status code: loads in
+SGLang LoRA contract (``pulumi_lora._sglang._protocol``) status code for status code: loads in
 SGLang's check order, LRU eviction, pinning, implicit reload on inference, held-back unloads,
 ``/v1/models``, start-up 503s, API and admin keys. Adapter directories are read for real
 (``adapter_config.json``); ``--emulator-fs-root DIR`` resolves container paths such as
