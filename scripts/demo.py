@@ -36,6 +36,19 @@ VENV = ROOT / ".venv"
 STACK = "demo"
 
 
+def demo_engine(home: Path) -> LocalEngine:
+    """The demo's private Pulumi installation, resolving plugins as a user's installation does.
+
+    ``.venv`` holds pulumi-kubernetes (the platform example and its tests need it), so the
+    Python host reports its plugin as required by the stack, and the engine looks for it on
+    ``PATH`` first, where the provisioned one sits beside the CLI: "warning: using
+    pulumi-resource-kubernetes from $PATH" on every command. Ambient plugins off, it is found
+    where a user's is, in the plugin cache (``LocalEngine`` links the provisioned one there);
+    the language hosts and the dynamic-provider plugin are found beside the CLI, as bundled.
+    """
+    return LocalEngine(home, extra_env={"PULUMI_IGNORE_AMBIENT_PLUGINS": "true"})
+
+
 def say(message: str) -> None:
     """Progress line."""
     print(f"[demo] {message}", flush=True)
@@ -116,7 +129,7 @@ def main() -> int:
             for name in ("sql-lora", "chat-lora"):
                 testbed.make_adapter(name)
             handle.wait_ready(timeout=60)
-        engine = LocalEngine(workdir / "engine")
+        engine = demo_engine(workdir / "engine")
         shell = engine.project(ROOT, echo=lambda line: print(f"  {line}", flush=True), venv=VENV)
         backend = engine.shell_env["PULUMI_BACKEND_URL"]
         say(f"in {ROOT}, with `source .venv/bin/activate` and PULUMI_BACKEND_URL={backend}:")
