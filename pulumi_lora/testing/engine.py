@@ -14,9 +14,9 @@ Two ways in:
   types them at a shell (``ProjectDir``), optionally with a virtualenv activated; plugin
   acquisition is left as a user has it.
 
-With the language host built here (``pulumi-language-python`` v3.79, see README "Language
-hosts"), a Python program runs in the *activated* virtualenv: CLI v3.274 sends the project's
-``virtualenv`` option inside the request, which that host does not read (it takes a flag).
+With the language host built here (``pulumi-language-python`` v3.79, see "Language hosts" in
+docs/development.md), a Python program runs in the *activated* virtualenv: CLI v3.274 sends the
+project's ``virtualenv`` option inside the request, which that host does not read (it takes a flag).
 """
 
 from __future__ import annotations

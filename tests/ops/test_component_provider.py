@@ -106,7 +106,8 @@ def test_every_input_with_its_type_and_requiredness(resource: dict[str, Any]) ->
         "kubeconfigPath": "string",
     }
     assert sorted(resource["requiredInputs"]) == ["adapterName", "inferenceService", "path"]
-    # ... and exactly AdapterInputs (what LoRAAdapterArgs takes): a new argument can't be forgotten in the schema.
+    # ... and exactly AdapterInputs (what LoRAAdapterArgs takes): a new argument can't be
+    # forgotten in the schema.
     assert set(inputs) == {camel(k) for k in AdapterInputs.__annotations__}
     assert set(resource["requiredInputs"]) == {camel(k) for k in AdapterInputs.__required_keys__}
     assert all(spec.get("description") for spec in resource["inputProperties"].values())

@@ -64,3 +64,29 @@ def test_every_python_block_runs() -> pulumi.Output[None]:
         assert "pulumi-lora:index:ResyncDeployment" in recorder.types
 
     return pulumi.Output.all(*(r.urn for r in made)).apply(check)
+
+
+def test_the_platform_snippet_starts_sglang_as_the_example_does() -> None:
+    """The snippet's ``extraArgs`` are the example's: without --lora-target-modules, ``doctor``
+    fails and loads of adapters with other target modules are refused."""
+    example = (ROOT / "examples" / "platform" / "__main__.py").read_text()
+    (extra_args,) = re.findall(r'"extraArgs": \[.*?\]', example)
+    platform = next(code for code in blocks("python") if "ResyncDeployment" in code)
+    assert extra_args in platform and "--lora-target-modules" in extra_args
+
+
+def test_a_reader_installs_before_the_quickstart_and_learns_what_must_exist() -> None:
+    headings = re.findall(r"^## (.+)$", README, re.M)
+    order = ["Prerequisites", "Install", "Choose a transport", "Quickstart"]
+    assert [h for h in headings if h in order] == order
+    install = README.index("## Install")
+    assert README.index("pip install pulumi-lora", install) < README.index("## Quickstart")
+    assert "Both namespaces must exist" in README
+    assert "kubectl create namespace models && kubectl create namespace pulumi-lora" in README
+
+
+def test_every_relative_link_points_at_a_file() -> None:
+    links = re.findall(r"\]\(((?:docs/|provider/|examples/|CHANGELOG|LICENSE)[^)#]*)", README)
+    assert links
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert not missing, missing
