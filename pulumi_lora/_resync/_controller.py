@@ -61,6 +61,12 @@ TRUST_GRACE = 5.0
 UNTRUSTED_EVENT = "UntrustedPodIgnored"
 
 
+#: How often the loop removes LLMKube's finalizer from one CR before it calls the policy missing,
+#: and the time between two looks (a policy just applied takes a moment to hold).
+RELEASES = 3
+RELEASE_SPACING = 5.0
+
+
 class Controller:
     """Everything the leader does; :meth:`run` until cancelled or :meth:`drain`-ed."""
 
@@ -83,8 +89,7 @@ class Controller:
         self._rechecks: set[Key] = set()  # targets with a trust review scheduled
         self._watchers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
-        # CR UIDs whose LLMKube finalizer this loop removed → whether its return was reported
-        self._released: dict[str, bool] = {}
+        self._released: set[str] = set()  # CR UIDs taken from LLMKube's controller
         self._releases: set[asyncio.Task[None]] = set()
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -253,44 +258,46 @@ class Controller:
         self._request(self.world.serving_pods([cr.target]), ReloadReason.CR_CHANGE)
 
     def _take_over(self, obj: Mapping[str, Any]) -> None:
-        """With ``release_llmkube_finalizer``: remove LLMKube's LoRA finalizer, once per CR.
+        """With ``release_llmkube_finalizer``: take a CR from LLMKube's LoRA controller (once).
 
-        The coexistence policy keeps LLMKube's controller from adding it back; if it comes back
-        anyway, the policy is not in force: say so once, and leave it (never a write war).
+        ``_release`` removes its finalizer; the coexistence policy keeps LLMKube from adding it
+        back. A policy applied moments before may not hold yet, so a finalizer that returns is
+        removed again, at most :data:`RELEASES` times :data:`RELEASE_SPACING` seconds apart;
+        after that the policy is missing: say so once and leave it (never a write war).
         """
         meta = obj.get("metadata") or {}
-        if not self.settings.release_llmkube_finalizer or LLMKUBE_FINALIZER not in (
-            meta.get("finalizers") or []
+        uid = str(meta.get("uid", ""))
+        if (
+            not self.settings.release_llmkube_finalizer
+            or uid in self._released
+            or LLMKUBE_FINALIZER not in (meta.get("finalizers") or [])
         ):
             return
-        uid, key = str(meta.get("uid", "")), "/".join(object_key(obj))
-        seen = self._released.get(uid)
-        if seen is not None:  # released before: it came back
-            if not seen:
-                self._released[uid] = True  # one warning per CR
-                logs.event(
-                    "llmkube_finalizer_returned",
-                    logging.WARNING,
-                    cr=key,
-                    why="LLMKube's LoRA controller added its finalizer back: apply the "
-                    "coexistence policy (pulumi_lora.deploy.coexistence_policy)",
-                )
-            return
-        self._released[uid] = False
-        task = asyncio.create_task(self._release(*object_key(obj)), name=f"release {key}")
+        self._released.add(uid)
+        namespace, name = object_key(obj)
+        task = asyncio.create_task(self._release(namespace, name), name=f"release {uid}")
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 
     async def _release(self, namespace: str, name: str) -> None:
+        key = f"{namespace}/{name}"
         try:
-            removed = await self.kube.release_finalizer(namespace, name, LLMKUBE_FINALIZER)
+            for _ in range(RELEASES):
+                if await self.kube.release_finalizer(namespace, name, LLMKUBE_FINALIZER):
+                    logs.event("llmkube_finalizer_released", cr=key)
+                await asyncio.sleep(RELEASE_SPACING)
+                if not await self.kube.has_finalizer(namespace, name, LLMKUBE_FINALIZER):
+                    return
         except ClusterError as exc:
-            logs.event(
-                "llmkube_finalizer_kept", logging.WARNING, cr=f"{namespace}/{name}", error=str(exc)
-            )
+            logs.event("llmkube_finalizer_kept", logging.WARNING, cr=key, error=str(exc))
             return
-        if removed:
-            logs.event("llmkube_finalizer_released", cr=f"{namespace}/{name}")
+        logs.event(
+            "llmkube_finalizer_returned",
+            logging.WARNING,
+            cr=key,
+            why="LLMKube's LoRA controller keeps adding its finalizer back: apply the coexistence "
+            "policy (pulumi-lora coexistence-policy | kubectl apply -f -)",
+        )
 
     def on_cr_snapshot(self, items: Objects) -> None:
         """A relist of LoRAAdapters: CRs missing from it were deleted while the watch was down."""

@@ -258,6 +258,11 @@ class Kube:
             partial(k8s.release_finalizer, self._sync, namespace, name, finalizer)
         )
 
+    async def has_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:
+        """Whether the CR (read afresh) carries ``finalizer``; False when it is gone."""
+        cr = await self._blocking(partial(k8s.get_adapter, self._sync, namespace, name))
+        return finalizer in (((cr or {}).get("metadata") or {}).get("finalizers") or [])
+
     async def emit_event(
         self, cr: Mapping[str, Any], reason: str, message: str, *, warning: bool = False
     ) -> None:
