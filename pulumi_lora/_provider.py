@@ -304,8 +304,13 @@ def live_drift(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
 
 
 def outputs(args: AdapterArgs, state: ops.AdapterState) -> dict[str, Any]:
-    """The resource's outputs: the inputs echoed (live where refresh saw them) plus the truth."""
-    outs: dict[str, Any] = args.model_dump(mode="json")
+    """The resource's outputs: the inputs echoed (live where refresh saw them) plus the truth.
+
+    Only the inputs the program set are echoed, not the defaults it left out: ``read`` returns
+    the echoed inputs as the resource's inputs, and the engine shows every key that differs from
+    the program's as added or removed (``refresh [diff: +pinned,...]``), though nothing changed.
+    """
+    outs: dict[str, Any] = args.model_dump(mode="json", exclude_unset=True)
     outs.update(
         cr_name=args.cr_name,
         cr_uid=state.uid,

@@ -67,9 +67,14 @@ WATCH_RULES: tuple[dict[str, Any], ...] = (
 and Deployments of the pods' controller chain; write CR status (server-side apply); read the
 API-key Secrets CRs name; record Events."""
 
-RELEASE_RULE: dict[str, Any] = {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["patch"]}
+RELEASE_RULE: dict[str, Any] = {
+    "apiGroups": [GROUP],
+    "resources": [PLURAL],
+    "verbs": ["get", "patch"],
+}
 """With the LLMKube coexistence policy: remove LLMKube's finalizer from the CRs the loop serves
-(``--release-llmkube-finalizer``, a JSON patch of ``metadata.finalizers``)."""
+(``--release-llmkube-finalizer``: read the CR, a JSON patch of ``metadata.finalizers`` that tests
+the entry first, a read 5 s later to see whether it came back)."""
 
 _LEASE_GROUP = "coordination.k8s.io"
 
@@ -329,16 +334,19 @@ def resync_manifests(
         if admission_policies
         else []
     )
+    coexistence: list[dict[str, Any]] = []
     if llmkube_coexistence:
         scope = (
             {"matchLabels": {"kubernetes.io/metadata.name": watch_namespace}}
             if watch_namespace is not None
             else None
         )
-        policies += coexistence_policy(
+        coexistence = coexistence_policy(
             name, llmkube_user=llmkube_user, managed_only=False, namespace_selector=scope
         )
+    # The coexistence policy first: in force before the loop starts taking CRs over.
     return [
+        *coexistence,
         service_account,
         watch_role,
         watch_binding,
@@ -411,16 +419,17 @@ class ResyncDeployment(pulumi.ComponentResource):
             ) from exc
         super().__init__(RESOURCE_TYPE, resource_name, None, opts)
         manifests = resync_manifests(namespace, image, **settings)
+        name = str(settings.get("name", DEFAULT_NAME))
         created: list[Any] = []
         for manifest in manifests:
             group, kind = _KINDS[manifest["kind"]]
             api = getattr(getattr(kubernetes, group), manifest["apiVersion"].rsplit("/", 1)[-1])
             args = {_snake(k): v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
-            # The Deployment waits for its account and permissions; the rest has no order.
+            # The Deployment waits for its account, permissions and the coexistence policy.
             after = list(created) if kind == "Deployment" else []
             created.append(
                 getattr(api, kind)(
-                    f"{resource_name}-{_label(manifest, manifests[0]['metadata']['name'])}",
+                    f"{resource_name}-{_label(manifest, name)}",
                     **args,
                     opts=pulumi.ResourceOptions(parent=self, depends_on=after),
                 )
@@ -428,11 +437,9 @@ class ResyncDeployment(pulumi.ComponentResource):
         self.manifests = manifests
         self.children = created
         # From the objects themselves, so they resolve once the objects exist.
-        deployment = next(
-            c for c, m in zip(created, manifests, strict=True) if m["kind"] == "Deployment"
-        )
-        self.service_account = created[0].metadata.apply(lambda m: m["name"])
-        self.deployment = deployment.metadata.apply(lambda m: m["name"])
+        made = {m["kind"]: c for c, m in zip(created, manifests, strict=True)}
+        self.service_account = made["ServiceAccount"].metadata.apply(lambda m: m["name"])
+        self.deployment = made["Deployment"].metadata.apply(lambda m: m["name"])
         self.namespace = pulumi.Output.from_input(namespace)
         self.register_outputs(
             {

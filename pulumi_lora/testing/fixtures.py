@@ -96,7 +96,7 @@ def testbed() -> Iterator[Testbed]:
         bed.start()
     except (BinaryNotFoundError, CertificateError) as exc:
         missing_real_part(str(exc))
-    bed.apply_manifests(coexistence_policy(managed_only=False))
+    bed.apply_manifests(coexistence_policy("testbed", managed_only=False))
     try:
         yield bed
     finally:

@@ -13,9 +13,13 @@ to a pod and every write the apiserver refused it.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +27,6 @@ import pytest
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
 from pulumi_lora._operations import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
-from pulumi_lora.deploy import coexistence_policy
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import (
     BinaryNotFoundError,
@@ -101,6 +104,27 @@ def props(namespace: str, path: str, name: str = "sql-lora") -> dict[str, Any]:
         "inference_service": "llama",
         "namespace": namespace,
     }
+
+
+def readme_command(bed: Testbed) -> None:
+    """Run the README's coexistence command as written (this venv's ``pulumi-lora``, the
+    testbed's kubectl and kubeconfig)."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    line = next(
+        raw.split("#")[0].strip()
+        for raw in readme.splitlines()
+        if raw.startswith("pulumi-lora coexistence-policy")
+    )
+    assert line == "pulumi-lora coexistence-policy | kubectl apply -f -"
+    path = os.pathsep.join(
+        [str(Path(sys.executable).parent), str(bed.binaries["kubectl"].parent), os.environ["PATH"]]
+    )
+    env = {**os.environ, "PATH": path, "KUBECONFIG": str(bed.kubeconfig_path)}
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", line], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "validatingadmissionpolicy.admissionregistration.k8s.io/" in done.stdout
 
 
 def refused_to_llmkube(bed: Testbed, namespace: str, name: str) -> bool:
@@ -275,7 +299,7 @@ def test_policy_holds_llmkube_off_and_takes_over_older_crs(
             in ((kubectl_cr(bed, namespace, "older") or {})["metadata"].get("finalizers") or [])
         ),
     )
-    bed.apply_manifests(coexistence_policy("coexist-test"))
+    readme_command(bed)
     wait_for("the policy to hold", lambda: refused_to_llmkube(bed, namespace, "older"))
     try:
         older = p.update("", older, props(namespace, old_v2, "older")).outs
@@ -333,5 +357,5 @@ def test_policy_holds_llmkube_off_and_takes_over_older_crs(
         bed.kubectl(
             "delete",
             "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            "coexist-test-llmkube-coexistence",
+            "pulumi-lora-resync-llmkube-coexistence",
         )

@@ -80,7 +80,11 @@ def make_identity(
         lease_name=lease,
         replicas=0,
     )
-    apply_manifests(testbed, manifests, directory / f"{namespace}.yaml")
+    # Not the LLMKube coexistence policy: the session testbed holds LLMKube off every CR already
+    # (pulumi_lora.testing.fixtures), and a second copy of it by this name would collide with
+    # the one tests/resync/test_deploy.py creates through pulumi-kubernetes.
+    kept = [m for m in manifests if not m["kind"].startswith("ValidatingAdmission")]
+    apply_manifests(testbed, kept, directory / f"{namespace}.yaml")
     token = testbed.kubectl("create", "token", name, "-n", namespace, "--duration", "2h")
     assert token.returncode == 0, token.stderr
     user = f"system:serviceaccount:{namespace}:{name}"

@@ -53,6 +53,7 @@ def tag(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             admission_policies=True,
             workload_creators=CREATORS,
             admission_namespace_selector={"matchLabels": {POLICY_LABEL: name}},
+            llmkube_coexistence=False,  # tests/e2e/test_llmkube_coexistence.py applies that one
         )
         if m["kind"].startswith("ValidatingAdmissionPolicy")
     ]
@@ -278,7 +279,10 @@ class Recorder(pulumi.runtime.Mocks):
 
 
 def test_admission_policies_are_opt_in() -> None:
-    assert not any("Admission" in m["kind"] for m in resync_manifests("ops", "img"))
+    # By default only the LLMKube coexistence policy (tests/ops/test_coexistence.py) is rendered.
+    assert [
+        m["metadata"]["name"] for m in resync_manifests("ops", "img") if "Admission" in m["kind"]
+    ] == ["pulumi-lora-resync-llmkube-coexistence"] * 2
     manifests = resync_manifests(
         "ops",
         "img",
@@ -317,7 +321,12 @@ def test_the_component_creates_the_admission_policies() -> pulumi.Output[Any]:
             assert args.typ == f"kubernetes:admissionregistration.k8s.io/v1:{manifest['kind']}"
             assert json.loads(json.dumps(args.inputs)) == manifest
 
-    return loop.deployment.apply(check)
+    def outputs(values: list[Any]) -> None:
+        # Every output names its own object, whatever follows the Deployment in the manifests.
+        assert values == [DEFAULT_NAME, DEFAULT_NAME, "ops"]
+        check(values)
+
+    return pulumi.Output.all(loop.deployment, loop.service_account, loop.namespace).apply(outputs)
 
 
 # --- the project under the policies -------------------------------------------------------------

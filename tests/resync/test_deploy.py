@@ -13,6 +13,7 @@ from conftest import Identity
 from pulumi_lora.deploy import (
     DEFAULT_NAME,
     LEASE_RULES,
+    RELEASE_RULE,
     RESOURCE_TYPE,
     WATCH_RULES,
     ResyncDeployment,
@@ -34,6 +35,8 @@ def test_cluster_wide_manifests() -> None:
     manifests = resync_manifests("ops", "ghcr.io/acme/pulumi-lora:1.0", replicas=2)
     kinds = by_kind(manifests)
     assert [m["kind"] for m in manifests] == [
+        "ValidatingAdmissionPolicy",  # the LLMKube coexistence policy, first
+        "ValidatingAdmissionPolicyBinding",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -41,7 +44,7 @@ def test_cluster_wide_manifests() -> None:
         "RoleBinding",
         "Deployment",
     ]
-    assert kinds["ClusterRole"][0]["rules"] == list(WATCH_RULES)
+    assert kinds["ClusterRole"][0]["rules"] == [*WATCH_RULES, RELEASE_RULE]
     assert "namespace" not in kinds["ClusterRole"][0]["metadata"]
     lease_role = kinds["Role"][0]
     assert lease_role["metadata"]["namespace"] == "ops" and lease_role["rules"] == list(LEASE_RULES)
@@ -162,9 +165,8 @@ def test_the_component_creates_exactly_the_rendered_objects(
         stack.destroy()
     for manifest in expected:
         meta = manifest["metadata"]
-        gone = testbed.kubectl(
-            "get", manifest["kind"].lower(), meta["name"], "-n", meta["namespace"]
-        )
+        where = ("-n", meta["namespace"]) if "namespace" in meta else ()
+        gone = testbed.kubectl("get", manifest["kind"].lower(), meta["name"], *where)
         assert gone.returncode != 0 and "NotFound" in gone.stderr, manifest["kind"]
 
 

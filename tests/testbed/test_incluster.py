@@ -157,11 +157,16 @@ _COLLECTIONS = {
 
 
 def apply_rbac(testbed: Testbed, manifests: list[dict[str, Any]]) -> dict[str, Any]:
-    """Create every object but the Deployment; return the Deployment."""
+    """Create every object but the Deployment; return the Deployment.
+
+    The LLMKube coexistence policy is left out: the session testbed holds LLMKube off every CR.
+    """
     deployment = None
     for manifest in manifests:
         if manifest["kind"] == "Deployment":
             deployment = manifest
+            continue
+        if manifest["kind"].startswith("ValidatingAdmission"):
             continue
         path = _COLLECTIONS[manifest["kind"]].format(ns=manifest["metadata"].get("namespace"))
         testbed.rest.create(path, manifest)

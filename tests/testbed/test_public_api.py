@@ -13,7 +13,8 @@ EXPECTED = {
     "ADMIN_USER", "AUDIT_POLICY", "BENCH_NETWORK", "BINARIES", "CONTAINER_NAME",
     "DEFAULT_EXTRA_ARGS", "NETNS_PORT", "NETNS_PREFIX", "NODE_NAME", "PROVISION_COMMAND",
     "ApiRequestError", "Binary", "BinaryNotFoundError", "CertificateError",
-    "CrdNotEstablishedError", "InferenceServiceHandle", "NetnsError", "Network", "PodInfo",
+    "CrdNotEstablishedError", "InferenceServiceHandle", "LLMKubeLoRAController", "LLMKubeStats",
+    "LLMKUBE_CONTROLLER_USER", "SentRequest", "NetnsError", "Network", "PodInfo",
     "PodNotFoundError", "ProcessStartError", "StaticToken", "Testbed", "TestbedError",
     "existing_namespaces", "find_binary", "netns_available", "netns_unavailable_reason",
     "new_token",
@@ -45,5 +46,6 @@ def test_public_classes_and_functions_are_documented() -> None:
         "release_namespace",
         "emulator_pids",
         "kubectl",
+        "apply_manifests",
     ):
         assert getattr(testbed.Testbed, method).__doc__, method
