@@ -107,26 +107,29 @@ class LoRAAdapterArgs(dict[str, Any]):
 
 
 class ConditionInfo(TypedDict):
-    """One condition of the CR (``since`` is its lastTransitionTime)."""
+    """One condition, pulumi-lora's verdict on what the pods serve (``since``: when its status
+    last changed). ``message`` only when there is one; ``generation`` only when the condition is
+    about another generation than the CR's current one."""
 
     type: str
     status: str
     reason: str
-    message: str
     since: str
-    generation: Optional[int]
+    message: NotRequired[str]
+    generation: NotRequired[int]
 
 
 class PodStatus(TypedDict):
-    """The adapter on one pod (``since``: when this project last loaded it there)."""
+    """The adapter on one labelled pod of the target. ``ready`` only when the pod is not Ready
+    (``false``); ``path`` only when the pod serves another path than the resource's; ``reason``
+    and ``error`` only when reading or loading it failed."""
 
     pod: str
-    ready: bool
     loaded: bool
-    path: Optional[str]
-    reason: str
-    error: str
-    since: Optional[str]
+    ready: NotRequired[bool]
+    path: NotRequired[str]
+    reason: NotRequired[str]
+    error: NotRequired[str]
 
 
 class LoRAAdapterResource(Resource):

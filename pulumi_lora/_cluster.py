@@ -460,6 +460,15 @@ def release_finalizer(
     return False
 
 
+def begin_delete(client: Client, namespace: str, name: str) -> None:
+    """Ask for the CR's deletion without waiting (its finalizers hold it meanwhile)."""
+    try:
+        client.delete(LoRAAdapterResource, name, namespace=namespace)
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise _cluster_error(f"deleting LoRAAdapter {namespace}/{name}", exc) from exc
+
+
 def delete_adapter(
     client: Client,
     namespace: str,
@@ -476,11 +485,7 @@ def delete_adapter(
     """
     if release is not None:
         release_finalizer(client, namespace, name, release)
-    try:
-        client.delete(LoRAAdapterResource, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.status.code != 404:
-            raise _cluster_error(f"deleting LoRAAdapter {namespace}/{name}", exc) from exc
+    begin_delete(client, namespace, name)
     deadline = time.monotonic() + timeout
     while (obj := get_adapter(client, namespace, name)) is not None:
         held = (obj.get("metadata") or {}).get("finalizers") or []

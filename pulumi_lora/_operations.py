@@ -852,7 +852,15 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
     """Unload from every pod (unless another CR claims the name), remove the CR, wait it's gone."""
     session = Session(args, config)
     cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
-    if cr is not None:
+    finalizers = ((cr or {}).get("metadata") or {}).get("finalizers") or []
+    llmkube_holds = LLMKUBE_FINALIZER in finalizers
+    if llmkube_holds:
+        # LLMKube's LoRA controller marked it (no coexistence policy): it loads through the
+        # Service on any change of a live CR, but only unloads once the CR is being deleted.
+        # So the deletion comes first, held by its finalizer until the pods are unloaded (no
+        # annotation then: an apply to a CR LLMKube already let go of would make it again).
+        k8s.begin_delete(session.kube, args.namespace, args.cr_name)
+    elif cr is not None:
         session.apply_cr(operation="delete")
     try:
         target = session.resolve_target()
@@ -870,12 +878,14 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
         ready = {v.name for v in views if v.ready}
         failed = [o for o in outcomes if o.error and o.pod in ready]
         if failed:
-            if cr is not None:
+            if cr is not None and not llmkube_holds:  # a CR being deleted stays so
                 session.apply_cr()
             raise AdapterNotLoaded(
                 args.adapter_name,
                 "; ".join(f"pod {o.pod}: {o.error}" for o in failed),
-                "the CR is kept so the delete can be retried",
+                "the delete can be retried: it unloads from every pod again"
+                if llmkube_holds
+                else "the CR is kept so the delete can be retried",
                 unloading=True,
             )
     session.delete_cr()

@@ -63,6 +63,8 @@ UPDATE_KEYS = (
     "api_key_secret_key",
 )
 INPUT_KEYS = REPLACE_KEYS + UPDATE_KEYS
+#: Inputs always echoed in the outputs, defaults included (what a program reads back).
+ECHOED = ("adapter_name", "path", "inference_service", "namespace")
 #: Output-only keys (declared on the resource so the engine knows them).
 OUTPUT_KEYS = (
     "cr_name",
@@ -141,10 +143,13 @@ class LoRAAdapterProvider(ResourceProvider):
         except (PulumiLoRAError, ValidationError):
             return []
         if state is None:
+            report_drift(args, ["CR deleted outside Pulumi"])
             return ["cr"]
+        live = outputs(args, state)
+        report_drift(args, drift_words(live, news))
         if state.spec.get("path") != args.path:
             return ["path"]
-        return live_drift(outputs(args, state), news)
+        return live_drift(live, news)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         """Apply the CR and load everywhere (nothing left behind on failure)."""
@@ -164,6 +169,7 @@ class LoRAAdapterProvider(ResourceProvider):
         generation = ops.target_generation(args, self._config)
         state = ops.observe(args, self._config, ops.LOOKS, reported_conditions(props))
         if state is None:
+            report_drift(args, ["CR deleted outside Pulumi"])
             return ReadResult(id_="", outs={})
         live = args.model_copy(
             update={
@@ -172,8 +178,9 @@ class LoRAAdapterProvider(ResourceProvider):
             }
         )
         outs = outputs(live, state)
+        report_drift(args, drift_words(outs, props))
         RECENT_READS.record(id_, outs, started, generation)
-        return ReadResult(id_=id_, outs=outs, inputs=_inputs(outs))
+        return ReadResult(id_=id_, outs=outs, inputs=refreshed_inputs(props, outs))
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         """Swap on every pod, re-write status, return the full outputs."""
@@ -299,52 +306,115 @@ def live_drift(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
     return [
         str(p.get("pod"))
         for p in olds.get("pods") or []
-        if p.get("ready") and (not p.get("loaded") or p.get("path") != path)
+        if p.get("ready", True) and pod_path(p, olds) != path
     ]
 
 
 def outputs(args: AdapterArgs, state: ops.AdapterState) -> dict[str, Any]:
     """The resource's outputs: the inputs echoed (live where refresh saw them) plus the truth.
 
-    Only the inputs the program set are echoed, not the defaults it left out: ``read`` returns
-    the echoed inputs as the resource's inputs, and the engine shows every key that differs from
-    the program's as added or removed (``refresh [diff: +pinned,...]``), though nothing changed.
+    Inputs are echoed when they carry something: the identity always, a setting only when it is
+    not its default (``diff`` and ``read`` apply the defaults again), nothing that is unset.
     """
-    outs: dict[str, Any] = args.model_dump(mode="json", exclude_unset=True)
+    fields = AdapterArgs.model_fields
+    outs: dict[str, Any] = {
+        k: v
+        for k, v in args.model_dump(mode="json").items()
+        if v is not None
+        and (k in ECHOED or fields[k].is_required() or v != fields[k].get_default())
+    }
     outs.update(
         cr_name=args.cr_name,
         cr_uid=state.uid,
         generation=state.generation,
-        conditions=[
-            {
-                "type": c.type,
-                "status": c.status.value,
-                "reason": c.reason,
-                "message": c.message,
-                "since": c.wire()["lastTransitionTime"],
-                "generation": c.observed_generation,
-            }
-            for c in state.conditions
-        ],
+        conditions=[condition_output(c, state.generation) for c in state.conditions],
         loaded=state.condition(ConditionKind.LOADED),
         available=state.condition(ConditionKind.AVAILABLE),
         ready=state.condition(ConditionKind.READY),
-        pods=[
-            {
-                "pod": p.pod,
-                "ready": p.ready,
-                "loaded": p.loaded,
-                "path": p.path,
-                "reason": p.reason,
-                "error": p.error,
-                "since": p.since,
-            }
-            for p in state.pods
-        ],
+        pods=[pod_output(p, args.path) for p in state.pods],
         loaded_path=state.loaded_path,
         last_loaded_at=state.last_loaded_at,
     )
     return outs
+
+
+def drift_words(live: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
+    """Pure: what drifted, in words: the CR's spec against ``declared`` (the recorded outputs or
+    the program's inputs), then each Ready pod of ``live`` against the declared path (the pods
+    serving what the stack declared are not drift, even under an edited CR).
+
+    ``pod llama-7c9-x2bq: sql-lora not loaded``, ``pod ...: serves /adapters/old, declared
+    /adapters/new``, ``CR edited: spec.path /adapters/a -> /adapters/b``.
+    """
+    words = [
+        f"CR edited: spec.{field} {declared.get(key)} -> {live.get(key)}"
+        for key, field in (("adapter_name", "name"), ("path", "path"))
+        if declared.get(key) is not None
+        and not _unknown(declared.get(key))
+        and live.get(key) != declared.get(key)
+    ]
+    name = live.get("adapter_name")
+    path = declared.get("path")
+    path = live.get("path") if path is None or _unknown(path) else path
+    for pod in live.get("pods") or []:
+        served = pod_path(pod, live)
+        if not pod.get("ready", True):
+            continue
+        if pod.get("error"):
+            words.append(f"pod {pod['pod']}: could not be read ({pod['error']})")
+        elif served is None:
+            words.append(f"pod {pod['pod']}: {name} not loaded")
+        elif served != path:
+            words.append(f"pod {pod['pod']}: serves {served}, declared {path}")
+    return words
+
+
+class DriftReporter:
+    """Says each drift once per process, on stderr, where the engine shows it to the user.
+
+    The engine prints a provider's stderr lines among the command's diagnostics (what ``pulumi
+    preview --refresh`` users and CI logs read); a dynamic provider has no other way to put
+    words there (its diff can name only changed inputs). One line per drift, prefixed with the
+    CR, each said once by this provider process (the engine starts one per command).
+    """
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, args: AdapterArgs, words: list[str]) -> None:
+        where = f"drift: LoRAAdapter {args.namespace}/{args.cr_name}: "
+        with self._lock:
+            fresh = [where + w for w in words if where + w not in self._said]
+            self._said.update(fresh)
+        if fresh:
+            sys.stderr.write("".join(line + "\n" for line in fresh))
+            sys.stderr.flush()
+
+
+report_drift = DriftReporter()
+
+
+def refreshed_inputs(olds: Mapping[str, Any], outs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Pure: the inputs a refresh hands the engine: ``None`` (keep the program's own) unless the
+    CR's spec was edited out of band, then the live ``adapter_name``/``path`` over the inputs.
+
+    The engine shows every key of these that differs from the program's inputs as added or
+    removed (``refresh [diff: +pinned,...]``). A read cannot see which inputs the program set, so
+    keeping the program's is the only way an undrifted refresh shows nothing; an edited CR shows
+    as exactly the fields that moved (``[diff: ~path]``). Defaults are left out then, so only a
+    setting given explicitly at its default value can still show as removed.
+    """
+    moved = {k: outs[k] for k in ("adapter_name", "path") if outs.get(k) != olds.get(k)}
+    if not moved:
+        return None
+    defaults = AdapterArgs.model_fields
+    kept = {
+        k: v
+        for k, v in _inputs(outs).items()
+        if defaults[k].is_required() or v != defaults[k].get_default()
+    }
+    return {**kept, **moved}
 
 
 def reported_conditions(props: Mapping[str, Any]) -> list[Condition]:
@@ -368,6 +438,51 @@ def reported_conditions(props: Mapping[str, Any]) -> list[Condition]:
         except (ValidationError, AttributeError):
             continue
     return found
+
+
+def condition_output(condition: Condition, generation: int) -> dict[str, Any]:
+    """Pure: one entry of the ``conditions`` output: type, status, reason, ``since`` (its
+    lastTransitionTime), and only what carries something: the message when there is one, the
+    generation when it is not the CR's current one."""
+    entry: dict[str, Any] = {
+        "type": condition.type,
+        "status": condition.status.value,
+        "reason": condition.reason,
+        "since": condition.wire()["lastTransitionTime"],
+    }
+    if condition.message:
+        entry["message"] = condition.message
+    if condition.observed_generation is not None and condition.observed_generation != generation:
+        entry["generation"] = condition.observed_generation
+    return entry
+
+
+def pod_output(report: ops.PodReport, path: str) -> dict[str, Any]:
+    """Pure: one entry of the ``pods`` output: the pod, whether it serves the adapter, and only
+    what differs from the plain case: ``ready: false``, ``path`` when it serves another path
+    than the resource's, ``reason`` and ``error`` when it failed.
+
+    Nothing in it moves unless the pod changed, so a heal rewrites only the pods it healed.
+    """
+    entry: dict[str, Any] = {"pod": report.pod, "loaded": report.loaded}
+    if not report.ready:
+        entry["ready"] = False
+    if report.loaded and report.path != path:
+        entry["path"] = report.path
+    if report.reason:
+        entry["reason"] = report.reason
+    if report.error:
+        entry["error"] = report.error
+    return entry
+
+
+def pod_path(pod: Mapping[str, Any], outs: Mapping[str, Any]) -> str | None:
+    """Pure: the path a ``pods`` output entry serves (``None``: not loaded), read from either
+    shape: 0.3's (``path`` only when it differs from the resource's) or 0.2's (always)."""
+    if not pod.get("loaded"):
+        return None
+    found = pod.get("path", outs.get("path"))
+    return None if found is None else str(found)
 
 
 def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,3 +1,3 @@
 """The package version (one place; hatch reads it for the distribution)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -52,18 +52,27 @@ class Change:
 
 @dataclass(frozen=True)
 class Result:
-    """The outcome of one check: the exit code, the proposed changes, and the CLI's words."""
+    """The outcome of one check: the exit code, the proposed changes, what drifted in words (the
+    providers' ``drift:`` diagnostics: pulumi-lora names the pod and what it lacks), and the
+    CLI's words."""
 
     code: int
     changes: tuple[Change, ...] = ()
     detail: str = ""
+    words: tuple[str, ...] = ()
 
 
 def check(stack: auto.Stack) -> Result:
     """Refresh and preview ``stack``, expecting no changes; say what drifted if anything did."""
     changes: list[Change] = []
+    words: list[str] = []
 
     def collect(event: auto.EngineEvent) -> None:
+        said = event.diagnostic_event
+        if said is not None:
+            for line in said.message.splitlines():
+                if line.startswith("drift: ") and line.removeprefix("drift: ") not in words:
+                    words.append(line.removeprefix("drift: "))
         pre = event.resource_pre_event
         if pre is None or pre.metadata.op.value in UNCHANGED_OPS:
             return
@@ -75,10 +84,10 @@ def check(stack: auto.Stack) -> Result:
         stack.preview(refresh=True, expect_no_changes=True, on_event=collect)
     except auto.errors.CommandError as exc:
         if changes:
-            return Result(DRIFT, tuple(changes), str(exc))
+            return Result(DRIFT, tuple(changes), str(exc), tuple(words))
         return Result(UNUSABLE, (), str(exc))
     if changes:  # a CLI that proposed changes without failing: still drift
-        return Result(DRIFT, tuple(changes))
+        return Result(DRIFT, tuple(changes), words=tuple(words))
     return Result(NO_DRIFT)
 
 
@@ -132,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"drift: stack {args.stack!r} differs from the cluster in {count} resource(s)")
         for change in result.changes:
             _say(f"  {change}")
+        if result.words:
+            _say("what drifted:")
+            for line in result.words:
+                _say(f"  {line}")
         _say("`pulumi up` heals it")
     else:
         _say(f"drift check failed to run on stack {args.stack!r}:\n{result.detail}", error=True)

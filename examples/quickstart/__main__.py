@@ -23,7 +23,8 @@ def program() -> None:
         ),
     )
     pulumi.export("loaded", adapter.loaded)  # True once every Ready pod serves it
-    pulumi.export("pods", adapter.pods)  # per pod: {pod, ready, loaded, path, reason, error, since}
+    # per pod: {pod, loaded}, plus ready: false, path (when not the declared one), reason, error
+    pulumi.export("pods", adapter.pods)
     pulumi.export("conditions", adapter.conditions)
 
 

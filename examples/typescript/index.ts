@@ -12,15 +12,15 @@ interface LoRAAdapterArgs {
     readinessPolicy?: pulumi.Input<"AllReadyPods" | "AnyReadyPod">;
 }
 
-/** One pod's view of the adapter (the `pods` output). */
+/** One pod's view of the adapter (the `pods` output): `ready` only when false, `path` only when
+ * the pod serves another path than the declared one, `reason` and `error` only on failure. */
 interface PodStatus {
     pod: string;
-    ready: boolean;
     loaded: boolean;
+    ready?: boolean;
     path?: string;
     reason?: string;
     error?: string;
-    since?: string;
 }
 
 /**

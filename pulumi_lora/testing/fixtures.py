@@ -97,6 +97,7 @@ def testbed() -> Iterator[Testbed]:
     except (BinaryNotFoundError, CertificateError) as exc:
         missing_real_part(str(exc))
     bed.apply_manifests(coexistence_policy("testbed", managed_only=False))
+    bed.wait_llmkube_held_off()  # the apiserver takes a moment to load a new policy
     try:
         yield bed
     finally:

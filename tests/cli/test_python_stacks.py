@@ -104,9 +104,10 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
     assert_nothing_left(testbed, scenario.services.values(), scenario.key)
 
 
-def pods_of(outputs: list[dict[str, Any]]) -> dict[str, str]:
-    """Output ``pods`` items → pod name → loaded path (only pods reported as loaded)."""
-    return {p["pod"]: p["path"] for p in outputs if p["loaded"]}
+def pods_of(outputs: list[dict[str, Any]], declared: str) -> dict[str, str]:
+    """Output ``pods`` items → pod name → loaded path (only pods reported as loaded; an item
+    carries ``path`` only when it is not the resource's own, ``declared``)."""
+    return {p["pod"]: p.get("path", declared) for p in outputs if p["loaded"]}
 
 
 def test_root_stack(project: Project, testbed: Testbed, namespace: str) -> None:
@@ -123,7 +124,7 @@ def test_root_stack(project: Project, testbed: Testbed, namespace: str) -> None:
         adapters = served(handle, key)
         for short in ("sql", "chat"):
             assert outputs[f"{short}_loaded"] is True
-            by_pod = pods_of(outputs[f"{short}_pods"])
+            by_pod = pods_of(outputs[f"{short}_pods"], f"/adapters/{short}-lora")
             assert by_pod == {pod: a[f"{short}-lora"] for pod, a in adapters.items()}
 
     declared = {service: {"sql-lora": "/adapters/sql-lora", "chat-lora": "/adapters/chat-lora"}}
@@ -165,9 +166,7 @@ def test_readme_quickstart_as_written(project: Project, testbed: Testbed, namesp
             assert loaded_everywhere()
         elif argv[1:4] == ["stack", "output", "pods"]:
             pods = json.loads(done.stdout)
-            assert {p["pod"]: p["path"] for p in pods if p["loaded"]} == {
-                pod.name: path for pod in handle.ready_pods()
-            }
+            assert pods_of(pods, path) == {pod.name: path for pod in handle.ready_pods()}
         elif argv[1:3] == ["preview", "--refresh"]:
             first, second = handle.ready_pods()[:2]
             unload = {"lora_name": "sql-lora"}
@@ -243,6 +242,9 @@ def test_drift_check_on_a_cli_managed_stack(
     drifted = drift_check()
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     assert "differs from the cluster in 1 resource(s)" in drifted.stdout
+    assert f"  LoRAAdapter {namespace}/sql-lora: pod {pod.name}: sql-lora not loaded" in (
+        drifted.stdout
+    ), drifted.stdout
     runner.pulumi("up", "--yes", "--skip-preview")
     assert all(a == {"sql-lora": path} for a in served(handle).values())
     assert drift_check().returncode == 0

@@ -95,18 +95,23 @@ def test_quickstart_up_drift_check_and_destroy(
     assert up.outputs["loaded"].value is True
     pods = up.outputs["pods"].value
     assert {p["pod"] for p in pods} == {p.name for p in handle.ready_pods()}
-    assert all(p["loaded"] and p["path"] == path for p in pods)
+    assert all(p["loaded"] and "path" not in p for p in pods)  # the resource's own path
     assert all(adapters == {"sql-lora": path} for adapters in served(handle).values())
 
     clean = drift_check(engine, work_dir, "quickstart")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "no drift" in clean.stdout
 
-    unload(handle.ready_pods()[0].url, "sql-lora")
+    lost = handle.ready_pods()[0]
+    unload(lost.url, "sql-lora")
     drifted = drift_check(engine, work_dir, "quickstart")
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     assert "drift: stack 'quickstart' differs from the cluster in 1 resource(s)" in drifted.stdout
     assert "LoRAAdapter" in drifted.stdout  # the drifted resource is named
+    assert (  # and what drifted, in words
+        f"what drifted:\n  LoRAAdapter {namespace}/sql-lora: pod {lost.name}: sql-lora not "
+        "loaded\n`pulumi up` heals it"
+    ) in drifted.stdout, drifted.stdout
 
     stack.up()  # heals
     assert all(adapters == {"sql-lora": path} for adapters in served(handle).values())

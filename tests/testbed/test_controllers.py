@@ -304,7 +304,11 @@ def test_the_resync_deployment_runs_as_in_cluster_pods(testbed: Testbed, namespa
     reason = in_cluster_unavailable_reason()
     if reason is not None:
         pytest.skip(f"the in-cluster sandbox is unavailable here: {reason}")
-    manifests = resync_manifests(namespace, "pulumi-lora:testbed", watch_namespace=namespace)
+    # Its own name: the coexistence policy it renders is cluster-scoped, and other tests on this
+    # testbed make one under the default name.
+    manifests = resync_manifests(
+        namespace, "pulumi-lora:testbed", watch_namespace=namespace, name=f"loop-{namespace}"[:60]
+    )
     apply(testbed, json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
     (name,) = [m["metadata"]["name"] for m in manifests if m["kind"] == "Deployment"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,7 +11,15 @@ from pulumi_lora import _operations as ops
 from pulumi_lora._errors import ClusterError, ConfigurationError
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
 from pulumi_lora._operations import AdapterState, PodReport
-from pulumi_lora._provider import UNKNOWN, LoRAAdapterProvider, live_drift, outputs
+from pulumi_lora._provider import (
+    UNKNOWN,
+    DriftReporter,
+    LoRAAdapterProvider,
+    drift_words,
+    live_drift,
+    outputs,
+    refreshed_inputs,
+)
 from pulumi_lora._settings import ClientTimeouts
 
 GOOD = {
@@ -189,27 +198,130 @@ def test_outputs_echo_inputs_and_expose_the_truth() -> None:
     outs = outputs(AdapterArgs.model_validate(GOOD), state([OK_POD]))
     assert outs["adapter_name"] == "sql-lora" and outs["cr_name"] == "sql-lora"
     assert outs["loaded"] is True and outs["available"] is False
+    # Only what carries something: no empty message, no generation equal to the CR's.
     assert outs["conditions"] == [
         {
             "type": "Loaded",
             "status": "True",
             "reason": "AdapterLoaded",
-            "message": "",
             "since": "2026-12-01T00:00:00Z",
-            "generation": 2,
         }
     ]
-    assert outs["pods"] == [
-        {
-            "pod": "p0",
-            "ready": True,
-            "loaded": True,
-            "path": "/adapters/sql",
-            "reason": "",
-            "error": "",
-            "since": None,
-        }
+    assert outs["pods"] == [{"pod": "p0", "loaded": True}]
+
+
+def test_pod_entries_carry_only_what_differs() -> None:
+    args = AdapterArgs.model_validate(GOOD)
+    pods = [
+        PodReport("wrong", ready=True, loaded=True, path="/adapters/old"),
+        PodReport("missing", ready=True, loaded=False),
+        PodReport("waiting", ready=False, loaded=False),
+        PodReport("down", ready=True, loaded=False, reason="Unreachable", error="refused"),
     ]
+    assert outputs(args, state(pods))["pods"] == [
+        {"pod": "wrong", "loaded": True, "path": "/adapters/old"},
+        {"pod": "missing", "loaded": False},
+        {"pod": "waiting", "loaded": False, "ready": False},
+        {"pod": "down", "loaded": False, "reason": "Unreachable", "error": "refused"},
+    ]
+
+
+def test_an_adapter_on_eight_pods_takes_at_most_1_2_kb_of_state() -> None:
+    """Issue 21: the engine writes every resource's state at each step. Realistic names: a
+    Deployment's pod names, a UID, RFC 3339 times, the four conditions the provider writes."""
+    args = AdapterArgs.model_validate({**GOOD, "namespace": "models"})
+    pods = [
+        PodReport(f"llama-8b-6b89d655d6-{i}x2bq", ready=True, loaded=True, path="/adapters/sql")
+        for i in range(8)
+    ]
+    conditions = tuple(
+        Condition(
+            type=kind,
+            status=ConditionStatus(status),
+            reason=reason,
+            message=message,
+            last_transition_time="2026-12-04T14:24:25Z",
+            observed_generation=1,
+        )
+        for kind, status, reason, message in (
+            ("Available", "True", "InferenceServiceReady", ""),
+            ("Loaded", "True", "AdapterLoaded", "loaded on 8/8 Ready pods"),
+            ("Error", "False", "NoError", ""),
+            ("Ready", "True", "AdapterReady", ""),
+        )
+    )
+    full = AdapterState(
+        uid="6f1c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f",
+        generation=1,
+        spec={},
+        annotations={},
+        conditions=conditions,
+        pods=tuple(pods),
+        loaded_path="/adapters/sql",
+        last_loaded_at="2026-12-04T14:24:25Z",
+    )
+    size = len(json.dumps(outputs(args, full), separators=(",", ":")))
+    assert size <= 1200, size
+
+
+def test_drift_in_words() -> None:
+    outs = outputs(
+        AdapterArgs.model_validate(GOOD),
+        state(
+            [
+                OK_POD,
+                PodReport("gone", ready=True, loaded=False),
+                PodReport("old", ready=True, loaded=True, path="/adapters/old"),
+                PodReport("waiting", ready=False, loaded=False),
+            ]
+        ),
+    )
+    assert drift_words(outs, outs) == [
+        "pod gone: sql-lora not loaded",
+        "pod old: serves /adapters/old, declared /adapters/sql",
+    ]
+    edited = {**outs, "path": "/adapters/new", "pods": []}
+    assert drift_words(edited, outs) == ["CR edited: spec.path /adapters/sql -> /adapters/new"]
+    # The 0.2 shape (every key on every pod) reads the same.
+    old_shape = {
+        **outs,
+        "pods": [
+            {
+                "pod": "p0",
+                "ready": True,
+                "loaded": True,
+                "path": "/adapters/old",
+                "reason": "",
+                "error": "",
+                "since": None,
+            }
+        ],
+    }
+    assert drift_words(old_shape, old_shape) == [
+        "pod p0: serves /adapters/old, declared /adapters/sql"
+    ]
+    assert live_drift(old_shape, GOOD) == ["p0"]
+
+
+def test_a_refresh_keeps_the_programs_inputs_unless_the_cr_was_edited() -> None:
+    outs = outputs(AdapterArgs.model_validate(GOOD), state([OK_POD]))
+    assert refreshed_inputs(outs, outs) is None
+    edited = {**outs, "path": "/adapters/new"}
+    inputs = refreshed_inputs(outs, edited)
+    assert inputs is not None and inputs["path"] == "/adapters/new"
+    # settings at their defaults are not echoed: they would show as removed
+    assert not {"pinned", "readiness_policy", "ready_timeout_seconds", "transport"} & set(inputs)
+
+
+def test_drift_is_said_once_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    reporter = DriftReporter()
+    args = AdapterArgs.model_validate(GOOD)
+    reporter(args, ["pod gone: sql-lora not loaded"])
+    reporter(args, ["pod gone: sql-lora not loaded", "CR deleted outside Pulumi"])
+    assert capsys.readouterr().err == (
+        f"drift: LoRAAdapter {args.namespace}/sql-lora: pod gone: sql-lora not loaded\n"
+        f"drift: LoRAAdapter {args.namespace}/sql-lora: CR deleted outside Pulumi\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from pulumi import automation as auto
 from pulumi_lora._adapter import DYNAMIC_TYPE, RESOURCE_TYPE, LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._cluster import apiserver_errors, list_adapters
 from pulumi_lora._errors import ClusterError
+from pulumi_lora._provider import pod_path
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.chaos._invariants import (
     CRView,
@@ -556,9 +557,7 @@ def _state_entries(deployment: Mapping[str, Any]) -> dict[str, StateEntry]:
         if resource.get("type") not in (RESOURCE_TYPE, DYNAMIC_TYPE):
             continue
         outs = resource.get("outputs") or {}
-        pods = {
-            p["pod"]: (p.get("path") if p.get("loaded") else None) for p in outs.get("pods") or ()
-        }
+        pods = {p["pod"]: pod_path(p, outs) for p in outs.get("pods") or ()}
         entries[outs.get("adapter_name", "")] = StateEntry(
             path=outs.get("path", ""), loaded=bool(outs.get("loaded")), pods=pods
         )

@@ -40,6 +40,7 @@ import copy
 import heapq
 import logging
 import random
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from urllib.parse import quote
 import httpx
 
 from pulumi_lora._models import (
+    ANNOTATION_MANAGED_BY,
     GROUP,
     LLMKUBE_CONTROLLER_USER,
     LLMKUBE_FINALIZER,
@@ -77,6 +79,7 @@ __all__ = [
     "SentRequest",
     "ServiceProxy",
     "grant_identity",
+    "held_off",
 ]
 
 _log = logging.getLogger("pulumi_lora.testing.testbed.llmkube")
@@ -649,3 +652,43 @@ def grant_identity(admin: KubeRest) -> str:
     path = f"/api/v1/namespaces/{LLMKUBE_NAMESPACE}/serviceaccounts/{LLMKUBE_SERVICE_ACCOUNT}/token"
     answer = admin.create(path, request)
     return str(answer["status"]["token"])
+
+
+def held_off(admin: KubeRest, llmkube: KubeRest, timeout: float) -> float:
+    """Seconds until an admission policy refuses ``llmkube`` (LLMKube's identity) a status write
+    on a CR pulumi-lora manages: a server-side dry run on a scratch CR in ``llmkube-system``,
+    removed afterwards. :class:`TimeoutError` when nothing refuses it within ``timeout``."""
+    base = f"{_ADAPTERS}/namespaces/{LLMKUBE_NAMESPACE}/{PLURAL}"
+    name = f"coexistence-probe-{secrets.token_hex(3)}"
+    probe = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "LoRAAdapter",
+        "metadata": {
+            "name": name,
+            "namespace": LLMKUBE_NAMESPACE,
+            "annotations": {ANNOTATION_MANAGED_BY: "pulumi"},
+        },
+        "spec": {"name": "probe", "path": "/probe", "inferenceServiceRef": {"name": "none"}},
+    }
+    admin.create(base, probe)
+    started = time.monotonic()
+    try:
+        while True:
+            try:
+                llmkube.request(
+                    "PATCH",
+                    f"{base}/{name}/status",
+                    body={"status": {"loadedPath": "/probe"}},
+                    content_type="application/merge-patch+json",
+                    params={"dryRun": "All"},
+                )
+            except ApiRequestError as exc:
+                if exc.status in (403, 422):
+                    return time.monotonic() - started
+                raise
+            if time.monotonic() - started > timeout:
+                raise TimeoutError(f"no policy held LLMKube's controller off in {timeout}s")
+            time.sleep(0.05)
+    finally:
+        admin.merge_patch(f"{base}/{name}", {"metadata": {"finalizers": None}}, allow=(404,))
+        admin.delete(f"{base}/{name}")

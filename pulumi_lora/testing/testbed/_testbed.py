@@ -49,6 +49,7 @@ from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
 from pulumi_lora.testing.testbed._llmkube import (
     LLMKubeLoRAController,
     ServiceProxy,
+    held_off,
 )
 from pulumi_lora.testing.testbed._llmkube import (
     grant_identity as grant_llmkube_identity,
@@ -524,6 +525,18 @@ class Testbed:
         done = self.kubectl("apply", "--server-side", "-f", "-", input=text)
         if done.returncode != 0:
             raise TestbedError(f"kubectl apply failed: {done.stderr.strip()}")
+
+    def wait_llmkube_held_off(self, timeout: float = 15.0) -> float:
+        """Wait until an admission policy refuses LLMKube's LoRA controller a status write on a
+        CR pulumi-lora manages; return the seconds it took.
+
+        The apiserver loads a policy moments after it is applied, not at once. The probe is a
+        server-side dry run, as LLMKube's own identity, on a scratch CR in ``llmkube-system``
+        (removed afterwards). :class:`TimeoutError` when nothing refuses it in ``timeout``.
+        """
+        if self._llmkube_rest is None:
+            raise TestbedError("LLMKube's LoRA controller does not run in this testbed")
+        return held_off(self._require_rest(), self._llmkube_rest, timeout)
 
     def create_namespace(self, prefix: str = "test") -> str:
         """Create a namespace with a unique name starting with ``prefix``; return its name.
