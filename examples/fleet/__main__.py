@@ -73,8 +73,11 @@ def format_table(entries: Sequence[Entry], pods: Sequence[Sequence[dict[str, Any
         if not lines:
             rows.append((*head, "-", "no pods", "-"))
         for pod in lines:
-            loaded = "yes" if pod.get("loaded") else ("no" if pod.get("ready") else "not ready")
-            rows.append((*head, str(pod.get("pod")), loaded, str(pod.get("path") or "-")))
+            # ``ready`` is only there when false, ``path`` only when not the declared one
+            ready = pod.get("ready", True)
+            loaded = "yes" if pod.get("loaded") else ("no" if ready else "not ready")
+            path = pod.get("path", entry.path) if pod.get("loaded") else "-"
+            rows.append((*head, str(pod.get("pod")), loaded, str(path)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()

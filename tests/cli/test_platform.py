@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pulumi_lora._resync._settings import DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME
-from pulumi_lora.deploy import DEFAULT_NAME, WATCH_RULES, lease_rules
+from pulumi_lora.deploy import DEFAULT_NAME, RELEASE_RULE, WATCH_RULES, lease_rules
 from pulumi_lora.testing.audit import audited, granted
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed, netns_unavailable_reason
@@ -135,4 +135,4 @@ def test_the_platform_stack_runs_and_heals_itself(project: Project, cluster: Tes
     used, denied = audited(testbed.audit_log_path, user)
     assert used, "the deployed loop never reached the apiserver as its ServiceAccount"
     assert not denied, [(e["verb"], e["requestURI"]) for e in denied]
-    assert used <= granted([*WATCH_RULES, *lease_rules()])
+    assert used <= granted([*WATCH_RULES, RELEASE_RULE, *lease_rules()])
