@@ -86,6 +86,21 @@ def test_up_status_down(tmp_path: Path) -> None:
         assert got.returncode == 0, got.stderr
         items = json.loads(got.stdout)["items"]
         assert len(items) == 2 and all(i["status"]["phase"] == "Running" for i in items)
+        # As in every LLMKube install, LLMKube's LoRA controller acts there, as its own account,
+        # and the played operator made the InferenceService's Service.
+        acts = subprocess.run(
+            [str(kubectl), "auth", "can-i", "update",
+             "loraadapters.inference.llmkube.dev/finalizers",
+             "--as=system:serviceaccount:llmkube-system:llmkube-controller-manager"],
+            capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+        assert acts.stdout.strip() == "yes", acts.stdout + acts.stderr
+        service = subprocess.run(
+            [str(kubectl), "get", "service", "demo", "-n", "cli",
+             "-o", "jsonpath={.spec.ports[0].port}"],
+            capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+        assert service.stdout == "8080", service.stdout + service.stderr  # LLMKube's default
         server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
         assert server == report["server"]
         again = cli("up", "--state-dir", str(state_dir))

@@ -139,6 +139,13 @@ _state_dir_option = click.option(
 )
 @click.option("--startup-delay", type=float, default=0.0, show_default=True, help="Seconds of 503.")
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--llmkube-lora-controller/--no-llmkube-lora-controller",
+    default=True,
+    show_default=True,
+    help="Play LLMKube's own LoRA controller, as every LLMKube install runs it (hold it off "
+    "pulumi-lora's CRs with `pulumi-lora coexistence-policy | kubectl apply -f -`).",
+)
 def up(  # noqa: PLR0917 - one parameter per click option
     state_dir: Path | None,
     isvcs: tuple[str, ...],
@@ -147,6 +154,7 @@ def up(  # noqa: PLR0917 - one parameter per click option
     network: str,
     startup_delay: float,
     timeout: float,
+    llmkube_lora_controller: bool,
 ) -> None:
     """Start a detached testbed and wait until it is ready."""
     state_dir = state_dir or default_state_dir()
@@ -165,6 +173,7 @@ def up(  # noqa: PLR0917 - one parameter per click option
         "network": network,
         "startup_delay": startup_delay,
         "ready_timeout": timeout,
+        "llmkube": llmkube_lora_controller,
     }
     log_path = state_dir / _LOG_FILE
     with log_path.open("ab") as log:

@@ -25,9 +25,7 @@ Played step for step from ``internal/controller/loraadapter_controller.go``:
   ``lastLoadedAt``, ``ReconcileSuccess``. Every status write is ``Status().Update``: a PUT of
   the whole status read from the cache (a conflict is an error, requeued rate-limited).
 
-The Service path (:class:`ServiceProxy`) plays DNS and kube-proxy: ``<svc>.<ns>.svc:<port>``
-reaches one Ready pod selected by the Service's selector, chosen at random, at the Service's
-numeric ``targetPort``; a port nothing listens on refuses the connection.
+The Service path is ``_kubeproxy.ServiceProxy``'s (DNS and kube-proxy, played).
 
 ``time_scale`` shrinks the controller's clocks (the 30 s requeue, the 2 minute skip window, the
 rate limiter) for tests that need many of its cycles; 1.0 is LLMKube's own timing.
@@ -39,7 +37,6 @@ import contextlib
 import copy
 import heapq
 import logging
-import random
 import secrets
 import threading
 import time
@@ -47,7 +44,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -60,13 +56,9 @@ from pulumi_lora._models import (
     VERSION,
 )
 from pulumi_lora.testing.testbed._informer import Informer, object_key
+from pulumi_lora.testing.testbed._kubeproxy import ServiceProxy
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
-from pulumi_lora.testing.testbed._workloads import (
-    ANNOTATION_DECLARED_PORT,
-    CONTAINER_NAME,
-    pod_ready,
-    service_name,
-)
+from pulumi_lora.testing.testbed._workloads import service_name
 
 __all__ = [
     "LLMKUBE_CONTROLLER_USER",
@@ -77,7 +69,6 @@ __all__ = [
     "LLMKubeLoRAController",
     "LLMKubeStats",
     "SentRequest",
-    "ServiceProxy",
     "grant_identity",
     "held_off",
 ]
@@ -117,7 +108,6 @@ REQUEUE_SECONDS = 30.0
 SKIP_WINDOW_SECONDS = 120.0
 BACKOFF_BASE_SECONDS = 0.005
 BACKOFF_MAX_SECONDS = 1000.0
-HTTP_TIMEOUT_SECONDS = 30.0
 _ADAPTERS = f"/apis/{GROUP}/{VERSION}"
 
 
@@ -145,87 +135,6 @@ class LLMKubeStats:
     finalizer_adds: int = 0
     finalizer_refused: int = 0
     finalizer_removals: int = 0
-
-
-class ServiceProxy:
-    """DNS and kube-proxy for ``http://<svc>.<ns>.svc:<port>``: one Ready pod behind the Service.
-
-    Reads Services and pods as the kube-proxy would (``rest``), picks a Ready pod matching the
-    Service's selector at random, and sends to its IP at the Service's numeric ``targetPort``.
-    Loopback pods listen on the port the testbed gave each (:data:`ANNOTATION_DECLARED_PORT`
-    keeps the one their spec declared): a ``targetPort`` equal to that declared port reaches the
-    pod's own; any other port has nothing listening and is refused, without a packet sent.
-    """
-
-    def __init__(self, rest: KubeRest, rng: random.Random | None = None) -> None:
-        self.rest = rest
-        self._rng = rng or random.Random()  # noqa: S311 - load balancing, not security
-        self._http = httpx.Client(trust_env=False, timeout=HTTP_TIMEOUT_SECONDS)
-
-    def close(self) -> None:
-        """Close the HTTP connections."""
-        self._http.close()
-
-    def post(
-        self, host: str, port: int, route: str, body: dict[str, str]
-    ) -> tuple[str | None, httpx.Response]:
-        """POST JSON to ``http://host:port/route``; ``(pod picked, response)``.
-
-        Raises :class:`httpx.ConnectError` when no Ready pod backs the Service or nothing
-        listens on the port, as a refused connection would.
-        """
-        name, namespace = _service_host(host)
-        service = self.rest.get(f"/api/v1/namespaces/{namespace}/services/{name}", allow=(404,))
-        if service is None:
-            raise httpx.ConnectError(f"dial tcp: lookup {host}: no such host")
-        ports = service.get("spec", {}).get("ports", []) or []
-        target = next((p.get("targetPort", p["port"]) for p in ports if p["port"] == port), None)
-        selector = service.get("spec", {}).get("selector") or {}
-        pods = [
-            p
-            for p in self._pods(namespace, selector)
-            if pod_ready(p) and p.get("status", {}).get("podIP")
-        ]
-        if target is None or not pods:
-            raise httpx.ConnectError(f"dial tcp {host}:{port}: connect: connection refused")
-        pod = self._rng.choice(pods)
-        address = _backend(pod, target)
-        if address is None:
-            raise httpx.ConnectError(f"dial tcp {host}:{port}: connect: connection refused")
-        response = self._http.post(f"http://{address}{route}", json=body)
-        return str(pod["metadata"]["name"]), response
-
-    def _pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
-        if not selector:
-            return []
-        labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        listing = self.rest.get(
-            f"/api/v1/namespaces/{namespace}/pods?labelSelector={quote(labels)}"
-        )
-        return list((listing or {}).get("items", []))
-
-
-def _service_host(host: str) -> tuple[str, str]:
-    """``name.namespace.svc[.cluster.local]`` → ``(name, namespace)``."""
-    parts = host.split(".")
-    if len(parts) < 3 or parts[2] != "svc":
-        raise httpx.ConnectError(f"dial tcp: lookup {host}: no such host")
-    return parts[0], parts[1]
-
-
-def _backend(pod: dict[str, Any], target: int | str) -> str | None:
-    """``ip:port`` a pod answers on for a Service's ``targetPort``, or None (nothing listens)."""
-    ip = pod["status"]["podIP"]
-    declared = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_DECLARED_PORT)
-    for container in pod.get("spec", {}).get("containers", []) or []:
-        if container.get("name") != CONTAINER_NAME:
-            continue
-        for port in container.get("ports", []) or []:
-            actual = int(port["containerPort"])
-            names = {port.get("name"), str(actual), declared if port.get("name") == "http" else ""}
-            if str(target) in names:
-                return f"{ip}:{actual}"
-    return None
 
 
 class LLMKubeLoRAController:

@@ -53,6 +53,8 @@ class SupervisorSpec:
     """Seconds to wait for the pods to be Ready."""
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     """extraArgs override (empty: the testbed's LoRA defaults)."""
+    llmkube: bool = True
+    """Run LLMKube's own LoRA controller (played), as every LLMKube install does."""
 
 
 def write_state(state_dir: Path, state: dict[str, Any]) -> None:
@@ -91,7 +93,7 @@ def run(state_dir: Path, spec: SupervisorSpec, stop: threading.Event) -> int:
         "spec": asdict(spec),
     }
     write_state(state_dir, state)
-    testbed = Testbed()
+    testbed = Testbed(llmkube_lora_controller=spec.llmkube)
     handles: list[InferenceServiceHandle] = []
     kubeconfig = state_dir / KUBECONFIG_FILE
     try:

@@ -46,11 +46,8 @@ from pulumi_lora.testing.testbed._certs import (
 )
 from pulumi_lora.testing.testbed._collector import FinalizerCollector
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
-from pulumi_lora.testing.testbed._llmkube import (
-    LLMKubeLoRAController,
-    ServiceProxy,
-    held_off,
-)
+from pulumi_lora.testing.testbed._kubeproxy import ServiceProxy
+from pulumi_lora.testing.testbed._llmkube import LLMKubeLoRAController, held_off
 from pulumi_lora.testing.testbed._llmkube import (
     grant_identity as grant_llmkube_identity,
 )
