@@ -75,6 +75,17 @@ def kubectl_cr(bed: Testbed, namespace: str, name: str) -> dict[str, Any] | None
     return found
 
 
+def apply_plain_cr(bed: Testbed, namespace: str, name: str, path: str) -> None:
+    """A LoRAAdapter as kubectl users write it (no pulumi-lora annotation)."""
+    manifest = {
+        "apiVersion": "inference.llmkube.dev/v1alpha1",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"inferenceServiceRef": {"name": "llama"}, "name": name, "path": path},
+    }
+    assert bed.kubectl("apply", "-f", "-", input=json.dumps(manifest)).returncode == 0
+
+
 def conditions(cr: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
     return {
         c["type"]: (c["status"], c["reason"])
@@ -191,13 +202,7 @@ def test_played_controller_loads_one_random_pod_through_the_service(
     path = bed.make_adapter("played")
     service = json.loads(bed.kubectl("get", "svc", "llama", "-n", namespace, "-o", "json").stdout)
     assert service["spec"]["ports"][0]["port"] == 30000
-    manifest = {
-        "apiVersion": "inference.llmkube.dev/v1alpha1",
-        "kind": "LoRAAdapter",
-        "metadata": {"name": "played", "namespace": namespace},
-        "spec": {"inferenceServiceRef": {"name": "llama"}, "name": "played", "path": path},
-    }
-    assert bed.kubectl("apply", "-f", "-", input=json.dumps(manifest)).returncode == 0
+    apply_plain_cr(bed, namespace, "played", path)
     cr = wait_for(
         "LLMKube's Loaded=True",
         lambda: (
@@ -331,13 +336,7 @@ def test_policy_holds_llmkube_off_and_takes_over_older_crs(
 
         # A CR without pulumi-lora's annotation is LLMKube's to serve, policy or not.
         theirs = bed.make_adapter("theirs")
-        manifest = {
-            "apiVersion": "inference.llmkube.dev/v1alpha1",
-            "kind": "LoRAAdapter",
-            "metadata": {"name": "theirs", "namespace": namespace},
-            "spec": {"inferenceServiceRef": {"name": "llama"}, "name": "theirs", "path": theirs},
-        }
-        assert bed.kubectl("apply", "-f", "-", input=json.dumps(manifest)).returncode == 0
+        apply_plain_cr(bed, namespace, "theirs", theirs)
         wait_for(
             "LLMKube's Loaded=True on its own CR",
             lambda: (

@@ -57,7 +57,7 @@ from pulumi_lora._models import (
 )
 from pulumi_lora.testing.testbed._informer import Informer, object_key
 from pulumi_lora.testing.testbed._kubeproxy import ServiceProxy
-from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
+from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest, grant_cluster_role
 from pulumi_lora.testing.testbed._workloads import service_name
 
 __all__ = [
@@ -526,33 +526,19 @@ def grant_identity(admin: KubeRest) -> str:
         },
         allow=(409,),
     )
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": LLMKUBE_ROLE},
-        "rules": LLMKUBE_RULES,
+    account = {
+        "kind": "ServiceAccount",
+        "name": LLMKUBE_SERVICE_ACCOUNT,
+        "namespace": LLMKUBE_NAMESPACE,
     }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "llmkube-manager-rolebinding"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": LLMKUBE_ROLE,
-        },
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": LLMKUBE_SERVICE_ACCOUNT,
-                "namespace": LLMKUBE_NAMESPACE,
-            }
-        ],
-    }
-    manager = "testbed-llmkube-install"
-    admin.apply(f"{rbac}/clusterroles/{LLMKUBE_ROLE}", role, manager)
-    admin.apply(f"{rbac}/clusterrolebindings/llmkube-manager-rolebinding", binding, manager)
+    grant_cluster_role(
+        admin,
+        LLMKUBE_ROLE,
+        LLMKUBE_RULES,
+        account,
+        "testbed-llmkube-install",
+        binding="llmkube-manager-rolebinding",
+    )
     request = {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",

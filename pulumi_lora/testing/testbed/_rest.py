@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["ApiRequestError", "KubeRest"]
+__all__ = ["ApiRequestError", "KubeRest", "grant_cluster_role"]
 
 _BODY_LIMIT = 500
 
@@ -114,3 +114,32 @@ class KubeRest:
         """DELETE the object at ``path`` (a missing object is fine by default)."""
         body = None if grace_period is None else {"gracePeriodSeconds": grace_period}
         return self.request("DELETE", path, body=body, allow=allow)
+
+
+def grant_cluster_role(
+    rest: KubeRest,
+    name: str,
+    rules: list[dict[str, Any]],
+    subject: dict[str, str],
+    field_manager: str,
+    *,
+    binding: str | None = None,
+) -> None:
+    """Apply ClusterRole ``name`` with ``rules`` and a ClusterRoleBinding (``binding``, default
+    the same name) of it to ``subject``."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": rules,
+    }
+    bound = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": binding or name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [subject],
+    }
+    rest.apply(f"{rbac}/clusterroles/{name}", role, field_manager)
+    rest.apply(f"{rbac}/clusterrolebindings/{binding or name}", bound, field_manager)

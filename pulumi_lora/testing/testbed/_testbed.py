@@ -64,7 +64,7 @@ from pulumi_lora.testing.testbed._pods import (
     PodPlayer,
     Sandbox,
 )
-from pulumi_lora.testing.testbed._rest import KubeRest
+from pulumi_lora.testing.testbed._rest import KubeRest, grant_cluster_role
 
 __all__ = ["ADMIN_USER", "CONTROLLER_USER", "Testbed", "TestbedError"]
 
@@ -315,33 +315,10 @@ class Testbed:
 
     def _grant_controllers(self) -> None:
         """The ClusterRole and binding that let :data:`CONTROLLER_USER` play the controllers."""
-        rest = self._require_rest()
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        role = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": CONTROLLER_ROLE},
-            "rules": _CONTROLLER_RULES,
-        }
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": CONTROLLER_ROLE},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": CONTROLLER_ROLE,
-            },
-            "subjects": [
-                {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "User",
-                    "name": CONTROLLER_USER,
-                }
-            ],
-        }
-        rest.apply(f"{rbac}/clusterroles/{CONTROLLER_ROLE}", role, FIELD_MANAGER)
-        rest.apply(f"{rbac}/clusterrolebindings/{CONTROLLER_ROLE}", binding, FIELD_MANAGER)
+        user = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": CONTROLLER_USER}
+        grant_cluster_role(
+            self._require_rest(), CONTROLLER_ROLE, _CONTROLLER_RULES, user, FIELD_MANAGER
+        )
 
     def _create_node(self) -> None:
         rest = self._require_rest()
