@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from pulumi_lora._cli import cli
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
 from pulumi_lora._operations import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -269,6 +272,21 @@ def test_without_the_policy_pulumi_lora_still_works(
             == ("False", "LoadUnsuccessful")
         ),
     )
+    # What an operator runs: both commands say LLMKube acts on the CR, and what to do.
+    kubeconfig = ("--kubeconfig", str(bed.kubeconfig_path))
+    status = CliRunner().invoke(cli, ["status", "-n", namespace, *kubeconfig])
+    assert status.exit_code == 0, status.output  # the pods serve it: the verdict is ok
+    assert f"LLMKube's own LoRA controller acts on:\n  {namespace}/sql-lora: its finalizer" in (
+        status.output
+    ), status.output
+    assert "Loaded=False (LoadUnsuccessful)" in status.output
+    assert "fix: apply pulumi-lora's coexistence policy" in status.output
+    doctor = CliRunner().invoke(cli, ["doctor", "llama", "-n", namespace, *kubeconfig])
+    assert re.search(
+        r"warn\s+llmkube-controller\s+LLMKube's own LoRA controller acts on 1", (doctor.output)
+    ), doctor.output
+    assert "fix: apply pulumi-lora's coexistence policy" in doctor.output
+
     read = p.read(f"{namespace}/sql-lora", outs)
     assert read.outs["loaded"] and read.outs["ready"], read.outs["conditions"]
     loaded = next(c for c in read.outs["conditions"] if c["type"] == "Loaded")
