@@ -33,7 +33,7 @@ from typing import Any
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
 from pulumi_lora._operations import ProviderConfig
-from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora._provider import LoRAAdapterProvider, pod_path
 from pulumi_lora.deploy import coexistence_policy
 from pulumi_lora.testing.testbed import LLMKubeLoRAController, Testbed
 
@@ -188,7 +188,9 @@ def with_policy(
             swaps.append(time.monotonic() - t0)
             want = bench.paths[name][bench.current[name]]
             outs = bench.outs[name]
-            swaps_ok &= bool(outs["loaded"]) and all(p["path"] == want for p in outs["pods"])
+            swaps_ok &= bool(outs["loaded"]) and all(
+                pod_path(p, outs) == want for p in outs["pods"]
+            )
             next_swap += 120
         if not recreated and time.monotonic() >= since + minutes * 30:
             deletes.append(bench.delete(bench.names[-1]))

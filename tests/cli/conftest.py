@@ -12,6 +12,7 @@ acquisition is left on, as a user has it.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -188,3 +189,23 @@ def assert_nothing_left(
         listed = testbed.kubectl("get", "loraadapters", "-n", handle.namespace, "-o", "name")
         assert listed.returncode == 0, listed.stderr
         assert listed.stdout.strip() == ""
+
+
+def assert_clean_refresh(runner: Any, *, whole_stack: bool = True) -> None:
+    """What an undrifted stack's ``pulumi preview --refresh`` prints (issue 21): no drift line,
+    no property diff on any LoRAAdapter step; with ``whole_stack`` (every resource is
+    pulumi-lora's) no property diff at all under ``--diff``, and ``refresh --expect-no-changes``
+    exits 0. Other providers' resources (pulumi-kubernetes' InferenceService, whose status the
+    operator keeps writing) may change on a refresh: that is theirs to say."""
+    done = runner.pulumi("preview", "--refresh", "--expect-no-changes")
+    text = done.stdout + done.stderr
+    assert "drift:" not in text, text
+    assert not [line for line in text.splitlines() if "LoRAAdapter" in line and "[diff:" in line]
+    if not whole_stack:
+        return
+    done = runner.pulumi("preview", "--refresh", "--expect-no-changes", "--diff")
+    text = done.stdout + done.stderr
+    changed = [line for line in text.splitlines() if re.match(r"^\s+[-+~]\s*\w+:\s", line)]
+    assert "[diff:" not in text and not changed, text
+    refreshed = runner.pulumi("refresh", "--yes", "--skip-preview", "--expect-no-changes")
+    assert refreshed.returncode == 0

@@ -27,7 +27,7 @@ from pulumi_lora.testing.audit import audited, granted
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed, netns_unavailable_reason
 
-from .conftest import EXAMPLES, Project, require_program, served
+from .conftest import EXAMPLES, Project, assert_clean_refresh, require_program, served
 
 pytestmark = pytest.mark.full
 
@@ -99,6 +99,7 @@ def test_the_platform_stack_runs_and_heals_itself(project: Project, cluster: Tes
     loop = kubectl_json(testbed, "get", "deployment", DEFAULT_NAME, "-n", ops)
     assert loop["status"]["availableReplicas"] == 2  # what pulumi-kubernetes awaited
     wait_until(lambda: bool(holder(testbed, ops)), 30, "a loop replica leads")
+    assert_clean_refresh(runner, whole_stack=False)  # the loop's status writes are no drift
 
     # A restarted pod lost its adapters: the deployed loop re-loads them, no pulumi command.
     victim = service.pods()[0].name

@@ -30,7 +30,15 @@ from pulumi_lora import __version__
 from pulumi_lora.testing.engine import LocalEngine, ProjectDir
 from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
 
-from .conftest import EXAMPLES, ROOT, Project, UserVenv, assert_nothing_left, served
+from .conftest import (
+    EXAMPLES,
+    ROOT,
+    Project,
+    UserVenv,
+    assert_clean_refresh,
+    assert_nothing_left,
+    served,
+)
 
 pytestmark = pytest.mark.full
 
@@ -71,8 +79,7 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
     runner.pulumi("up", "--yes", "--skip-preview")
     assert scenario.all_loaded()
     scenario.check_outputs(runner.outputs())
-    clean = runner.pulumi("preview", "--refresh", "--expect-no-changes")
-    assert clean.returncode == 0
+    assert_clean_refresh(runner)
 
     (service, handle), *_ = scenario.services.items()
     first, second = handle.ready_pods()[:2]
@@ -89,10 +96,19 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
     drift = runner.pulumi("preview", "--refresh", "--expect-no-changes", check=False)
     assert drift.returncode != 0, drift.stdout
     assert "LoRAAdapter" in drift.stdout
+    # Named in words: the pod that lost the adapter, and the restarted pod that lost them all.
+    cr = "drift: LoRAAdapter "
+    assert re.search(rf"{cr}\S+: pod {first.name}: {adapter} not loaded", drift.stdout), (
+        drift.stdout
+    )
+    for name in scenario.declared[service]:
+        assert re.search(rf"{cr}\S+: pod {second.name}: {name} not loaded", drift.stdout), (
+            drift.stdout
+        )
 
     runner.pulumi("up", "--yes", "--skip-preview")  # heals: diff looks at the cluster
     assert scenario.all_loaded()
-    runner.pulumi("refresh", "--yes", "--skip-preview")
+    assert_clean_refresh(runner)
     assert runner.pulumi("preview", "--expect-no-changes").returncode == 0
     scenario.check_outputs(runner.outputs())
 

@@ -16,6 +16,7 @@ from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import Testbed
 
 from .conftest import (
+    assert_clean_refresh,
     assert_nothing_left,
     example_beside_provider,
     ready_service,
@@ -55,6 +56,7 @@ def test_typescript_example_up_and_destroy(
         by_pod = {p["pod"]: p.get("path", "declared") for p in outputs["pods"] if p["loaded"]}
         assert by_pod == {pod.name: "declared" for pod in handle.ready_pods()}
         assert all(a == {"sql-lora": path} for a in served(handle).values())
+        assert_clean_refresh(runner)
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
     assert_nothing_left(testbed, [handle])

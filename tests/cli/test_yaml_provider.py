@@ -20,6 +20,7 @@ from pulumi_lora.testing.testbed import Testbed
 
 from .conftest import (
     ROOT,
+    assert_clean_refresh,
     assert_nothing_left,
     example_beside_provider,
     ready_service,
@@ -64,15 +65,18 @@ def test_yaml_example_up_drift_heal_destroy(
         by_pod = {p["pod"]: p.get("path", "declared") for p in outputs["pods"] if p["loaded"]}
         assert by_pod == {pod.name: "declared" for pod in handle.ready_pods()}
         assert all(a == {"sql-lora": path} for a in served(handle).values())
+        assert_clean_refresh(runner)
 
         first = handle.ready_pods()[0]
         httpx.post(f"{first.url}/unload_lora_adapter", json={"lora_name": "sql-lora"}, timeout=10)
         drift = runner.pulumi("preview", "--refresh", "--expect-no-changes", check=False)
         assert drift.returncode != 0, drift.stdout
+        said = f"drift: LoRAAdapter {namespace}/sql-lora: pod {first.name}: sql-lora not loaded"
+        assert said in drift.stdout, drift.stdout
 
         runner.pulumi("up", "--yes", "--skip-preview")
         assert all(a == {"sql-lora": path} for a in served(handle).values())
-        assert runner.pulumi("preview", "--refresh", "--expect-no-changes").returncode == 0
+        assert_clean_refresh(runner)
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
     assert_nothing_left(testbed, [handle])
