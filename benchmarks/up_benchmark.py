@@ -26,7 +26,7 @@ and the provider process (children of this process), the apiserver with etcd, an
 emulated pods, and how many requests the apiserver answered.
 
 Run: ``.venv/bin/python benchmarks/up_benchmark.py [--only small|fleet]
-[--small 50x4@0.1] [--fleet 300x8@0.02]`` (needs the provisioned tools:
+[--small 50x4@0.1] [--fleet 300x8@0.02] [--llmkube policy|off|on]`` (needs the provisioned tools:
 ``python3 tools/provision.py``). Both fleets take about 5 minutes on two cores.
 """
 
@@ -50,6 +50,7 @@ from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._adapter import unwrap_sorted_batch_setitems
+from pulumi_lora.deploy import coexistence_policy
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.engine_probe import ProbeFile
 from pulumi_lora.testing.testbed import Testbed
@@ -342,11 +343,23 @@ def main() -> None:
         help="also run no-op components (a component with one dynamic child: the shape a "
         "LoRAAdapter has in other languages, and had in Python before it became one resource)",
     )
+    parser.add_argument(
+        "--llmkube",
+        choices=("policy", "off", "on"),
+        default="policy",
+        help="LLMKube's own LoRA controller, which every testbed plays as every LLMKube install "
+        "runs it: held off by pulumi-lora's coexistence policy (as the README sets it up), "
+        "left out (to compare with runs from before it was played), or acting on every CR",
+    )
     args = parser.parse_args()
 
     figures: list[Figure] = []
     floors: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp, Testbed() as tb:
+    testbed = Testbed(llmkube_lora_controller=args.llmkube != "off")
+    with tempfile.TemporaryDirectory() as tmp, testbed as tb:
+        if args.llmkube == "policy":
+            tb.apply_manifests(coexistence_policy("bench", managed_only=False))
+            tb.wait_llmkube_held_off()
         engine = LocalEngine(Path(tmp) / "engine")
         if args.only in (None, "small"):
             walls = run_fleet(
