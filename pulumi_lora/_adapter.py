@@ -67,6 +67,9 @@ class AdapterInputs(TypedDict):
     """kubeconfig context for this resource (several clusters in one stack)."""
     kubeconfig_path: NotRequired[pulumi.Input[str]]
     """kubeconfig file for this resource (a path: the content never enters state)."""
+    adopt: NotRequired[pulumi.Input[bool]]
+    """Take over a CR of this name that already exists (made by kubectl or Helm) when its spec
+    is what this resource declares; load only on pods that lack the adapter (default false)."""
 
 
 REQUIRED_INPUTS = tuple(sorted(AdapterInputs.__required_keys__, key=INPUT_KEYS.index))

@@ -460,6 +460,18 @@ def release_finalizer(
     return False
 
 
+def remove_annotations(client: Client, namespace: str, name: str, keys: list[str]) -> None:
+    """Remove the annotations ``keys`` from the CR (a merge patch; a missing CR is fine)."""
+    patch = {"metadata": {"annotations": dict.fromkeys(keys)}}
+    try:
+        client.patch(
+            LoRAAdapterResource, name, patch, namespace=namespace, patch_type=PatchType.MERGE
+        )
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise _cluster_error(f"annotating LoRAAdapter {namespace}/{name}", exc) from exc
+
+
 def begin_delete(client: Client, namespace: str, name: str) -> None:
     """Ask for the CR's deletion without waiting (its finalizers hold it meanwhile)."""
     try:

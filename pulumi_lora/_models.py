@@ -246,6 +246,7 @@ class AdapterArgs(_Model):
     ] = "api-key"  # noqa: S105 - the key's name in the Secret, not a credential
     kube_context: str | None = None
     kubeconfig_path: str | None = None
+    adopt: bool = False
 
     @property
     def cr_name(self) -> str:

@@ -35,6 +35,7 @@ from pulumi_lora._errors import (
 )
 from pulumi_lora._executor import run_sync
 from pulumi_lora._models import (
+    ANNOTATION_MANAGED_BY,
     ANNOTATION_OPERATION,
     LLMKUBE_FINALIZER,
     AdapterArgs,
@@ -660,20 +661,23 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     session = Session(args, config)
     listing = session.shared_listing()
     target = listing.target or session.resolve_target()  # afresh: raises why it can't be used
-    session.check_collisions(target, own_uid=None)
-    ensure_reachable(args, session.api_key(target))
     existing = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
     if existing is not None:
-        raise ClusterError(
-            f"LoRAAdapter {args.namespace}/{args.cr_name} already exists and this stack did not "
-            "create it; choose another resource_name, or delete or import the existing CR"
-        )
+        refusal = adoption_refusal(existing, args)
+        if refusal:
+            raise ClusterError(refusal)
+    adopted = existing is not None
+    session.check_collisions(target, own_uid=(existing or {}).get("metadata", {}).get("uid"))
+    ensure_reachable(args, session.api_key(target))
     cr = session.apply_cr()
     loads: tuple[Sequence[k8s.PodEndpoint], Sequence[PodOutcome]] | None = None
     try:
+        if adopted:
+            session.release_llmkube(cr)
         if args.transport is Transport.DELEGATED:
             return await_delegated(session, cr)
-        outcomes, seen = session.load_everywhere(cr, target, observe=False, seen=listing.listing)
+        # An adopted CR's adapter may already be served: look first, load only where it lacks.
+        outcomes, seen = session.load_everywhere(cr, target, observe=adopted, seen=listing.listing)
         loads = (seen.pods, outcomes)
         _untrusted_event(session, cr, seen.untrusted)
         summary = summarize(outcomes)
@@ -686,11 +690,18 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
         return state
     except BaseException:
         # A failed create leaves nothing: unload what it loaded (pods answer even when the
-        # apiserver stopped answering after the loads), then remove the CR.
+        # apiserver stopped answering after the loads), then remove the CR (an adopted one is
+        # given back as it was found: only this project's annotations come off).
         if loads is not None:
             with contextlib.suppress(PulumiLoRAError, *k8s.TRANSPORT_ERRORS):  # best effort
                 _rollback(session, target, *loads)
-        _remove_cr_patiently(session)
+        if adopted:
+            with contextlib.suppress(PulumiLoRAError):
+                k8s.remove_annotations(
+                    session.kube, args.namespace, args.cr_name, list(args.annotations())
+                )
+        else:
+            _remove_cr_patiently(session)
         raise
 
 
@@ -984,6 +995,51 @@ def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
 def now_utc() -> datetime:
     """The clock, in one place."""
     return datetime.now(UTC)
+
+
+def adoption_refusal(existing: Mapping[str, Any], args: AdapterArgs) -> str | None:
+    """Pure: why ``create`` must not take over the CR that already has this resource's name, or
+    None when it may (``adopt`` set, made outside Pulumi, its spec what ``args`` declares)."""
+    meta = existing.get("metadata") or {}
+    where = f"LoRAAdapter {args.namespace}/{args.cr_name}"
+    if not args.adopt:
+        return (
+            f"{where} already exists and this stack did not create it; set adopt=True to take "
+            "it over (its spec must be what this resource declares), or choose another "
+            "resource_name, or delete the existing CR"
+        )
+    if meta.get("deletionTimestamp"):
+        return f"{where} is being deleted; adopt it once it is gone, or create it anew then"
+    if ANNOTATION_MANAGED_BY in (meta.get("annotations") or {}):
+        return (
+            f"{where} is already managed by a pulumi-lora stack (annotation "
+            f"{ANNOTATION_MANAGED_BY}); adopt takes over only CRs made outside Pulumi (kubectl, "
+            "Helm). To move it here, run `pulumi state delete URN` in the stack that manages it "
+            f"(the CR and its adapters stay), then `kubectl annotate lora {args.cr_name} -n "
+            f"{args.namespace} {ANNOTATION_MANAGED_BY}-`, then `pulumi up` here"
+        )
+    spec = existing.get("spec") or {}
+    ref = spec.get("inferenceServiceRef") or {}
+    have = {
+        "spec.name": spec.get("name"),
+        "spec.path": spec.get("path"),
+        "spec.inferenceServiceRef.name": ref.get("name"),
+        "spec.inferenceServiceRef.namespace": ref.get("namespace") or None,
+    }
+    want = {
+        "spec.name": args.adapter_name,
+        "spec.path": args.path,
+        "spec.inferenceServiceRef.name": args.inference_service,
+        "spec.inferenceServiceRef.namespace": args.inference_service_namespace,
+    }
+    differs = [f"{k} is {have[k]!r}, declared {want[k]!r}" for k in want if have[k] != want[k]]
+    if differs:
+        return (
+            f"{where} exists with another spec ({'; '.join(differs)}); adopt takes over only a "
+            "CR whose spec is what the program declares. Declare the CR's values (and change "
+            "them in a later `pulumi up`), or edit the CR, or delete it"
+        )
+    return None
 
 
 def ensure_reachable(args: AdapterArgs, api_key: str | None) -> None:

@@ -62,7 +62,9 @@ UPDATE_KEYS = (
     "api_key_secret_name",
     "api_key_secret_key",
 )
-INPUT_KEYS = REPLACE_KEYS + UPDATE_KEYS
+#: Inputs that matter only to ``create`` (a change later changes nothing).
+CREATE_KEYS = ("adopt",)
+INPUT_KEYS = REPLACE_KEYS + UPDATE_KEYS + CREATE_KEYS
 #: Inputs always echoed in the outputs, defaults included (what a program reads back).
 ECHOED = ("adapter_name", "path", "inference_service", "namespace")
 #: Output-only keys (declared on the resource so the engine knows them).

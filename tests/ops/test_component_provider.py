@@ -104,6 +104,7 @@ def test_every_input_with_its_type_and_requiredness(resource: dict[str, Any]) ->
         "apiKeySecretKey": "string",
         "kubeContext": "string",
         "kubeconfigPath": "string",
+        "adopt": "boolean",
     }
     assert sorted(resource["requiredInputs"]) == ["adapterName", "inferenceService", "path"]
     # ... and exactly AdapterInputs (what LoRAAdapterArgs takes): a new argument can't be

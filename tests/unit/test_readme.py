@@ -57,9 +57,9 @@ def test_every_python_block_runs() -> pulumi.Output[None]:
 
     def check(_: object) -> None:
         # The quickstart declares one adapter; the platform stack three, its InferenceService
-        # and the re-sync loop.
-        assert len(python) == 2
-        assert recorder.types.count(RESOURCE_TYPE) == 4
+        # and the re-sync loop; the adoption example one.
+        assert len(python) == 3
+        assert recorder.types.count(RESOURCE_TYPE) == 5
         assert "kubernetes:inference.llmkube.dev/v1alpha1:InferenceService" in recorder.types
         assert "pulumi-lora:index:ResyncDeployment" in recorder.types
 
