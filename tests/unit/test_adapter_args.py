@@ -18,7 +18,7 @@ from pulumi_lora import RESOURCE_TYPE, LoRAAdapter, LoRAAdapterArgs
 VALID = (
     "valid arguments: adapter_name, inference_service, inference_service_namespace, namespace, "
     "resource_name, kube_context, kubeconfig_path, path, pinned, readiness_policy, "
-    "ready_timeout_seconds, transport, api_key_secret_name, api_key_secret_key"
+    "ready_timeout_seconds, transport, api_key_secret_name, api_key_secret_key, adopt"
 )
 SQL: dict[str, Any] = {
     "adapter_name": "sql-lora",
