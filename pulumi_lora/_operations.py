@@ -765,8 +765,10 @@ def observe(
         }
     )
     session = Session(live, config)
-    if args.transport is Transport.DELEGATED:
-        return state_from_cr(cr, ())
+    if args.transport is Transport.DELEGATED:  # the loop's verdict, never LLMKube's
+        state = state_from_cr(cr, ())
+        kept = tuple(c for c in state.conditions if not written_by_llmkube(c))
+        return replace(state, conditions=kept)
     look = session.look(session.list_target()) if looks is None else session.shared_look(looks)
     errors = look.errors
     since = (cr.get("status") or {}).get("lastLoadedAt")
