@@ -16,6 +16,7 @@ from pulumi import automation as auto
 
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER
 from pulumi_lora._operations import ProviderConfig
+from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 
@@ -31,6 +32,26 @@ def isvc(testbed: Testbed, namespace: str) -> Iterator[InferenceServiceHandle]:
     handle = testbed.deploy_inference_service(namespace, "llama", replicas=3)
     handle.wait_ready(timeout=30)
     yield handle
+
+
+def provider_for(config: ProviderConfig) -> LoRAAdapterProvider:
+    """The dynamic provider as the engine would have configured it."""
+    provider = LoRAAdapterProvider()
+    provider._config = config
+    return provider
+
+
+def adapter_props(
+    namespace: str, path: str, name: str = "sql-lora", **extra: Any
+) -> dict[str, Any]:
+    """A resource's inputs: adapter ``name`` at ``path`` on InferenceService ``llama``."""
+    return {
+        "adapter_name": name,
+        "path": path,
+        "inference_service": "llama",
+        "namespace": namespace,
+        **extra,
+    }
 
 
 def served(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:

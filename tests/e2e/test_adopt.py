@@ -21,29 +21,18 @@ from pulumi_lora import LoRAAdapter
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import AdapterNotLoaded, ClusterError
 from pulumi_lora._operations import ProviderConfig
-from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import emulator_post, served
+from tests.e2e.conftest import adapter_props, emulator_post, provider_for, served
 
 REFUSE = ["/load_lora_adapter:status=500", "/unload_lora_adapter:status=500"]
 
 
-def provider(config: ProviderConfig) -> LoRAAdapterProvider:
-    p = LoRAAdapterProvider()
-    p._config = config
-    return p
+provider = provider_for
 
 
 def props(namespace: str, path: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "adapter_name": "sql-lora",
-        "path": path,
-        "inference_service": "llama",
-        "namespace": namespace,
-        "adopt": True,
-        **extra,
-    }
+    return adapter_props(namespace, path, **{"adopt": True, **extra})
 
 
 def kubectl_cr(testbed: Testbed, namespace: str, path: str) -> dict[str, Any]:

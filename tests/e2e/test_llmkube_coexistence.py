@@ -37,7 +37,7 @@ from pulumi_lora.testing.testbed import (
     LLMKubeLoRAController,
     Testbed,
 )
-from tests.e2e.conftest import served
+from tests.e2e.conftest import adapter_props, provider_for, served
 
 SCALE = 0.02
 """The played controller's clocks: 30 s → 0.6 s, 2 minutes → 2.4 s."""
@@ -106,18 +106,10 @@ def wait_for(what: str, check: Any, timeout: float = 20.0) -> Any:
 
 
 def provider(bed: Testbed) -> LoRAAdapterProvider:
-    p = LoRAAdapterProvider()
-    p._config = ProviderConfig(kubeconfig=str(bed.kubeconfig_path))
-    return p
+    return provider_for(ProviderConfig(kubeconfig=str(bed.kubeconfig_path)))
 
 
-def props(namespace: str, path: str, name: str = "sql-lora") -> dict[str, Any]:
-    return {
-        "adapter_name": name,
-        "path": path,
-        "inference_service": "llama",
-        "namespace": namespace,
-    }
+props = adapter_props
 
 
 def readme_command(bed: Testbed) -> None:

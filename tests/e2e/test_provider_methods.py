@@ -16,25 +16,14 @@ from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import ClusterError, NameCollision
 from pulumi_lora._models import LLMKUBE_FINALIZER
 from pulumi_lora._operations import ProviderConfig
-from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import emulator_post, served
+from tests.e2e.conftest import adapter_props, emulator_post, provider_for, served
 
-
-def provider(config: ProviderConfig) -> LoRAAdapterProvider:
-    p = LoRAAdapterProvider()
-    p._config = config
-    return p
+provider = provider_for
 
 
 def props(namespace: str, path: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "adapter_name": "sql-lora",
-        "path": path,
-        "inference_service": "llama",
-        "namespace": namespace,
-        **extra,
-    }
+    return adapter_props(namespace, path, **extra)
 
 
 def cr(testbed: Testbed, namespace: str, name: str = "sql-lora") -> dict[str, Any] | None:
