@@ -100,7 +100,8 @@ __all__ = [
 MIN_SGLANG = (0, 5, 5)
 """The oldest supported SGLang: its ``/v1/models`` lists adapters (drift is read there)."""
 
-#: LLMKube's defaults (docs/llmkube-crds.md): the sglang container port and the Service port.
+#: LLMKube's defaults (its service_builder.go; docs/protocol.md): the sglang container port and
+#: the Service port.
 SGLANG_CONTAINER_PORT = k8s.DEFAULT_SGLANG_PORT
 SERVICE_DEFAULT_PORT = 8080
 

@@ -1,6 +1,6 @@
 """The Pulumi dynamic provider: a thin translation between the engine and :mod:`_operations`.
 
-Facts that decide correctness here (see docs/design.md):
+Facts that decide correctness here (see docs/protocol.md):
 * ``check`` validates with the CR's own models; every bad field is a ``CheckFailure`` naming the
   field, the value and the rule, before anything touches a cluster.
 * ``diff`` is explicit and compares the new inputs with the *live* values recorded in the old

@@ -126,7 +126,8 @@ def render_deployment(isvc: dict[str, Any]) -> dict[str, Any]:
 
     Labels, container ``sglang``, port ``http`` (containerPort, else endpoint.port, else 30000),
     readiness probe ``/health_generate`` and ``extraArgs`` as container arguments, as
-    ``llmkube-crds.md`` describes; the testbed's own knobs travel as pod annotations.
+    LLMKube's operator builds it (docs/protocol.md); the testbed's own knobs travel as pod
+    annotations.
     """
     meta, spec = isvc["metadata"], isvc.get("spec", {})
     name = meta["name"]
