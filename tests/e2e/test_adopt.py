@@ -10,6 +10,8 @@ back as it was found. The last test runs it through the engine, as a program doe
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -56,14 +58,18 @@ def loaded_by_hand(handle: InferenceServiceHandle, path: str, pods: int | None =
         assert emulator_post(pod.url, "/load_lora_adapter", body).status_code == 200
 
 
-def refuse_loads(url: str) -> None:
-    answer = httpx.post(f"{url}/_emulator/faults", json={"faults": REFUSE}, timeout=5)
-    assert answer.status_code == 200, answer.text
-
-
-def disarm(handle: InferenceServiceHandle) -> None:
-    for pod in handle.ready_pods():
-        httpx.delete(f"{pod.url}/_emulator/faults", timeout=5)
+@contextmanager
+def refusing(handle: InferenceServiceHandle, pods: int | None = None) -> Iterator[None]:
+    """While inside, the first ``pods`` Ready pods (all by default) answer every load and unload
+    with a 500: any such request fails what sends it."""
+    try:
+        for pod in handle.ready_pods()[:pods]:
+            answer = httpx.post(f"{pod.url}/_emulator/faults", json={"faults": REFUSE}, timeout=5)
+            assert answer.status_code == 200, answer.text
+        yield
+    finally:
+        for pod in handle.ready_pods():
+            httpx.delete(f"{pod.url}/_emulator/faults", timeout=5)
 
 
 def test_adopting_a_running_adapter_sends_nothing_to_the_pods(
@@ -72,12 +78,8 @@ def test_adopting_a_running_adapter_sends_nothing_to_the_pods(
     path = testbed.make_adapter("sql-adopt")
     before = kubectl_cr(testbed, namespace, path)
     loaded_by_hand(isvc, path)
-    for pod in isvc.ready_pods():
-        refuse_loads(pod.url)  # any load or unload now fails the create
-    try:
+    with refusing(isvc):  # any load or unload would fail
         outs = provider(config).create(props(namespace, path)).outs
-    finally:
-        disarm(isvc)
     assert outs["loaded"] and outs["ready"], outs["conditions"]
     after = get_adapter(testbed.client(), namespace, "sql-lora")
     assert after is not None and after["metadata"]["uid"] == before["metadata"]["uid"]
@@ -93,13 +95,8 @@ def test_adoption_loads_only_where_the_adapter_lacks(
     path = testbed.make_adapter("sql-adopt-some")
     kubectl_cr(testbed, namespace, path)
     loaded_by_hand(isvc, path, pods=2)  # of 3
-    serving = isvc.ready_pods()[:2]
-    for pod in serving:
-        refuse_loads(pod.url)
-    try:
+    with refusing(isvc, pods=2):  # any load or unload would fail
         outs = provider(config).create(props(namespace, path)).outs
-    finally:
-        disarm(isvc)
     assert served(isvc) == {pod.name: {"sql-lora": path} for pod in isvc.ready_pods()}
     provider(config).delete("", outs)
 
@@ -119,13 +116,8 @@ def test_what_adoption_refuses_and_a_failed_one_gives_back(
         provider(config).create(props(namespace, other))
 
     # A failed adoption: the CR stays, as it was (no annotation of ours), nothing loaded.
-    for pod in isvc.ready_pods():
-        refuse_loads(pod.url)
-    try:
-        with pytest.raises(AdapterNotLoaded):
-            provider(config).create(props(namespace, path))
-    finally:
-        disarm(isvc)
+    with refusing(isvc), pytest.raises(AdapterNotLoaded):
+        provider(config).create(props(namespace, path))
     kept = get_adapter(testbed.client(), namespace, "sql-lora")
     assert kept is not None
     assert not any(k.startswith("pulumi-lora.dev/") for k in kept["metadata"]["annotations"] or {})
@@ -153,12 +145,8 @@ def test_a_program_adopts_through_the_engine(
 
     stack = engine.inline_stack("adopt", "dev", program)
     stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
-    for pod in isvc.ready_pods():
-        refuse_loads(pod.url)
-    try:
+    with refusing(isvc):  # any load or unload would fail
         up = stack.up()
-    finally:
-        disarm(isvc)
     assert up.outputs["uid"].value == before["metadata"]["uid"]
     assert not stack.preview(refresh=True, expect_no_changes=True).change_summary.get("update")
     stack.destroy()
