@@ -1,41 +1,30 @@
-"""Write ``schema.json``: the schema this plugin serves, computed in-process exactly as the host
-computes it (``ComponentProvider`` runs the SDK's analyzer and schema generator).
+"""Write ``schema.json``: the schema this plugin serves (``pulumi_lora._native.schema``, which
+the SDK's analyzer infers from ``AdapterInputs`` and the outputs' annotations).
 
-Run ``python provider/write_schema.py`` after changing ``LoRAAdapter`` or ``AdapterInputs``;
-``tests/ops/test_provider.py`` fails while the committed file is stale. The same schema comes
-from ``pulumi package get-schema ./provider`` where the ``pulumi-language-python`` host exists.
+Run ``python provider/write_schema.py`` after changing ``AdapterInputs`` or the outputs;
+``tests/ops/test_component_provider.py`` fails while the committed file is stale. The same
+schema comes from ``pulumi package get-schema provider/pulumi-resource-pulumi-lora``.
 """
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from pulumi.provider.experimental.component import ComponentProvider
+from pulumi_lora import __version__
+from pulumi_lora._native import schema
 
 HERE = Path(__file__).resolve().parent
 SCHEMA_FILE = HERE / "schema.json"
 
 
 def served_schema() -> dict[str, Any]:
-    """The schema the plugin in this folder serves (its ``__main__`` loaded under another name)."""
-    spec = importlib.util.spec_from_file_location("pulumi_lora_provider", HERE / "__main__.py")
-    if spec is None or spec.loader is None:
-        raise RuntimeError("provider/__main__.py is missing")
-    plugin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plugin)
-    version = sys.modules["pulumi_lora"].__version__
-    provider = ComponentProvider(plugin.COMPONENTS, plugin.NAME, plugin.NAMESPACE, version)
-    if provider.schema is None:
-        raise RuntimeError("the component provider produced no schema")
-    schema: dict[str, Any] = json.loads(provider.schema)
-    return schema
+    """The schema the plugin in this folder serves."""
+    return schema(__version__)
 
 
-def render(schema: dict[str, Any]) -> str:
+def render(served: dict[str, Any]) -> str:
     """The committed text: sorted keys, two-space indent, a final newline (stable diffs)."""
-    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+    return json.dumps(served, indent=2, sort_keys=True) + "\n"
 
 
 if __name__ == "__main__":

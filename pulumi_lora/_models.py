@@ -15,6 +15,7 @@ Pure: no I/O, no HTTP or Kubernetes client.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -287,3 +288,41 @@ def default_resource_name(adapter_name: str) -> str:
     """A DNS-1123 CR name for an adapter handle (lowercase; ``_`` and ``.`` runs become ``-``)."""
     name = re.sub(r"[^a-z0-9-]+", "-", adapter_name.lower()).strip("-")
     return name[:63].rstrip("-") or "lora"
+
+
+def declared_by_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: the arguments a resource must declare to be this CR (``pulumi import``): its spec,
+    its name when it is not the adapter name's default, and the settings this project's
+    annotations record (a CR made by kubectl or Helm has none: the defaults).
+
+    Only what differs from a default is given, so the imported state's inputs are what a
+    program minimally writes; the CR's spec is taken as is (``AdapterArgs`` checks it later).
+    """
+    meta = cr.get("metadata") or {}
+    spec = cr.get("spec") or {}
+    ref = spec.get("inferenceServiceRef") or {}
+    notes = meta.get("annotations") or {}
+    declared: dict[str, Any] = {
+        "adapter_name": spec.get("name"),
+        "path": spec.get("path"),
+        "inference_service": ref.get("name"),
+        "namespace": meta.get("namespace") or "default",
+    }
+    if ref.get("namespace") and ref.get("namespace") != declared["namespace"]:
+        declared["inference_service_namespace"] = ref["namespace"]
+    if meta.get("name") != default_resource_name(str(declared["adapter_name"] or "")):
+        declared["resource_name"] = meta.get("name")
+    if notes.get(ANNOTATION_PINNED) == "true":
+        declared["pinned"] = True
+    for key, note, default in (
+        ("transport", ANNOTATION_TRANSPORT, Transport.DIRECT.value),
+        ("readiness_policy", ANNOTATION_POLICY, Policy.ALL_READY_PODS.value),
+    ):
+        if notes.get(note) and notes[note] != default:
+            declared[key] = notes[note]
+    secret_name, _, secret_key = str(notes.get(ANNOTATION_API_KEY_SECRET, "")).partition("/")
+    if secret_name:
+        declared["api_key_secret_name"] = secret_name
+        if secret_key and secret_key != "api-key":  # noqa: S105 - the default key name
+            declared["api_key_secret_key"] = secret_key
+    return declared

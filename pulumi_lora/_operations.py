@@ -44,6 +44,7 @@ from pulumi_lora._models import (
     ConditionStatus,
     LoRAAdapterStatus,
     Transport,
+    declared_by_cr,
     format_time,
     written_by_llmkube,
 )
@@ -801,6 +802,21 @@ def observe(
         now=now_utc(),
     )
     return replace(state, conditions=conditions)
+
+
+@k8s.apiserver_errors()
+def declared_at(resource_id: str, config: ProviderConfig) -> dict[str, Any] | None:
+    """``pulumi import``: the arguments the CR ``NAMESPACE/NAME`` declares (``declared_by_cr``),
+    read with the provider's cluster credentials; None when there is no such CR. Reads only."""
+    namespace, slash, name = resource_id.partition("/")
+    if not (slash and namespace and name) or "/" in name:
+        raise ConfigurationError(
+            f"cannot import {resource_id!r}: the ID of a LoRAAdapter is NAMESPACE/NAME, the "
+            "CR's namespace and name (e.g. models/sql-lora)"
+        )
+    kube = POOL.kube(k8s.KubeSource(kubeconfig=config.kubeconfig, context=config.context))
+    cr = k8s.get_adapter(kube, namespace, name)
+    return None if cr is None else declared_by_cr(cr)
 
 
 def observed_conditions(

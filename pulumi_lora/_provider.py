@@ -165,7 +165,18 @@ class LoRAAdapterProvider(ResourceProvider):
         return RECENT_READS.vouches_for(id_, olds, generation)
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        """Refresh: the CR's live spec and every Ready pod's truth; gone when the CR is."""
+        """Refresh: the CR's live spec and every Ready pod's truth; gone when the CR is.
+
+        Given only an ID (``pulumi import`` of ``NAMESPACE/NAME`` through ``provider/``), the
+        CR says what is declared (``ops.declared_at``), and those become the imported inputs.
+        Reads only: nothing is loaded, unloaded or written.
+        """
+        if not _inputs(props):
+            declared = ops.declared_at(id_, self._config)
+            if declared is None:
+                return ReadResult(id_="", outs={})
+            found = self.read(id_, declared)
+            return ReadResult(id_=found.id, outs=found.outs, inputs=declared if found.id else None)
         args = _args(props)
         started = time.monotonic()
         generation = ops.target_generation(args, self._config)
@@ -371,18 +382,26 @@ def drift_words(live: Mapping[str, Any], declared: Mapping[str, Any]) -> list[st
     return words
 
 
-class DriftReporter:
-    """Says each drift once per process, on stderr, where the engine shows it to the user.
+def _to_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
-    The engine prints a provider's stderr lines among the command's diagnostics (what ``pulumi
-    preview --refresh`` users and CI logs read); a dynamic provider has no other way to put
-    words there (its diff can name only changed inputs). One line per drift, prefixed with the
-    CR, each said once by this provider process (the engine starts one per command).
+
+class DriftReporter:
+    """Says each drift once per process, where the engine shows it to the user.
+
+    The engine prints a dynamic provider's stderr lines among the command's diagnostics (what
+    ``pulumi preview --refresh`` users and CI logs read); a dynamic provider has no other way to
+    put words there (its diff can name only changed inputs). One line per drift, prefixed with
+    the CR, each said once by this provider process (the engine starts one per command).
+    ``write`` is where the lines go: stderr, or, in ``provider/``'s plugin, whose stderr the
+    engine hides, the engine's own log (``_native``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, write: Callable[[str], None] = _to_stderr) -> None:
         self._said: set[str] = set()
         self._lock = threading.Lock()
+        self.write = write
 
     def __call__(self, args: AdapterArgs, words: list[str]) -> None:
         where = f"drift: LoRAAdapter {args.namespace}/{args.cr_name}: "
@@ -390,8 +409,7 @@ class DriftReporter:
             fresh = [where + w for w in words if where + w not in self._said]
             self._said.update(fresh)
         if fresh:
-            sys.stderr.write("".join(line + "\n" for line in fresh))
-            sys.stderr.flush()
+            self.write("".join(line + "\n" for line in fresh))
 
 
 report_drift = DriftReporter()

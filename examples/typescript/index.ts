@@ -1,5 +1,5 @@
-// One LoRAAdapter from TypeScript: the component the Python package defines, served by the
-// plugin in ../../provider (Pulumi.yaml names it under plugins.providers).
+// One LoRAAdapter from TypeScript: one custom resource, served by the plugin in ../../provider
+// (Pulumi.yaml names it under plugins.providers), the same provider Python programs run.
 import * as pulumi from "@pulumi/pulumi";
 
 /** The inputs of pulumi-lora:index:LoRAAdapter (../../provider/schema.json). */
@@ -24,18 +24,19 @@ interface PodStatus {
 }
 
 /**
- * A remote component: the engine asks the plugin to construct it (the last argument of the
- * super call), and the outputs named in the props arrive on the instance. A generated SDK
- * (`pulumi package add`) would write this class; the language host built here cannot generate.
+ * A custom resource of the plugin's package: the engine asks the plugin to check, diff, create,
+ * read, update and delete it, and the outputs named in the props arrive on the instance. A
+ * generated SDK (`pulumi package add`) would write this class; the language host built here
+ * cannot generate.
  */
-class LoRAAdapter extends pulumi.ComponentResource {
+class LoRAAdapter extends pulumi.CustomResource {
     public readonly loaded!: pulumi.Output<boolean>;
     public readonly pods!: pulumi.Output<PodStatus[]>;
     public readonly crName!: pulumi.Output<string>;
 
-    constructor(name: string, args: LoRAAdapterArgs, opts?: pulumi.ComponentResourceOptions) {
+    constructor(name: string, args: LoRAAdapterArgs, opts?: pulumi.CustomResourceOptions) {
         const outputs = { loaded: undefined, pods: undefined, crName: undefined };
-        super("pulumi-lora:index:LoRAAdapter", name, { ...args, ...outputs }, opts, true);
+        super("pulumi-lora:index:LoRAAdapter", name, { ...args, ...outputs }, opts);
     }
 }
 

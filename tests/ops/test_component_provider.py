@@ -1,10 +1,10 @@
 """`provider/`: the plugin that serves LoRAAdapter to other Pulumi languages, checked in-process
 (fast tier; ``tests/cli/test_yaml_provider.py`` runs it under the real engine).
 
-The schema the host serves is computed in-process with the SDK's own analyzer and compared with
-the committed ``provider/schema.json``; the plugin starts as an executable and prints its port
-first; its environment pulls in no Pulumi provider SDK; the YAML example is validated against
-the schema property by property.
+The schema the plugin serves (one custom resource, inferred by the SDK's own analyzer) is
+compared with the committed ``provider/schema.json``; the plugin starts as an executable and
+prints its port first; its environment pulls in no Pulumi provider SDK; the YAML example is
+validated against the schema property by property.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import yaml
 from pulumi_lora import TYPE_TOKEN, ConditionInfo, PodStatus
 from pulumi_lora._adapter import AdapterInputs
 from pulumi_lora._component import COMPONENT_OUTPUTS
+from pulumi_lora._provider import INPUT_KEYS, OUTPUT_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER = ROOT / "provider"
@@ -80,7 +81,7 @@ def test_committed_schema_is_what_the_host_serves(
 def test_package_name_token_and_sdk_names(schema: dict[str, Any]) -> None:
     assert schema["name"] == "pulumi-lora"
     assert list(schema["resources"]) == [TYPE_TOKEN] == ["pulumi-lora:index:LoRAAdapter"]
-    assert schema["resources"][TYPE_TOKEN]["isComponent"] is True
+    assert "isComponent" not in schema["resources"][TYPE_TOKEN]  # one custom resource
     assert py_pack(schema.get("namespace"), schema["name"]) != "pulumi_lora"
     assert py_pack(schema["namespace"], schema["name"]) == "pulumilora_pulumi_lora"
     assert schema["namespace"] != "pulumi"  # not Pulumi's own npm scope
@@ -115,12 +116,28 @@ def test_every_input_with_its_type_and_requiredness(resource: dict[str, Any]) ->
 
 
 def test_every_output(resource: dict[str, Any]) -> None:
+    """The Python resource's outputs, camelCase: every input (echoed when not at its default)
+    and what the cluster reports."""
     outputs = {key: spec.get("type") for key, spec in resource["properties"].items()}
     assert outputs == {
         "adapterName": "string",
         "path": "string",
+        "inferenceService": "string",
+        "inferenceServiceNamespace": "string",
         "namespace": "string",
+        "resourceName": "string",
+        "pinned": "boolean",
+        "readinessPolicy": "string",
+        "readyTimeoutSeconds": "number",
+        "transport": "string",
+        "apiKeySecretName": "string",
+        "apiKeySecretKey": "string",
+        "kubeContext": "string",
+        "kubeconfigPath": "string",
+        "adopt": "boolean",
         "crName": "string",
+        "crUid": "string",
+        "generation": "integer",
         "loaded": "boolean",
         "available": "boolean",
         "ready": "boolean",
@@ -129,15 +146,17 @@ def test_every_output(resource: dict[str, Any]) -> None:
         "loadedPath": "string",
         "lastLoadedAt": "string",
     }
-    assert set(outputs) == {camel(k) for k in COMPONENT_OUTPUTS}
+    assert set(outputs) == {camel(k) for k in (*INPUT_KEYS, *OUTPUT_KEYS)}
+    assert {camel(k) for k in COMPONENT_OUTPUTS} < set(outputs)  # what the component had
     assert resource["properties"]["conditions"]["items"] == {
         "$ref": "#/types/pulumi-lora:index:ConditionInfo"
     }
     assert resource["properties"]["pods"]["items"] == {
         "$ref": "#/types/pulumi-lora:index:PodStatus"
     }
-    optional = {"loadedPath", "lastLoadedAt"}
-    assert set(resource["required"]) == set(outputs) - optional
+    always = {"adapterName", "path", "inferenceService", "namespace", "crName", "crUid"}
+    always |= {"generation", "conditions", "loaded", "available", "ready", "pods"}
+    assert set(resource["required"]) == always
 
 
 @pytest.mark.parametrize(
@@ -219,8 +238,10 @@ def test_main_serves_only_under_the_guard() -> None:
             assert isinstance(node.value, ast.Constant)  # docstrings only
         calls_outside_guard += [n for n in ast.walk(node) if isinstance(n, ast.Call)]
     assert guard is not None
-    (call,) = [n for n in ast.walk(guard) if isinstance(n, ast.Call)]
-    assert ast.unparse(call.func) == "component_provider_host"
+    (call,) = guard.body
+    assert isinstance(call, ast.Expr) and isinstance(call.value, ast.Call)
+    assert ast.unparse(call.value.func) == "main"  # the SDK's provider server
+    assert ast.unparse(call.value.args[2]).startswith("NativeProvider(__version__, ")
     assert [ast.unparse(c.func) for c in calls_outside_guard] == []
 
 

@@ -1,0 +1,293 @@
+"""``pulumi-lora:index:LoRAAdapter`` as one custom resource, for every Pulumi language.
+
+``provider/`` runs this provider through the Python SDK's provider server
+(``pulumi.provider.experimental.server``, which speaks the engine's gRPC provider protocol and
+hands each call over as ``PropertyValue`` maps). It holds no logic of its own: every call is
+translated (camelCase keys and property values in, plain snake_case dicts out) and handed to
+the same :class:`~pulumi_lora._provider.LoRAAdapterProvider` that Python programs' dynamic
+resource runs, so both languages check, diff, create, read, update and delete alike.
+
+Why not the component-provider host: it serves components only, and a component with a dynamic
+child is two resources per adapter, a second copy of the outputs in every checkpoint, and no
+``pulumi import``. The schema is still inferred by the SDK's analyzer, from ``AdapterInputs``
+and the outputs' annotations (:func:`schema`); it only loses ``isComponent``.
+
+The server runs one asyncio loop; the operations block (HTTP to pods, the apiserver), so they
+run on a thread pool as wide as the dynamic provider host's own (``WORKERS``).
+No ``from __future__ import annotations``: the analyzer reads the annotations at run time.
+"""
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional, TypeVar
+
+import grpc  # type: ignore[import-untyped]
+import pulumi
+from pulumi.dynamic import Config, ConfigureRequest
+from pulumi.provider.experimental import provider as rpc
+from pulumi.provider.experimental.analyzer import Analyzer
+from pulumi.provider.experimental.property_value import Computed, PropertyValue
+from pulumi.provider.experimental.schema import generate_schema
+from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc
+
+from pulumi_lora._adapter import TYPE_TOKEN, AdapterInputs, AdapterOutputs
+from pulumi_lora._provider import (
+    CREATE_KEYS,
+    INPUT_KEYS,
+    OUTPUT_KEYS,
+    UNKNOWN,
+    LoRAAdapterProvider,
+    effective_inputs,
+    report_drift,
+)
+
+NAME = "pulumi-lora"
+"""The schema's package name: the first part of the type token ``pulumi-lora:index:LoRAAdapter``."""
+NAMESPACE = "pulumilora"
+"""Scope of generated SDKs (npm ``@pulumilora/pulumi-lora``, PyPI ``pulumilora_pulumi_lora``)."""
+WORKERS = 16
+"""Operations run at once (the engine runs up to its ``--parallel`` steps concurrently)."""
+
+T = TypeVar("T")
+
+
+def camel(key: str) -> str:
+    """Pure: ``adapter_name`` -> ``adapterName`` (the schema's spelling of a property)."""
+    head, *rest = key.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+CAMEL = {key: camel(key) for key in (*INPUT_KEYS, *OUTPUT_KEYS)}
+"""Each property of the Python resource and its name in the schema."""
+SNAKE = {name: key for key, name in CAMEL.items()}
+
+
+class ResourceOutputs(AdapterOutputs):
+    """Every output of the resource, as annotations (the schema's ``properties``): the inputs,
+    echoed when not at their default, and what the cluster reports (``OUTPUT_KEYS``)."""
+
+    inference_service: pulumi.Output[str]
+    inference_service_namespace: pulumi.Output[Optional[str]]
+    resource_name: pulumi.Output[Optional[str]]
+    pinned: pulumi.Output[Optional[bool]]
+    readiness_policy: pulumi.Output[Optional[str]]
+    ready_timeout_seconds: pulumi.Output[Optional[float]]
+    transport: pulumi.Output[Optional[str]]
+    api_key_secret_name: pulumi.Output[Optional[str]]
+    api_key_secret_key: pulumi.Output[Optional[str]]
+    kube_context: pulumi.Output[Optional[str]]
+    kubeconfig_path: pulumi.Output[Optional[str]]
+    adopt: pulumi.Output[Optional[bool]]
+    cr_uid: pulumi.Output[str]
+    generation: pulumi.Output[int]
+
+
+class LoRAAdapter(pulumi.ComponentResource, ResourceOutputs):
+    """One LLMKube LoRAAdapter CR, its adapter loaded on every Ready pod of the target."""
+
+    def __init__(
+        self, name: str, args: AdapterInputs, opts: Optional[pulumi.ResourceOptions] = None
+    ) -> None:
+        """Never made: the analyzer reads this signature and the annotations (see schema())."""
+        raise TypeError("a schema declaration; use pulumi_lora.LoRAAdapter in Python programs")
+
+
+def schema(version: str) -> dict[str, Any]:
+    """The schema ``provider/`` serves: the analyzer's, for ``LoRAAdapter`` above, as a custom
+    resource (no ``isComponent``). ``provider/schema.json`` is this, committed."""
+    analyzer = Analyzer(NAME)
+    found = analyzer.analyze([LoRAAdapter])
+    made = generate_schema(
+        NAME,
+        version,
+        NAMESPACE,
+        found["component_definitions"],
+        found["type_definitions"],
+        sorted(found["dependencies"], key=lambda d: f"{d.name}{d.version}"),
+    ).to_json()
+    made["resources"][TYPE_TOKEN].pop("isComponent", None)
+    return dict(made)
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+
+def plain(value: PropertyValue) -> Any:
+    """Pure: a property value as the dynamic provider sees one: plaintext (secrets unwrapped),
+    unknowns as the engine's placeholder, whole numbers as floats (as the engine sends them)."""
+    inner = value.value
+    if isinstance(inner, Computed):
+        return UNKNOWN
+    if isinstance(inner, Mapping):
+        return {k: plain(v) for k, v in inner.items()}
+    if isinstance(inner, Sequence) and not isinstance(inner, str):
+        return [plain(v) for v in inner]
+    return inner
+
+
+def wrapped(value: Any) -> PropertyValue:
+    """Pure: a plain value (what the dynamic provider returns) as a property value."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return PropertyValue(value)
+    if isinstance(value, int | float):
+        return PropertyValue(float(value))
+    if isinstance(value, Mapping):
+        return PropertyValue({str(k): wrapped(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return PropertyValue([wrapped(v) for v in value])
+    return PropertyValue(str(value))
+
+
+def props_in(values: Mapping[str, PropertyValue]) -> dict[str, Any]:
+    """Pure: the engine's camelCase properties as the Python resource's (unknown keys dropped)."""
+    return {SNAKE[k]: plain(v) for k, v in values.items() if k in SNAKE}
+
+
+def secret_keys(values: Mapping[str, PropertyValue]) -> frozenset[str]:
+    """Pure: the (snake_case) properties that hold a secret anywhere inside."""
+    return frozenset(SNAKE[k] for k, v in values.items() if k in SNAKE and v.contains_secret())
+
+
+def props_out(values: Mapping[str, Any], secret: frozenset[str]) -> dict[str, PropertyValue]:
+    """Pure: the Python resource's properties as the schema's; a property whose input was
+    secret stays secret (``secret``), so nothing secret reaches the state in plaintext."""
+    return {
+        CAMEL.get(k, k): wrapped(v).with_secret(k in secret)
+        for k, v in values.items()
+        if v is not None
+    }
+
+
+def config_values(variables: Mapping[str, str]) -> dict[str, str]:
+    """Pure: the engine's ``pulumi-lora:config:KEY`` variables as ``pulumi-lora:KEY`` (what
+    ``LoRAAdapterProvider.configure`` reads: ``ops.CONFIG_KEYS``)."""
+    prefix = f"{NAME}:config:"
+    return {f"{NAME}:{k[len(prefix) :]}": v for k, v in variables.items() if k.startswith(prefix)}
+
+
+# --- the provider ---------------------------------------------------------------------------------
+
+
+class EngineLog:
+    """Lines for the user, through the engine's ``Log`` service: the engine hides a provider
+    plugin's stderr (it shows it only when the plugin dies), so drift is said this way; it
+    lands among the command's diagnostics, as the Python resource's stderr lines do."""
+
+    def __init__(self, address: str) -> None:
+        self._address = address
+        self._stub: engine_pb2_grpc.EngineStub | None = None
+
+    def __call__(self, text: str) -> None:
+        if self._stub is None:
+            self._stub = engine_pb2_grpc.EngineStub(grpc.insecure_channel(self._address))
+        for line in text.splitlines():
+            self._stub.Log(engine_pb2.LogRequest(severity=engine_pb2.INFO, message=line))
+
+
+def engine_address(argv: Sequence[str]) -> str:
+    """Pure: the engine's address among the plugin's arguments (the first that is no flag)."""
+    return next((a for a in argv if not a.startswith("-")), "")
+
+
+class NativeProvider(rpc.Provider):
+    """The engine's provider calls, each handed to ``LoRAAdapterProvider`` (see module doc).
+
+    ``engine``: the engine's address, where drift is said (``EngineLog``); empty, it goes to
+    stderr as the dynamic provider's does.
+    """
+
+    def __init__(self, version: str, engine: str = "") -> None:
+        self._core = LoRAAdapterProvider()
+        self._schema = json.dumps(schema(version))
+        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="lora")
+        if engine:
+            report_drift.write = EngineLog(engine)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def get_schema(self, request: rpc.GetSchemaRequest) -> rpc.GetSchemaResponse:
+        return rpc.GetSchemaResponse(schema=self._schema)
+
+    async def check_config(self, request: rpc.CheckRequest) -> rpc.CheckResponse:
+        return rpc.CheckResponse(inputs=request.new_inputs)
+
+    async def diff_config(self, request: rpc.DiffRequest) -> rpc.DiffResponse:
+        """Config never replaces an adapter: a new kubeconfig, key or timeout applies to the next
+        operation (replacing would unload and reload every adapter)."""
+        old = {k: plain(v) for k, v in request.old_state.items()}
+        new = {k: plain(v) for k, v in request.new_inputs.items()}
+        return rpc.DiffResponse(changes=old != new, replaces=[])
+
+    async def configure(self, request: rpc.ConfigureRequest) -> rpc.ConfigureResponse:
+        raw = config_values(request.variables)
+        self._core.configure(ConfigureRequest(Config(raw, NAME)))
+        return rpc.ConfigureResponse(
+            accept_secrets=True, supports_preview=False, accept_resources=True
+        )
+
+    async def check(self, request: rpc.CheckRequest) -> rpc.CheckResponse:
+        news = props_in(request.new_inputs)
+        found = await self._run(self._core.check, props_in(request.old_inputs), news)
+        failures = [
+            rpc.CheckFailure(CAMEL.get(f.property, f.property), f.reason) for f in found.failures
+        ]
+        return rpc.CheckResponse(inputs=request.new_inputs, failures=failures)
+
+    async def diff(self, request: rpc.DiffRequest) -> rpc.DiffResponse:
+        """The dynamic provider's verdict, with the moved inputs named for the CLI
+        (``[diff: ~path]``); drift alone names ``pods``, the output the update will change."""
+        olds, news = props_in(request.old_state), props_in(request.new_inputs)
+        found = await self._run(self._core.diff, request.resource_id, olds, news)
+        if not found.changes:
+            return rpc.DiffResponse(changes=False)
+        replaces = [CAMEL[k] for k in found.replaces or []]
+        before, after = effective_inputs(olds), effective_inputs(news)
+        moved = [
+            CAMEL[k] for k in INPUT_KEYS if k not in CREATE_KEYS and before.get(k) != after.get(k)
+        ]
+        kind = rpc.PropertyDiffKind
+        detailed = {
+            name: rpc.PropertyDiff(
+                kind.UPDATE_REPLACE if name in replaces else kind.UPDATE, input_diff=True
+            )
+            for name in moved
+        } or {"pods": rpc.PropertyDiff(kind.UPDATE, input_diff=False)}
+        return rpc.DiffResponse(
+            changes=True,
+            replaces=replaces,
+            delete_before_replace=bool(found.delete_before_replace),
+            diffs=list(detailed),
+            detailed_diff=detailed,
+        )
+
+    async def create(self, request: rpc.CreateRequest) -> rpc.CreateResponse:
+        props = props_in(request.properties)
+        made = await self._run(self._core.create, props)
+        outs = props_out(made.outs or {}, secret_keys(request.properties))
+        return rpc.CreateResponse(resource_id=made.id, properties=outs)
+
+    async def read(self, request: rpc.ReadRequest) -> rpc.ReadResponse:
+        props = props_in(request.properties) or props_in(request.inputs)
+        found = await self._run(self._core.read, request.resource_id, props)
+        if not found.id:
+            return rpc.ReadResponse(resource_id="", properties={}, inputs={})
+        secret = secret_keys(request.properties) | secret_keys(request.inputs)
+        inputs = (
+            request.inputs
+            if found.inputs is None and request.inputs
+            else props_out(found.inputs or {}, secret)
+        )
+        return rpc.ReadResponse(
+            resource_id=found.id, properties=props_out(found.outs or {}, secret), inputs=inputs
+        )
+
+    async def update(self, request: rpc.UpdateRequest) -> rpc.UpdateResponse:
+        news = props_in(request.news)
+        done = await self._run(self._core.update, request.resource_id, props_in(request.olds), news)
+        return rpc.UpdateResponse(properties=props_out(done.outs or {}, secret_keys(request.news)))
+
+    async def delete(self, request: rpc.DeleteRequest) -> None:
+        await self._run(self._core.delete, request.resource_id, props_in(request.properties))
