@@ -19,7 +19,12 @@ small ``refresh``: wall - no-op refresh                                      <= 
 small ``up`` with nothing to do (diff's live look): wall - no-op up          <= 0.5 s
 fleet ``preview --refresh --expect-no-changes``: wall / no-op's              <= 1.3
 fleet ``up``: (wall - no-op up) / (N x latency)                              <= 1.2
+fleet ``up`` from Pulumi YAML (``provider/``) / the Python resource's ``up``     <= 1.1
 ===========================================================================  ======
+
+The YAML fleet is the same number of ``pulumi-lora:index:LoRAAdapter`` resources, declared in a
+``Pulumi.yaml`` that names ``provider/`` and run with ``pulumi up`` in its folder (the CLI and
+the YAML language host, as a user runs it), on an InferenceService of its own of the same size.
 
 For where the time goes, each step also prints the CPU seconds spent in that step by the engine
 and the provider process (children of this process), the apiserver with etcd, and the
@@ -37,6 +42,7 @@ import json
 import os
 import re
 import resource
+import sys
 import tempfile
 import threading
 import time
@@ -81,10 +87,17 @@ class Size:
         return f"{self.adapters} adapters x {self.pods} pods, {self.latency * 1000:.0f} ms/load"
 
 
+PROVIDER = Path(__file__).resolve().parents[1] / "provider"
+"""The plugin other languages use: ``pulumi-lora:index:LoRAAdapter`` as one custom resource."""
+PLUGIN_ARG = str(PROVIDER).encode() + b"\0"
+"""How the plugin's Python process names its folder on its command line."""
+
+
 class ProviderWatch:
-    """CPU seconds of the engine's dynamic-provider processes (``python -m pulumi.dynamic``),
-    polled from ``/proc`` while they live (each is gone, and its CPU counted among this
-    process's children, when its command ends; up to one poll interval of it is missed)."""
+    """CPU seconds of the engine's provider processes (``python -m pulumi.dynamic``, and
+    ``provider/``'s plugin for YAML), polled from ``/proc`` while they live (each is gone, and
+    its CPU counted among this process's children, when its command ends; up to one poll
+    interval of it is missed)."""
 
     def __init__(self, interval: float = 0.2) -> None:
         self._seen: dict[int, float] = {}
@@ -100,7 +113,8 @@ class ProviderWatch:
         while True:
             for proc in Path("/proc").glob("[0-9]*"):
                 try:
-                    if b"pulumi.dynamic" not in (proc / "cmdline").read_bytes():
+                    command = (proc / "cmdline").read_bytes()
+                    if b"pulumi.dynamic" not in command and PLUGIN_ARG not in command:
                         continue
                 except OSError:
                     continue
@@ -315,8 +329,62 @@ def small_figures(size: Size, walls: dict[str, float]) -> list[Figure]:
     ]
 
 
+def yaml_program(size: Size, namespace: str, name: str) -> str:
+    """A ``Pulumi.yaml`` of ``size.adapters`` LoRAAdapters from ``provider/``."""
+    lines = [
+        f"name: {name}-yaml",
+        "runtime: yaml",
+        "packages:",
+        f"  pulumi-lora: {PROVIDER}",
+        "resources:",
+    ]
+    for i in range(size.adapters):
+        lines += [
+            f"  a{i}:",
+            "    type: pulumi-lora:index:LoRAAdapter",
+            "    properties:",
+            f"      adapterName: {name}-yaml-{i}",
+            f"      path: /adapters/{name}-yaml-{i}",
+            "      inferenceService: llama",
+            f"      namespace: {namespace}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def run_yaml_fleet(tb: Testbed, tmp: Path, *, name: str, size: Size) -> dict[str, float]:
+    """``pulumi up`` of the fleet from Pulumi YAML, on an InferenceService of its own of the
+    same size (``provider/`` run by the CLI with this Python); returns its wall time."""
+    ns = tb.create_namespace(f"bench-{name}-yaml")
+    handle = tb.deploy_inference_service(
+        ns,
+        "llama",
+        replicas=size.pods,
+        emulator_args=("--emulator-latency", f"/load_lora_adapter={size.latency}"),
+        probe_time_scale=1.0,
+    )
+    handle.wait_ready(timeout=120)
+    meter = Meter(tb, ns, tb.emulator_pids())
+    for i in range(size.adapters):
+        tb.make_adapter(f"{name}-yaml-{i}")
+    folder = tmp / f"{name}-yaml"
+    folder.mkdir()
+    (folder / "Pulumi.yaml").write_text(yaml_program(size, ns, name), encoding="utf-8")
+    engine = LocalEngine(
+        tmp / "yaml-engine",
+        extra_env={"PULUMI_PYTHON_CMD": sys.executable, "PULUMI_DISABLE_REGISTRY_RESOLVE": "true"},
+    )
+    runner = engine.project(folder)
+    runner.pulumi("stack", "init", "bench")
+    runner.pulumi("config", "set", "pulumi-lora:kubeconfig", str(tb.kubeconfig_path))
+    walls: dict[str, float] = {}
+    with step("yaml up", meter, walls):
+        runner.pulumi("up", "--yes", "--skip-preview")
+    tb.delete_inference_service(ns, "llama")
+    return walls
+
+
 def fleet_figures(size: Size, walls: dict[str, float]) -> list[Figure]:
-    """The large fleet's figures (``preview --refresh``, ``up``)."""
+    """The large fleet's figures (``preview --refresh``, ``up``, and YAML's ``up``)."""
     return [
         Figure(
             f"preview --refresh --expect-no-changes, {size.adapters}x{size.pods}: / no-op's",
@@ -327,6 +395,11 @@ def fleet_figures(size: Size, walls: dict[str, float]) -> list[Figure]:
             f"up, {size}: (wall - no-op up) / floor",
             (walls["lora up"] - walls["no-op up"]) / size.floor,
             1.2,
+        ),
+        Figure(
+            f"YAML up, {size.adapters}x{size.pods} (provider/): / the Python resource's up",
+            walls["yaml up"] / walls["lora up"],
+            1.1,
         ),
     ]
 
@@ -383,6 +456,7 @@ def main() -> None:
                 steps=("preview --refresh",),
                 shaped=args.shaped,
             )
+            walls |= run_yaml_fleet(tb, Path(tmp), name="fleet", size=args.fleet)
             figures += fleet_figures(args.fleet, walls)
             floors.append(f"fleet floor {args.fleet.floor:.2f} s")
     print()

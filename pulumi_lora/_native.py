@@ -18,7 +18,9 @@ No ``from __future__ import annotations``: the analyzer reads the annotations at
 """
 
 import asyncio
+import contextlib
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, TypeVar
@@ -30,9 +32,13 @@ from pulumi.provider.experimental import provider as rpc
 from pulumi.provider.experimental.analyzer import Analyzer
 from pulumi.provider.experimental.property_value import Computed, PropertyValue
 from pulumi.provider.experimental.schema import generate_schema
-from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc
+from pulumi.provider.experimental.server import ProviderServicer
+from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
+from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc, provider_pb2_grpc
+from pydantic import ValidationError
 
 from pulumi_lora._adapter import TYPE_TOKEN, AdapterInputs, AdapterOutputs
+from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._provider import (
     CREATE_KEYS,
     INPUT_KEYS,
@@ -291,3 +297,51 @@ class NativeProvider(rpc.Provider):
 
     async def delete(self, request: rpc.DeleteRequest) -> None:
         await self._run(self._core.delete, request.resource_id, props_in(request.properties))
+
+
+# --- the server -----------------------------------------------------------------------------------
+
+
+class Servicer(ProviderServicer):
+    """The SDK's servicer, saying this project's errors as they are: the SDK's own turns every
+    failure into ``Unexpected <class 'Exception'>: ...`` with a Python stack appended; a
+    ``PulumiLoRAError`` (or a failed check of inputs) is a message for the user, not a bug."""
+
+
+def _said_plainly(name: str) -> Callable[..., Any]:
+    base = getattr(ProviderServicer, name)
+
+    async def method(self: Servicer, request: Any, context: Any) -> Any:
+        try:
+            return await base(self, request, context)
+        except Exception as exc:
+            cause = exc.__context__ if exc.__context__ is not None else exc
+            if isinstance(cause, PulumiLoRAError | ValidationError):
+                await context.abort(grpc.StatusCode.UNKNOWN, str(cause))
+            raise
+
+    method.__name__ = name
+    return method
+
+
+for _name in ("Check", "Diff", "Create", "Read", "Update", "Delete"):
+    setattr(Servicer, _name, _said_plainly(_name))
+
+
+def serve(argv: Sequence[str], version: str, served: NativeProvider) -> None:
+    """Serve ``served`` as the engine expects of a plugin: a gRPC server on a free loopback
+    port, the port printed as the first line of output (the SDK's ``main``, with ``Servicer``)."""
+    del argv  # the engine's address was read by the caller (``engine_address``)
+
+    async def run() -> None:
+        server = grpc.aio.server(options=_GRPC_CHANNEL_OPTIONS)
+        servicer = Servicer([], version, served, engine_address="")
+        provider_pb2_grpc.add_ResourceProviderServicer_to_server(servicer, server)
+        port = server.add_insecure_port(address="127.0.0.1:0")
+        await server.start()
+        sys.stdout.buffer.write(f"{port}\n".encode())
+        sys.stdout.buffer.flush()
+        await server.wait_for_termination()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())

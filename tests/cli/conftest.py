@@ -12,6 +12,7 @@ acquisition is left on, as a user has it.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -209,3 +210,14 @@ def assert_clean_refresh(runner: Any, *, whole_stack: bool = True) -> None:
     assert "[diff:" not in text and not changed, text
     refreshed = runner.pulumi("refresh", "--yes", "--skip-preview", "--expect-no-changes")
     assert refreshed.returncode == 0
+
+
+def lora_resources(runner: Any) -> list[tuple[str, bool, str]]:
+    """Every resource of the stack whose type is pulumi-lora's or a dynamic one, as
+    ``pulumi stack export`` shows it: (type, custom, id)."""
+    exported = json.loads(runner.pulumi("stack", "export").stdout)
+    return [
+        (r["type"], bool(r.get("custom")), str(r.get("id", "")))
+        for r in exported["deployment"]["resources"]
+        if r["type"].startswith(("pulumi-lora:", "pulumi-python:"))
+    ]

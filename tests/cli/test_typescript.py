@@ -1,8 +1,8 @@
-"""TypeScript: `examples/typescript` through `provider/` (a remote component) on the testbed.
+"""TypeScript: `examples/typescript` through `provider/` (one custom resource) on the testbed.
 
 The program runs under the built ``pulumi-language-nodejs`` (v3.68.0) with ``@pulumi/pulumi``
 from npm (the example's ``package.json``, installed by ``npm install`` as a user does); the
-engine constructs the component in the plugin named by the example's ``Pulumi.yaml``.
+engine runs the resource's operations in the plugin named by the example's ``Pulumi.yaml``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from .conftest import (
     assert_clean_refresh,
     assert_nothing_left,
     example_beside_provider,
+    lora_resources,
     ready_service,
     require_program,
     served,
@@ -51,6 +52,10 @@ def test_typescript_example_up_and_destroy(
         runner.pulumi("up", "--yes", "--skip-preview")
         outputs = runner.outputs()
         assert outputs["loaded"] is True
+        # one custom resource per adapter, its ID the CR's: no component, no dynamic child
+        assert lora_resources(runner) == [
+            ("pulumi-lora:index:LoRAAdapter", True, f"{namespace}/sql-lora")
+        ]
         assert outputs["crName"] == "sql-lora"
         # a pod serving the resource's own path carries no ``path`` of its own
         by_pod = {p["pod"]: p.get("path", "declared") for p in outputs["pods"] if p["loaded"]}

@@ -1,10 +1,9 @@
 """`provider/` from another language: `examples/yaml` through the plugin, on the testbed.
 
 The YAML program names the plugin folder in ``packages:``; the engine runs the folder's
-executable ``pulumi-resource-pulumi-lora``, which serves ``LoRAAdapter`` with the Python SDK's
-component-provider host. Its Python, and the one the engine gives the component's dynamic child
-(pulumi/pulumi#5455), is ``PULUMI_PYTHON_CMD``: the fresh project's venv, where ``pulumi_lora``
-is installed as a user installs it.
+executable ``pulumi-resource-pulumi-lora``, which serves ``LoRAAdapter`` as one custom resource
+through the Python SDK's provider server. Its Python is ``PULUMI_PYTHON_CMD``: the fresh
+project's venv, where ``pulumi_lora`` is installed as a user installs it.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from .conftest import (
     assert_clean_refresh,
     assert_nothing_left,
     example_beside_provider,
+    lora_resources,
     ready_service,
     require_program,
     served,
@@ -61,6 +61,10 @@ def test_yaml_example_up_drift_heal_destroy(
         runner.pulumi("up", "--yes", "--skip-preview")
         outputs = runner.outputs()
         assert outputs["loaded"] is True
+        # one custom resource per adapter, its ID the CR's: no component, no dynamic child
+        assert lora_resources(runner) == [
+            ("pulumi-lora:index:LoRAAdapter", True, f"{namespace}/sql-lora")
+        ]
         # a pod serving the resource's own path carries no ``path`` of its own
         by_pod = {p["pod"]: p.get("path", "declared") for p in outputs["pods"] if p["loaded"]}
         assert by_pod == {pod.name: "declared" for pod in handle.ready_pods()}
