@@ -1,5 +1,5 @@
 """Adapters that already run, brought under a YAML stack through the CLI (issue 24): ``pulumi
-import`` of a CR made by kubectl, and a stack made by 0.3's component moved to the custom resource.
+import`` of a CR made by kubectl, and a stack made by 0.2's component moved to the custom resource.
 
 Every pod refuses every load and unload (``REFUSE``, armed for far more requests than a command
 could send) and the faults' remaining count proves none reached a pod; LLMKube's own LoRA
@@ -41,8 +41,8 @@ REFUSE = [
     f"/load_lora_adapter:status=500,times={TIMES}",
     f"/unload_lora_adapter:status=500,times={TIMES}",
 ]
-OLD_PROVIDER = Path(__file__).resolve().parent / "component_provider_0_3"
-"""``provider/`` as 0.3.0 shipped it: the component with a dynamic child (its two files)."""
+OLD_PROVIDER = Path(__file__).resolve().parent / "component_provider_0_2"
+"""``provider/`` as 0.1.0 to 0.2.0 shipped it: the component with a dynamic child."""
 TOKEN = "pulumi-lora:index:LoRAAdapter"
 CHILD = "pulumi-python:dynamic:Resource"
 
@@ -168,7 +168,7 @@ def test_pulumi_import_adopts_a_running_adapter_with_no_load_or_unload(
 def test_a_stack_made_by_the_component_moves_to_the_custom_resource(
     consumer_engine: LocalEngine, testbed: Testbed, namespace: str, tmp_path: Path
 ) -> None:
-    """0.3's component and dynamic child become the one custom resource with the commands
+    """0.2's component and dynamic child become the one custom resource with the commands
     docs/migration.md gives, with no load, no unload and no CR write; an alias cannot do it."""
     require_program("pulumi-language-yaml")
     handle = ready_service(testbed, namespace)
@@ -219,8 +219,8 @@ def test_a_stack_made_by_the_component_moves_to_the_custom_resource(
     assert all(a == {} for a in served(handle).values())
 
 
-def test_the_old_provider_is_0_3_as_shipped() -> None:
-    """The fixture is the 0.3.0 plugin: the component host serving ``_component.LoRAAdapter``,
+def test_the_old_provider_is_the_component_plugin() -> None:
+    """The fixture is the plugin of 0.1.0 to 0.2.0: the component host serving ``_component.LoRAAdapter``,
     started by the same kind of executable as ``provider/``'s."""
     main = (OLD_PROVIDER / "__main__.py").read_text()
     assert "component_provider_host(COMPONENTS" in main
