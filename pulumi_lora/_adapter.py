@@ -6,12 +6,13 @@ child; a component costs the engine two more steps and a second copy of the outp
 checkpoint of the state, which made an ``up`` of 300 adapters take twice as long (see
 docs/performance.md). Stacks made by the component move to this resource with no load, no
 replacement and no CR write: an alias names the old child, and the engine drops the empty
-component. Other languages still get the component, from ``provider/`` (``_component``).
+component. Other languages get one custom resource of type ``TYPE_TOKEN`` from ``provider/``,
+run by the same provider (``_native``).
 
-No ``from __future__ import annotations`` here: Pulumi's component-provider host reads the
-argument and output types below at run time to infer the schema it serves to other languages,
-and it supports neither string annotations nor Unions. Output keys inside lists are single
-words, so they survive the camelCase mapping unchanged.
+No ``from __future__ import annotations`` here: the Pulumi SDK's schema analyzer reads the
+argument and output types below at run time to infer the schema ``provider/`` serves to other
+languages (``_native.schema``), and it supports neither string annotations nor Unions. Output
+keys inside lists are single words, so they survive the camelCase mapping unchanged.
 """
 
 import pickle
@@ -24,8 +25,8 @@ from pulumi.dynamic import Resource
 from pulumi_lora._provider import INPUT_KEYS, OUTPUT_KEYS, LoRAAdapterProvider
 
 TYPE_TOKEN = "pulumi-lora:index:LoRAAdapter"  # noqa: S105 - a type token, not a password
-"""The component's type token (other languages, and Python stacks made while ``LoRAAdapter``
-was a component); fixed, since renaming it would break existing stacks."""
+"""The type other languages declare (``provider/``'s custom resource; the component's, up to
+0.2, and Python's while ``LoRAAdapter`` was a component); fixed, since programs name it."""
 RESOURCE_TYPE = "pulumi-python:dynamic/lora:LoRAAdapter"
 """The type of a Python program's ``LoRAAdapter`` (a dynamic resource with its own type)."""
 DYNAMIC_TYPE = "pulumi-python:dynamic:Resource"
@@ -36,7 +37,7 @@ class AdapterInputs(TypedDict):
     """The declaration of one adapter on one InferenceService: every argument, typed.
 
     The one list of ``LoRAAdapter``'s arguments: ``LoRAAdapterArgs`` and the keyword form take
-    these keys, and the component served to other languages reads its schema from them.
+    these keys, and the schema ``provider/`` serves to other languages is read from them.
     """
 
     adapter_name: pulumi.Input[str]
@@ -177,10 +178,10 @@ def unwrap_sorted_batch_setitems() -> None:
 class AdapterOutputs:
     """The outputs both shapes of ``LoRAAdapter`` expose, as annotations only.
 
-    The component-provider host reads them through the component's base classes to build the
-    schema. The Pulumi SDK reads a custom resource's own annotations only (and would convert the
-    outputs to them: it cannot make a TypedDict), so on ``LoRAAdapter`` they serve type
-    checkers alone.
+    The schema analyzer reads them through the base classes of ``_native``'s declaration (and of
+    0.2's component) to build the schema. The Pulumi SDK reads a custom resource's own
+    annotations only (and would convert the outputs to them: it cannot make a TypedDict), so on
+    ``LoRAAdapter`` they serve type checkers alone.
     """
 
     adapter_name: pulumi.Output[str]

@@ -1,11 +1,11 @@
-"""The ``LoRAAdapter`` component that ``provider/`` serves to other Pulumi languages.
+"""The ``LoRAAdapter`` component that ``provider/`` served to other Pulumi languages up to 0.2.
 
-Pulumi's component-provider host infers a schema from a ``ComponentResource`` class (its name
-is the type's last part, its annotations the outputs) and runs it in the plugin's process; it
-cannot serve a custom resource. So other languages get a component with one dynamic child, the
-shape Python stacks had before ``LoRAAdapter`` became one resource; Python programs use
-``pulumi_lora.LoRAAdapter`` (``_adapter``). No ``from __future__ import annotations``: the host
-reads these at run time.
+A component with one dynamic child, served by Pulumi's component-provider host: the shape YAML
+and TypeScript stacks had until ``provider/`` served one custom resource (``_native``), and
+Python stacks had until 0.2. Kept so tests can make such stacks and check their move
+(``tests/cli/component_provider_0_2``, ``tests/e2e/test_one_resource.py``); programs use
+``pulumi_lora.LoRAAdapter`` (``_adapter``) or ``provider/``. No ``from __future__ import
+annotations``: the host reads these at run time.
 """
 
 import inspect
