@@ -32,6 +32,8 @@ from .conftest import (
 pytestmark = pytest.mark.full
 
 PROVIDER = ROOT / "provider"
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+"""The key that marks a secret value in ``pulumi stack export``."""
 
 
 def test_the_plugin_serves_the_committed_schema(
@@ -56,9 +58,19 @@ def test_yaml_example_up_drift_heal_destroy(
     folder = example_beside_provider("yaml", tmp_path, "Pulumi.*.yaml")  # as shipped
     runner = consumer_engine.project(folder)
     stack_on_testbed(runner, testbed, namespace)
+    key = "sk-lora-0123456789"  # the pods take no key: it is only carried, and must stay secret
+    runner.pulumi("config", "set", "--secret", "pulumi-lora:sglangApiKey", key)
 
     try:
         runner.pulumi("up", "--yes", "--skip-preview")
+        exported = runner.pulumi("stack", "export").stdout
+        assert key not in exported  # encrypted as the default provider's input, nowhere else
+        (provider,) = [
+            r
+            for r in json.loads(exported)["deployment"]["resources"]
+            if r["type"] == "pulumi:providers:pulumi-lora"
+        ]
+        assert set(provider["inputs"]["sglangApiKey"]) == {SECRET_SIG, "ciphertext"}
         outputs = runner.outputs()
         assert outputs["loaded"] is True
         # one custom resource per adapter, its ID the CR's: no component, no dynamic child
