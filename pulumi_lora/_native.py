@@ -13,7 +13,8 @@ child is two resources per adapter, a second copy of the outputs in every checkp
 and the outputs' annotations (:func:`schema`); it only loses ``isComponent``.
 
 The server runs one asyncio loop; the operations block (HTTP to pods, the apiserver), so they
-run on a thread pool as wide as the dynamic provider host's own (``WORKERS``).
+run on a thread pool (``WORKERS``), as the dynamic provider host runs them on its gRPC threads;
+the operations' shared caches are thread-safe for that reason already.
 No ``from __future__ import annotations``: the analyzer reads the annotations at run time.
 """
 
@@ -54,7 +55,8 @@ NAME = "pulumi-lora"
 NAMESPACE = "pulumilora"
 """Scope of generated SDKs (npm ``@pulumilora/pulumi-lora``, PyPI ``pulumilora_pulumi_lora``)."""
 WORKERS = 16
-"""Operations run at once (the engine runs up to its ``--parallel`` steps concurrently)."""
+"""Operations run at once (the engine sends up to its ``--parallel`` steps concurrently; the
+dynamic provider host serves 4 at once)."""
 
 T = TypeVar("T")
 
