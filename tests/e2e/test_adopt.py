@@ -129,6 +129,33 @@ def test_what_adoption_refuses_and_a_failed_one_gives_back(
     provider(config).delete("", outs)
 
 
+def test_a_read_by_id_alone_declares_the_cr_and_writes_nothing(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+) -> None:
+    """What ``pulumi import`` of ``NAMESPACE/NAME`` asks of the provider (``provider/``; the
+    CLI's side is tests/cli/test_yaml_adoption.py): the CR's declaration as the inputs, every
+    pod's truth as the outputs, and nothing sent to a pod or written to the CR."""
+    path = testbed.make_adapter("sql-import")
+    before = kubectl_cr(testbed, namespace, path)
+    loaded_by_hand(isvc, path)
+    with refusing(isvc):  # any load or unload would fail
+        found = provider(config).read(f"{namespace}/sql-lora", {})
+    assert found.id == f"{namespace}/sql-lora"
+    assert found.inputs == {
+        "adapter_name": "sql-lora",
+        "path": path,
+        "inference_service": "llama",
+        "namespace": namespace,
+    }
+    assert found.outs is not None and found.outs["loaded"] is True
+    assert found.outs["cr_uid"] == before["metadata"]["uid"]
+    assert [p["loaded"] for p in found.outs["pods"]] == [True] * len(isvc.ready_pods())
+    after = get_adapter(testbed.client(), namespace, "sql-lora")
+    assert after is not None
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert provider(config).read(f"{namespace}/absent", {}).id == ""  # no such CR: not found
+
+
 def test_a_program_adopts_through_the_engine(
     engine: LocalEngine, testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
 ) -> None:
