@@ -124,7 +124,7 @@ def schema(version: str) -> dict[str, Any]:
 
 def plain(value: PropertyValue) -> Any:
     """Pure: a property value as the dynamic provider sees one: plaintext (secrets unwrapped),
-    unknowns as the engine's placeholder, whole numbers as floats (as the engine sends them)."""
+    unknowns as the engine's placeholder, numbers as the engine sends them (floats)."""
     inner = value.value
     if isinstance(inner, Computed):
         return UNKNOWN
@@ -190,8 +190,11 @@ class EngineLog:
     def __call__(self, text: str) -> None:
         if self._stub is None:
             self._stub = engine_pb2_grpc.EngineStub(grpc.insecure_channel(self._address))
-        for line in text.splitlines():
-            self._stub.Log(engine_pb2.LogRequest(severity=engine_pb2.INFO, message=line))
+        try:
+            for line in text.splitlines():
+                self._stub.Log(engine_pb2.LogRequest(severity=engine_pb2.INFO, message=line))
+        except grpc.RpcError:  # words about drift never fail the operation that found it
+            sys.stderr.write(text)
 
 
 def engine_address(argv: Sequence[str]) -> str:
