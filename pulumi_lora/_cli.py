@@ -47,6 +47,12 @@ def _mount_ops() -> None:
     cli.add_command(policy_command, "coexistence-policy")
 
 
+def _mount_moves() -> None:
+    from pulumi_lora._moves import moves_command
+
+    cli.add_command(moves_command, "component-moves")
+
+
 def _mount_resync() -> None:
     from pulumi_lora._resync._cli import resync_command
 
@@ -55,6 +61,7 @@ def _mount_resync() -> None:
 
 _mount_testbed()
 _mount_ops()
+_mount_moves()
 _mount_resync()
 
 

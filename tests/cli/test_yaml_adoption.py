@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +28,7 @@ from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 from .conftest import (
     ROOT,
+    UserVenv,
     example_beside_provider,
     ready_service,
     require_program,
@@ -166,7 +169,11 @@ def test_pulumi_import_adopts_a_running_adapter_with_no_load_or_unload(
 
 
 def test_a_stack_made_by_the_component_moves_to_the_custom_resource(
-    consumer_engine: LocalEngine, testbed: Testbed, namespace: str, tmp_path: Path
+    consumer_engine: LocalEngine,
+    user_venv: UserVenv,
+    testbed: Testbed,
+    namespace: str,
+    tmp_path: Path,
 ) -> None:
     """0.2's component and dynamic child become the one custom resource with the commands
     docs/migration.md gives, with no load, no unload and no CR write; an alias cannot do it."""
@@ -195,18 +202,28 @@ def test_a_stack_made_by_the_component_moves_to_the_custom_resource(
         assert f" +- {TOKEN} sql replace" in replaced, replaced
         assert f" -  {CHILD} sql delete" in replaced, replaced
 
-        stack = runner.pulumi("stack", "--show-urns").stdout
-        urns = [u for u in stack.split() if u.startswith("urn:pulumi:") and "::sql" in u]
-        python = next(
-            u for u in stack.split() if u.endswith("pulumi:providers:pulumi-python::default")
-        )
-        moved = runner.pulumi("state", "remove", *urns, python, "--yes")
-        assert "3 resources deleted" in moved.stdout + moved.stderr, moved.stdout + moved.stderr
-        runner.pulumi(
-            "import", TOKEN, "sql", f"{namespace}/sql-lora", "--yes", "--protect=false",
-            "--generate-code=false",
+        # The lines docs/migration.md gives: `pulumi stack export | pulumi-lora component-moves`,
+        # then what it prints, as printed.
+        exported = runner.pulumi("stack", "export").stdout
+        printed = subprocess.run(
+            [str(user_venv.path / "bin" / "pulumi-lora"), "component-moves"],
+            input=exported, cwd=folder, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
-        after = runner.pulumi("preview", "--expect-no-changes")
+        assert printed.returncode == 0, printed.stderr
+        lines = [line for line in printed.stdout.splitlines() if not line.startswith("#")]
+        assert [line.split(" --")[0].split(" '")[0] for line in lines] == [
+            "pulumi state remove",
+            "pulumi import",
+            "pulumi preview",
+        ], printed.stdout
+        assert json.loads((folder / "lora-imports.json").read_text()) == {
+            "resources": [{"type": TOKEN, "name": "sql", "id": f"{namespace}/sql-lora"}]
+        }
+        removed = runner.pulumi(*shlex.split(lines[0])[1:])
+        assert "3 resources deleted" in removed.stdout + removed.stderr, removed.stdout
+        imported = runner.pulumi(*shlex.split(lines[1])[1:]).stdout
+        assert f" =  {TOKEN} sql imported" in imported and "    = 1 imported\n" in imported
+        after = runner.pulumi(*shlex.split(lines[2])[1:])
         assert "LoRAAdapter" not in after.stdout, after.stdout
         runner.pulumi("up", "--yes", "--skip-preview")
         one_custom_resource(runner, namespace)

@@ -1,0 +1,143 @@
+"""``pulumi-lora component-moves``: the commands that move a stack made by 0.2's component.
+
+Up to 0.2, ``provider/`` served ``pulumi-lora:index:LoRAAdapter`` to YAML and TypeScript as a
+component with one dynamic child; from 0.3 it is one custom resource with the component's URN.
+The engine matches state by URN before any alias, so no alias can carry the child's state over
+(the plain next ``up`` would replace the component and delete the child: an unload). The move
+is a state edit instead: remove the components, their children and the dynamic provider from
+the state (nothing happens in the cluster), then ``pulumi import`` each adapter by its CR.
+
+:func:`plan` reads ``pulumi stack export`` and returns those commands and the import file; pure,
+so the command runs nothing: the user reads the lines, then runs them (docs/migration.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+TOKEN = "pulumi-lora:index:LoRAAdapter"  # noqa: S105 - a type token, not a password
+"""The component's type, and the custom resource's."""
+CHILD = "pulumi-python:dynamic:Resource"
+"""The type of the component's dynamic child."""
+
+
+@dataclass(frozen=True)
+class Moves:
+    """What moving one stack takes: the URNs to drop from the state, the import file's content,
+    and what stands in the way (resources of the user's under a component)."""
+
+    remove: tuple[str, ...]
+    imports: dict[str, Any]
+    blockers: tuple[str, ...] = field(default=())
+
+    @property
+    def adapters(self) -> int:
+        """How many adapters move."""
+        return len(self.imports["resources"])
+
+
+def plan(exported: Mapping[str, Any]) -> Moves:
+    """Pure: the moves of a ``pulumi stack export`` document.
+
+    Each component of type ``TOKEN`` with one dynamic child becomes an import of ``TOKEN`` with
+    the component's name, the child's ID (the CR's ``NAMESPACE/NAME``) and the component's own
+    parent (kept through the import file's ``nameTable``; the stack needs none). The dynamic
+    provider goes too when nothing else of the stack uses it.
+    """
+    resources: list[Mapping[str, Any]] = list(
+        (exported.get("deployment") or {}).get("resources") or []
+    )
+    components = {r["urn"]: r for r in resources if r.get("type") == TOKEN and not r.get("custom")}
+    children = {
+        str(r.get("parent")): r
+        for r in resources
+        if r.get("type") == CHILD and r.get("parent") in components
+    }
+    stack = next((r["urn"] for r in resources if r.get("type") == "pulumi:pulumi:Stack"), None)
+    remove: list[str] = []
+    entries: list[dict[str, Any]] = []
+    parents: dict[str, str] = {}
+    for urn, component in components.items():
+        child = children.get(urn)
+        if child is None:
+            continue
+        remove += [child["urn"], urn]
+        entry: dict[str, Any] = {"type": TOKEN, "name": urn.rsplit("::", 1)[1], "id": child["id"]}
+        parent = component.get("parent")
+        if parent and parent != stack:
+            key = parents.setdefault(parent, f"parent-{len(parents)}")
+            entry["parent"] = key
+        entries.append(entry)
+    moved = set(remove)
+    blockers = [r["urn"] for r in resources if r.get("parent") in moved and r["urn"] not in moved]
+    providers = {
+        _provider_urn(children[u].get("provider", "")) for u in components if u in children
+    }
+    for provider in sorted(p for p in providers if p):
+        users = [r for r in resources if _provider_urn(r.get("provider", "")) == provider]
+        if all(r["urn"] in moved for r in users):
+            remove.append(provider)
+    imports: dict[str, Any] = {"resources": entries}
+    if parents:
+        imports["nameTable"] = {key: urn for urn, key in parents.items()}
+    return Moves(tuple(remove), imports, tuple(blockers))
+
+
+def _provider_urn(reference: str) -> str:
+    """Pure: the URN of a provider reference ``URN::ID``."""
+    return reference.rsplit("::", 1)[0] if "::" in reference else ""
+
+
+def commands(moves: Moves, import_file: str) -> list[str]:
+    """Pure: the lines the user runs, in order, in the project's folder."""
+    if not moves.adapters:
+        return []
+    return [
+        "pulumi state remove --yes " + " ".join(shlex.quote(u) for u in moves.remove),
+        f"pulumi import --file {shlex.quote(import_file)} --yes --protect=false"
+        " --generate-code=false",
+        "pulumi preview --expect-no-changes",
+    ]
+
+
+@click.command("component-moves", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--import-file",
+    default="lora-imports.json",
+    show_default=True,
+    type=click.Path(dir_okay=False, writable=True),
+    help="Where to write the file `pulumi import --file` reads.",
+)
+@click.argument("export", type=click.File("r"), default="-")
+def moves_command(import_file: str, export: Any) -> None:
+    """Print the commands that move a stack made by 0.2's LoRAAdapter component (YAML,
+    TypeScript) to the custom resource, from `pulumi stack export` (a file, or stdin).
+
+    Runs nothing: `pulumi stack export | pulumi-lora component-moves`, read the lines, run
+    them in the project's folder. Nothing is loaded, unloaded or written to the cluster.
+    """
+    try:
+        exported = json.load(export)
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"not the JSON of `pulumi stack export`: {exc}") from exc
+    moves = plan(exported)
+    if not moves.adapters:
+        click.echo("nothing to move: no LoRAAdapter component with its dynamic child in this state")
+        return
+    if moves.blockers:
+        raise click.ClickException(
+            "these resources have a LoRAAdapter component as their parent; give them another "
+            "parent first (the component leaves the state):\n  " + "\n  ".join(moves.blockers)
+        )
+    Path(import_file).write_text(json.dumps(moves.imports, indent=2) + "\n", encoding="utf-8")
+    click.echo(f"# {moves.adapters} LoRAAdapter component(s) to move; {import_file} written.")
+    click.echo("# Run in the project's folder, with this release's provider/ in place:")
+    for line in commands(moves, import_file):
+        click.echo(line)
