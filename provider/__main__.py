@@ -18,4 +18,4 @@ from pulumi_lora import __version__
 from pulumi_lora._native import NativeProvider, engine_address, serve
 
 if __name__ == "__main__":
-    serve(sys.argv[1:], __version__, NativeProvider(__version__, engine_address(sys.argv[1:])))
+    serve(__version__, NativeProvider(__version__, engine_address(sys.argv[1:])))

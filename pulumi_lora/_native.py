@@ -333,10 +333,10 @@ for _name in ("Check", "Diff", "Create", "Read", "Update", "Delete"):
     setattr(Servicer, _name, _said_plainly(_name))
 
 
-def serve(argv: Sequence[str], version: str, served: NativeProvider) -> None:
+def serve(version: str, served: NativeProvider) -> None:
     """Serve ``served`` as the engine expects of a plugin: a gRPC server on a free loopback
-    port, the port printed as the first line of output (the SDK's ``main``, with ``Servicer``)."""
-    del argv  # the engine's address was read by the caller (``engine_address``)
+    port, the port printed as the first line of output (the SDK's ``main``, with ``Servicer``;
+    the engine's address, the plugin's argument, went to ``served``: ``engine_address``)."""
 
     async def run() -> None:
         server = grpc.aio.server(options=_GRPC_CHANNEL_OPTIONS)

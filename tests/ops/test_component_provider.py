@@ -241,7 +241,7 @@ def test_main_serves_only_under_the_guard() -> None:
     (call,) = guard.body
     assert isinstance(call, ast.Expr) and isinstance(call.value, ast.Call)
     assert ast.unparse(call.value.func) == "serve"  # the SDK's provider server
-    assert ast.unparse(call.value.args[2]).startswith("NativeProvider(__version__, ")
+    assert ast.unparse(call.value.args[1]).startswith("NativeProvider(__version__, ")
     assert [ast.unparse(c.func) for c in calls_outside_guard] == []
 
 
