@@ -253,9 +253,12 @@ def remove_testbed_networks(testbed_id: str) -> list[str]:
 
 # --- leftovers of testbeds that died hard ---------------------------------------------------------
 
+
 def _owners() -> Path:
     """Where the testbeds of this host record that they are alive (one lock file each)."""
     return Path(tempfile.gettempdir()) / "pulumi-lora-netns-owners"
+
+
 """One lock file per testbed id, held (``flock``) for as long as that testbed lives."""
 
 _OWNED_NAME = re.compile(rf"^(?:{re.escape(NETNS_PREFIX)}|v[hp])([0-9a-f]{{6}})-\d+$")
