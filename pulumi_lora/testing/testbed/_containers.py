@@ -48,6 +48,7 @@ from pulumi_lora.testing.testbed._incluster import (
     InClusterProcess,
     PodRoutes,
     pod_environment,
+    pod_hostname,
 )
 from pulumi_lora.testing.testbed._netns import PodNetwork
 
@@ -252,7 +253,7 @@ def run_argv(
     """
     security = effective_security(pod, container)
     argv = [*PODMAN, "run", "--rm", "--replace", "--name", name, "--pull", "never"]
-    argv += ["--network", f"ns:{network}", "--hostname", str(pod["metadata"]["name"])]
+    argv += ["--network", f"ns:{network}", "--hostname", pod_hostname(pod["metadata"]["name"])]
     argv += ["--unsetenv", "TERM", "--unsetenv", "container"]  # podman's, not a kubelet's
     for kind, (soft, hard) in sorted(ulimits.items()):
         argv += ["--ulimit", f"{kind}={soft}:{hard}"]
@@ -443,7 +444,8 @@ def start_container(
     if token is not None:
         account = state_dir / "serviceaccount"
         _write_service_account(account, token, ca_pem, str(meta["namespace"]))
-    pod_env = pod_environment(env, apiserver_port=apiserver_port, hostname=str(meta["name"]))
+    hostname = pod_hostname(str(meta["name"]))
+    pod_env = pod_environment(env, apiserver_port=apiserver_port, hostname=hostname)
     for key in _RUNTIME_ENV_DROPPED:
         if key not in env:
             pod_env.pop(key, None)

@@ -59,6 +59,7 @@ __all__ = [
     "in_cluster_unavailable_reason",
     "listen_in_netns",
     "pod_environment",
+    "pod_hostname",
     "request_token",
     "run_in_cluster_pod",
     "service_account_user",
@@ -215,6 +216,12 @@ def request_token(
 
 
 # --- the environment ----------------------------------------------------------------------------
+
+
+def pod_hostname(pod_name: str) -> str:
+    """The hostname the kubelet gives a pod's containers: its name cut to 63 characters, without
+    a trailing ``-`` or ``.`` (a longer one is refused by ``sethostname``)."""
+    return pod_name[:63].rstrip("-.")
 
 
 def pod_environment(
@@ -620,7 +627,7 @@ def run_in_cluster_pod(
     if not (_NETNS_DIR / network.namespace).exists():
         raise InClusterError(f"network namespace {network.namespace} does not exist")
     program = _resolve_program(argv)
-    pod_env = pod_environment(env, apiserver_port=apiserver_port, hostname=name)
+    pod_env = pod_environment(env, apiserver_port=apiserver_port, hostname=pod_hostname(name))
     run = _run_dir()
     setup = {
         "PL_SOURCE": mount_source(),
@@ -631,7 +638,7 @@ def run_in_cluster_pod(
         "PL_TOKEN": service_account_token,
         "PL_CA": ca_pem.decode("ascii"),
         "PL_NAMESPACE": namespace,
-        "PL_HOSTNAME": name,
+        "PL_HOSTNAME": pod_hostname(name),
     }
     clash = sorted(set(setup) & set(pod_env))
     if clash:
