@@ -553,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv")
     parser.add_argument("--extras", default="test,dev,metrics,kubernetes")
     parser.add_argument("--skip-go", action="store_true", help="only the Python side")
-    parser.add_argument("--skip-image", action="store_true", help="no container tools or image")
+    parser.add_argument("--skip-image", action="store_true", help="no podman or loop image")
     parser.add_argument("--json", action="store_true", help="print the tool paths as JSON")
     args = parser.parse_args(argv)
 
@@ -575,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with phase("host scripts beside pulumi", timings):
                 for script in ensure_host_scripts(versions["pulumi"]["cli"]):
                     report[script.name] = str(script)
-        if not args.skip_image:
+        if not (args.skip_image or args.skip_go):
             with phase("loop image (podman, deploy/Dockerfile)", timings):
                 report["loop image"] = ensure_loop_image(python, args.venv)
     except ProvisionError as exc:
