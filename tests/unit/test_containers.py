@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from pulumi_lora.deploy import resync_manifests
+from pulumi_lora.testing.testbed import loop_image
 from pulumi_lora.testing.testbed._containers import (
     ContainerRefusedError,
     Mounts,
@@ -173,3 +175,8 @@ def test_the_image_tool_names_every_manylinux_tag_a_bookworm_base_runs() -> None
     assert tags[0] == "manylinux_2_36_x86_64" and "manylinux_2_17_x86_64" in tags
     assert {"manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
     assert image.default_tag() == f"localhost/pulumi-lora:{image.version()}"
+
+
+def test_the_platform_examples_default_image_is_what_the_image_tool_tags() -> None:
+    config = yaml.safe_load((ROOT / "examples" / "platform" / "Pulumi.yaml").read_text())["config"]
+    assert config["loopImage"]["default"] == loop_image()
