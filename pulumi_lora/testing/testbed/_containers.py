@@ -366,14 +366,15 @@ class ContainerProcess(InClusterProcess):
             self._runtime("kill", "--signal", "TERM", self.container_name, timeout=_STOP_SLACK)
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM, then SIGKILL after ``timeout`` (the grace period), by the runtime."""
+        """SIGTERM, then SIGKILL after the pod's ``terminationGracePeriodSeconds``, by the
+        runtime (``timeout`` is the caller's wait for a process; a container gets its grace)."""
         with self._lock:
             if self.alive():
-                seconds = str(max(0, round(timeout)))
+                grace = max(0, round(self.grace))
                 self._runtime(
-                    "stop", "--time", seconds, self.container_name, timeout=timeout + _STOP_SLACK
+                    "stop", "--time", str(grace), self.container_name, timeout=grace + _STOP_SLACK
                 )
-            return super().stop(_STOP_SLACK)
+            return super().stop(max(timeout, _STOP_SLACK))
 
     def kill(self) -> int | None:
         """SIGKILL the container at once (a crash), and reap ``podman run``."""
