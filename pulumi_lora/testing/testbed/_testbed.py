@@ -45,6 +45,11 @@ from pulumi_lora.testing.testbed._certs import (
     write_token_file,
 )
 from pulumi_lora.testing.testbed._collector import FinalizerCollector
+from pulumi_lora.testing.testbed._containers import (
+    ContainerProcess,
+    ContainerRuntime,
+    container_runtime_unavailable_reason,
+)
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
 from pulumi_lora.testing.testbed._kubeproxy import ServiceProxy
 from pulumi_lora.testing.testbed._llmkube import LLMKubeLoRAController, held_off
@@ -147,6 +152,7 @@ class Testbed:
         default_network: Network = "loopback",
         llmkube_lora_controller: bool = True,
         llmkube_time_scale: float = 1.0,
+        container_runtime: ContainerRuntime = "auto",
     ) -> None:
         """Prepare a testbed (nothing starts before :meth:`start`).
 
@@ -160,6 +166,10 @@ class Testbed:
         ``llmkube_lora_controller`` runs LLMKube's own LoRA controller, played from its source
         (``_llmkube.py``), as every LLMKube install runs it; ``False`` leaves it out.
         ``llmkube_time_scale`` shrinks its clocks (30 s requeues, 2 minute skip window).
+        ``container_runtime`` is how the kubelet runs the re-sync loop's pods: ``podman`` runs
+        their image as real containers (``_containers.py``), ``process`` runs the container's
+        command as a local process in the same sandbox; ``auto`` (the default) takes podman when
+        it works here, and under ``CI=true`` always (the pods then say what is missing).
         """
         self.id = secrets.token_hex(3)
         self._given_dir = directory
@@ -183,6 +193,11 @@ class Testbed:
         self._default_network: Network = default_network
         self._llmkube_wanted = llmkube_lora_controller
         self._llmkube_time_scale = llmkube_time_scale
+        if container_runtime not in ("auto", "podman", "process"):
+            raise ValueError(
+                f"container_runtime must be auto, podman or process, not {container_runtime!r}"
+            )
+        self._container_runtime: ContainerRuntime = container_runtime
         self._llmkube: LLMKubeLoRAController | None = None
         self._llmkube_rest: KubeRest | None = None
         self._controller_rest: KubeRest | None = None
@@ -275,7 +290,12 @@ class Testbed:
         self._controller_rest = KubeRest(
             self._apiserver.url, self._controller_token, self._apiserver.ssl_context()
         )
-        sandbox = Sandbox(self._apiserver.port, self.ca_path.read_text(encoding="utf-8"))
+        sandbox = Sandbox(
+            self._apiserver.port,
+            self.ca_path.read_text(encoding="utf-8"),
+            containers=self.runs_containers,
+            state_dir=directory / "kubelet",
+        )
         self._player = PodPlayer(
             self._controller_rest,
             self.id,
@@ -291,6 +311,17 @@ class Testbed:
         if self._llmkube_wanted:
             self._start_llmkube()
         _log.info("testbed %s ready at %s", self.id, self._apiserver.url)
+
+    @property
+    def runs_containers(self) -> bool:
+        """Whether the re-sync loop's pods run as podman containers (see ``container_runtime``)."""
+        if self._container_runtime != "auto":
+            return self._container_runtime == "podman"
+        reason = container_runtime_unavailable_reason()
+        if reason is None or os.environ.get("CI") == "true":
+            return True
+        _log.warning("testbed: %s; the loop's pods run as local processes instead", reason)
+        return False
 
     def _start_llmkube(self) -> None:
         """LLMKube's LoRA controller under its own ServiceAccount; kube-proxy as the controllers."""
@@ -616,6 +647,25 @@ class Testbed:
     def kill_pod_process(self, namespace: str, pod: str) -> None:
         """Crash a pod's emulator without restarting it (Ready becomes False)."""
         self._require_player().handle_of_pod(namespace, pod).kill_pod_process(pod)
+
+    def crash_pod(self, namespace: str, pod: str) -> None:
+        """SIGKILL any pod's container (the loop's too) as a crash would: no chance to clean up;
+        the kubelet restarts it after its back-off where it restarts crashed containers."""
+        runtime = self._require_player().runtime_of(namespace, pod)
+        runtime.stop_container(crash=True)
+        runtime.publish()
+
+    def pod_host_pid(self, namespace: str, pod: str) -> int | None:
+        """The host's pid of a pod's container process (for ``/proc``), ``None`` unless running.
+
+        For a container: its first process as podman reports it; for a local process: its pid.
+        """
+        process = self._require_player().runtime_of(namespace, pod).process
+        if process is None or not process.alive():
+            return None
+        if isinstance(process, ContainerProcess):
+            return process.host_pid()
+        return process.pid
 
     def scale(self, namespace: str, name: str, replicas: int) -> None:
         """Patch the InferenceService's ``spec.replicas``; return once the pods follow."""
