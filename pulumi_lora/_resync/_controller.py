@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._cluster import SERVICE_LABEL, target_from_object
 from pulumi_lora._errors import ClusterError, EvictionImpossible
+from pulumi_lora._llmkube import SERVICE_LABEL, target_from_object
 from pulumi_lora._models import LLMKUBE_FINALIZER
 from pulumi_lora._ownership import awaits_owner, owned_from_object, untrusted_message
 from pulumi_lora._reconcile import PodOutcome, extra_arg_value

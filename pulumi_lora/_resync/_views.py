@@ -1,4 +1,5 @@
-"""Small frozen views of the API objects the loop reacts to: LoRAAdapter CRs and SGLang pods.
+"""Small frozen views of the API objects the loop reacts to: LoRAAdapter CRs (pods and targets are
+``_llmkube``'s :class:`PodEndpoint` and :class:`Target`, as the provider reads them).
 
 Pure, and free of any I/O library even transitively (the pods are parsed at the edge, in
 ``_kube``, with the provider's own ``pod_from_object``, so both actors agree on what "Ready" and
@@ -18,7 +19,6 @@ from pulumi_lora._models import (
     ANNOTATION_POLICY,
     ANNOTATION_TRANSPORT,
 )
-from pulumi_lora._ownership import ControllerRef
 from pulumi_lora._reconcile import Desired, ReadinessPolicy
 
 #: ``(namespace, name)`` of a namespaced object.
@@ -134,43 +134,6 @@ def _secret_ref(namespace: str, value: str | None) -> SecretRef | None:
         return None
     name, key = value.split("/", 1)
     return SecretRef(namespace, name, key) if name and key else None
-
-
-@dataclass(frozen=True)
-class PodFacts:
-    """What the loop tracks of one SGLang pod: identity, readiness and where it listens."""
-
-    namespace: str
-    name: str
-    uid: str
-    service: str
-    ready: bool
-    restart_count: int
-    ip: str | None
-    port: int
-    state: str = ""
-    controller: ControllerRef | None = None
-
-    @property
-    def key(self) -> Key:
-        """``(namespace, name)`` of the pod."""
-        return (self.namespace, self.name)
-
-    @property
-    def target(self) -> Key:
-        """The InferenceService the pod belongs to (its ``inference.llmkube.dev/service``)."""
-        return (self.namespace, self.service)
-
-    @property
-    def serving(self) -> bool:
-        """Ready and addressable: the only pods the loop talks to."""
-        return self.ready and bool(self.ip)
-
-    @property
-    def url(self) -> str:
-        """Base URL of the pod's SGLang (pod IP and the container port named ``http``)."""
-        host = f"[{self.ip}]" if self.ip and ":" in self.ip else self.ip
-        return f"http://{host}:{self.port}"
 
 
 def object_key(obj: Mapping[str, Any]) -> Key:

@@ -12,10 +12,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pulumi_lora import _ownership
 from pulumi_lora._errors import NameCollision
+from pulumi_lora._llmkube import PodEndpoint, Target
 from pulumi_lora._ownership import Owned, controller_chain, untrusted_message
 from pulumi_lora._reconcile import Availability, PodOutcome, extra_arg_value, startup_adapters
 from pulumi_lora._resync._decide import (
@@ -27,10 +28,7 @@ from pulumi_lora._resync._decide import (
     classify_pod,
     permission,
 )
-from pulumi_lora._resync._views import AdapterCR, Key, PodFacts, SecretRef
-
-if TYPE_CHECKING:  # a type only: importing _cluster at run time would pull lightkube in
-    from pulumi_lora._cluster import Target
+from pulumi_lora._resync._views import AdapterCR, Key, SecretRef
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ Settled = tuple[tuple[tuple[Key, int, str, str, bool], ...], frozenset[tuple[str
 class PodState:
     """A pod plus what the loop knows about its server."""
 
-    facts: PodFacts
+    facts: PodEndpoint
     pending: ReloadReason | None = None
     ready_seen_at: float | None = None  # monotonic, when the loop saw it start serving
     outcomes: dict[Key, Recorded] = field(default_factory=dict)
@@ -256,7 +254,7 @@ class World:
         """Forget a ReplicaSet or Deployment; return whether it was known."""
         return self.owners(kind).pop(uid, None) is not None
 
-    def trust(self, facts: PodFacts) -> str | None:
+    def trust(self, facts: PodEndpoint) -> str | None:
         """None when the pod's controller chain ends at its target InferenceService (or the
         chain is not required); else why not (``_ownership.controller_chain``)."""
         if not _ownership.REQUIRE_CONTROLLER_CHAIN:
@@ -274,7 +272,7 @@ class World:
         """Every pod labelled as ``target``'s, trusted or not, by name."""
         return [self.pods[k] for k in sorted(self._pods_by_target.get(target, ()))]
 
-    def put_pod(self, facts: PodFacts, now: float) -> PodVerdict:
+    def put_pod(self, facts: PodEndpoint, now: float) -> PodVerdict:
         """Store a pod update and say what it means (see :func:`classify_pod`)."""
         state = self.pods.get(facts.key)
         old = state.facts if state is not None else None
@@ -293,7 +291,7 @@ class World:
             state.failures, state.not_before = 0, 0.0
         return verdict
 
-    def seed_pod(self, facts: PodFacts) -> None:
+    def seed_pod(self, facts: PodEndpoint) -> None:
         """Store a pod from the first listing: nothing is inferred about its past."""
         self.pods[facts.key] = PodState(facts)
         self._pods_by_target[facts.target].add(facts.key)
