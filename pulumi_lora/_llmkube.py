@@ -18,6 +18,7 @@ from pulumi_lora._models import API_VERSION, KIND
 from pulumi_lora._ownership import ControllerRef, by_uid, controller_chain, controller_of
 
 __all__ = [
+    "DEFAULT_SERVICE_PORT",
     "DEFAULT_SGLANG_PORT",
     "HTTP_PORT_NAME",
     "SERVICE_LABEL",
@@ -27,9 +28,11 @@ __all__ = [
     "Target",
     "adapter_manifest",
     "all_ready",
+    "container_port",
     "describe_pod_state",
     "names",
     "pod_from_object",
+    "service_port",
     "split_pods",
     "target_from_object",
 ]
@@ -41,6 +44,9 @@ SERVICE_LABEL = "inference.llmkube.dev/service"
 SGLANG_CONTAINER = "sglang"
 HTTP_PORT_NAME = "http"
 DEFAULT_SGLANG_PORT = 30000
+#: The Service port LLMKube sets when ``spec.endpoint.port`` is unset (its service_builder.go;
+#: docs/protocol.md).
+DEFAULT_SERVICE_PORT = 8080
 
 
 # --- the target ---------------------------------------------------------------------------------
@@ -73,6 +79,18 @@ def target_from_object(obj: Mapping[str, Any]) -> Target:
         sglang_adapters=tuple(sglang.get("loraAdapters") or ()),
         uid=str(meta.get("uid", "")),
     )
+
+
+def container_port(spec: Mapping[str, Any]) -> int:
+    """Pure: the sglang container port LLMKube sets (containerPort, endpoint.port, or 30000)."""
+    endpoint = spec.get("endpoint") or {}
+    return int(spec.get("containerPort") or endpoint.get("port") or DEFAULT_SGLANG_PORT)
+
+
+def service_port(spec: Mapping[str, Any]) -> int:
+    """Pure: the Service port LLMKube sets (endpoint.port, else 8080)."""
+    endpoint = spec.get("endpoint") or {}
+    return int(endpoint.get("port") or DEFAULT_SERVICE_PORT)
 
 
 # --- pods --------------------------------------------------------------------------------------
