@@ -15,6 +15,8 @@ Pure: no I/O, no HTTP or Kubernetes client.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -206,10 +208,11 @@ class Transport(StrEnum):
 
 
 class Policy(StrEnum):
-    """What counts as loaded (the resource's ``readiness_policy``)."""
+    """The readiness policy: what counts as loaded (the resource's ``readiness_policy``, the
+    ``pulumi-lora.dev/readiness-policy`` annotation, the decision core's ``is_loaded``)."""
 
-    ALL_READY_PODS = "AllReadyPods"
-    ANY_READY_POD = "AnyReadyPod"
+    ALL_READY_PODS = "AllReadyPods"  # every Ready pod serves the adapter (default)
+    ANY_READY_POD = "AnyReadyPod"  # at least one Ready pod does
 
 
 ANNOTATION_PREFIX = "pulumi-lora.dev/"
@@ -281,6 +284,44 @@ class AdapterArgs(_Model):
                 f"{self.api_key_secret_name}/{self.api_key_secret_key}"
             )
         return notes
+
+
+@dataclass(frozen=True)
+class AdapterNotes:
+    """The ``pulumi-lora.dev/`` annotations of one CR, read back (:meth:`AdapterArgs.annotations`
+    writes them): the one reader, for the re-sync loop and the operator commands alike.
+
+    What a reader does not know reads as its default (CHANGELOG.md, version skew): ``pinned``
+    anything but ``true`` is not pinned, an unknown readiness policy is ``AllReadyPods``, an
+    ``api-key-secret`` that is not ``NAME/KEY`` is no key. ``transport`` is kept as written
+    (``direct`` when absent), so each reader decides what an unknown one means.
+    """
+
+    managed: bool = False  # ``managed-by`` is set: a pulumi-lora stack made the CR
+    pinned: bool = False
+    transport: str = Transport.DIRECT.value
+    readiness_policy: Policy = Policy.ALL_READY_PODS
+    api_key_secret: tuple[str, str] | None = None  # (Secret name, key), in the target's namespace
+    operation: str | None = None  # ``update@<time>`` / ``delete@<time>``, see docs/protocol.md
+
+
+def read_annotations(annotations: Mapping[str, str] | None) -> AdapterNotes:
+    """Pure: the ``pulumi-lora.dev/`` annotations of a CR (its ``metadata.annotations``)."""
+    notes = annotations or {}
+    try:
+        policy = Policy(notes.get(ANNOTATION_POLICY) or Policy.ALL_READY_PODS.value)
+    except ValueError:
+        policy = Policy.ALL_READY_PODS
+    secret = notes.get(ANNOTATION_API_KEY_SECRET) or ""
+    name, _, key = secret.partition("/")
+    return AdapterNotes(
+        managed=ANNOTATION_MANAGED_BY in notes,
+        pinned=notes.get(ANNOTATION_PINNED, "false").lower() == "true",
+        transport=notes.get(ANNOTATION_TRANSPORT, Transport.DIRECT.value),
+        readiness_policy=policy,
+        api_key_secret=(name, key) if name and key else None,
+        operation=notes.get(ANNOTATION_OPERATION) or None,
+    )
 
 
 def default_resource_name(adapter_name: str) -> str:

@@ -16,14 +16,13 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from pulumi_lora._models import (
-    ANNOTATION_API_KEY_SECRET,
-    ANNOTATION_TRANSPORT,
     LLMKUBE_FINALIZER,
     AdapterArgs,
     ConditionKind,
     ConditionStatus,
     LoRAAdapterStatus,
     Transport,
+    read_annotations,
     written_by_llmkube,
 )
 
@@ -182,9 +181,8 @@ def args_from_cr(cr: Mapping[str, Any], transport: Transport | None = None) -> A
     """
     meta = cr.get("metadata") or {}
     spec = cr.get("spec") or {}
-    notes = meta.get("annotations") or {}
+    notes = read_annotations(meta.get("annotations"))
     ref = spec.get("inferenceServiceRef") or {}
-    secret_name, _, secret_key = str(notes.get(ANNOTATION_API_KEY_SECRET, "")).partition("/")
     values: dict[str, Any] = {
         "adapter_name": spec.get("name"),
         "path": spec.get("path"),
@@ -192,11 +190,11 @@ def args_from_cr(cr: Mapping[str, Any], transport: Transport | None = None) -> A
         "inference_service_namespace": ref.get("namespace") or None,
         "namespace": meta.get("namespace"),
         "resource_name": meta.get("name"),
-        "transport": transport or notes.get(ANNOTATION_TRANSPORT) or Transport.DIRECT,
-        "api_key_secret_name": secret_name or None,
+        "transport": transport or notes.transport or Transport.DIRECT,
+        "api_key_secret_name": notes.api_key_secret[0] if notes.api_key_secret else None,
     }
-    if secret_key:
-        values["api_key_secret_key"] = secret_key
+    if notes.api_key_secret:
+        values["api_key_secret_key"] = notes.api_key_secret[1]
     return AdapterArgs.model_validate(values)
 
 

@@ -12,14 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulumi_lora._models import (
-    ANNOTATION_API_KEY_SECRET,
-    ANNOTATION_OPERATION,
-    ANNOTATION_PINNED,
-    ANNOTATION_POLICY,
-    ANNOTATION_TRANSPORT,
-)
-from pulumi_lora._reconcile import Desired, ReadinessPolicy
+from pulumi_lora._models import Policy, read_annotations
+from pulumi_lora._reconcile import Desired
 
 #: ``(namespace, name)`` of a namespaced object.
 Key = tuple[str, str]
@@ -48,7 +42,7 @@ class AdapterCR:
     path: str
     target: Key
     pinned: bool = False
-    policy: ReadinessPolicy = ReadinessPolicy.ALL_READY_PODS
+    policy: Policy = Policy.ALL_READY_PODS
     transport: str = "direct"
     api_key: SecretRef | None = None
     operation: str | None = None
@@ -88,8 +82,9 @@ def adapter_from_object(obj: Mapping[str, Any]) -> AdapterCR | None:
     namespace, name = meta.get("namespace"), meta.get("name")
     if not (namespace and name and spec.get("name") and spec.get("path") and ref.get("name")):
         return None
-    notes: Mapping[str, str] = meta.get("annotations") or {}
+    notes = read_annotations(meta.get("annotations"))
     target = (str(ref.get("namespace") or namespace), str(ref["name"]))
+    secret = notes.api_key_secret
     return AdapterCR(
         namespace=str(namespace),
         name=str(name),
@@ -99,11 +94,11 @@ def adapter_from_object(obj: Mapping[str, Any]) -> AdapterCR | None:
         adapter_name=str(spec["name"]),
         path=str(spec["path"]),
         target=target,
-        pinned=notes.get(ANNOTATION_PINNED, "false").lower() == "true",
-        policy=_policy(notes.get(ANNOTATION_POLICY)),
-        transport=notes.get(ANNOTATION_TRANSPORT, "direct"),
-        api_key=_secret_ref(target[0], notes.get(ANNOTATION_API_KEY_SECRET)),
-        operation=notes.get(ANNOTATION_OPERATION) or None,
+        pinned=notes.pinned,
+        policy=notes.readiness_policy,
+        transport=notes.transport,
+        api_key=SecretRef(target[0], *secret) if secret else None,
+        operation=notes.operation,
         status=dict(obj.get("status") or {}),
         raw=_reference(obj),
     )
@@ -119,21 +114,6 @@ def _reference(obj: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": meta,
         "spec": obj.get("spec") or {},
     }
-
-
-def _policy(value: str | None) -> ReadinessPolicy:
-    try:
-        return ReadinessPolicy(value or ReadinessPolicy.ALL_READY_PODS.value)
-    except ValueError:
-        return ReadinessPolicy.ALL_READY_PODS
-
-
-def _secret_ref(namespace: str, value: str | None) -> SecretRef | None:
-    """``NAME/KEY`` → a reference in the target's namespace (as the provider reads it)."""
-    if not value or "/" not in value:
-        return None
-    name, key = value.split("/", 1)
-    return SecretRef(namespace, name, key) if name and key else None
 
 
 def object_key(obj: Mapping[str, Any]) -> Key:
