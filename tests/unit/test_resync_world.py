@@ -6,8 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._cluster import Target
-from pulumi_lora._llmkube import PodEndpoint
+from pulumi_lora._llmkube import PodEndpoint, Target
 from pulumi_lora._models import ANNOTATION_OPERATION, ANNOTATION_PINNED
 from pulumi_lora._ownership import ControllerRef, Owned
 from pulumi_lora._reconcile import PodOutcome
