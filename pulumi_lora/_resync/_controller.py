@@ -40,7 +40,7 @@ from pulumi_lora._resync._decide import (
     permission,
 )
 from pulumi_lora._resync._events import EVENT_SENDERS, EventRecorder
-from pulumi_lora._resync._kube import Kube, Objects, jitter, pod_facts
+from pulumi_lora._resync._kube import Kube, Objects, jitter, labelled_pod
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._podrun import run_pod
 from pulumi_lora._resync._recorder import RunRecorder
@@ -163,7 +163,7 @@ class Controller:
                     self.world.put_cr(cr)
             elif kind in ("deployments", "replicasets"):
                 self.world.put_owner(kind, owned_from_object(obj))
-            elif (facts := pod_facts(obj)) is not None:
+            elif (facts := labelled_pod(obj)) is not None:
                 self.world.seed_pod(facts)
                 self._worker(facts.key)
 
@@ -323,7 +323,7 @@ class Controller:
         if event_type == "DELETED":
             self._pod_gone(key)
             return
-        facts = pod_facts(obj)
+        facts = labelled_pod(obj)
         if facts is None:
             return
         verdict = self.world.put_pod(facts, time.monotonic())

@@ -47,7 +47,7 @@ def jitter() -> float:
     return random.random()  # noqa: S311 - jitter, not secrecy
 
 
-def pod_facts(obj: Mapping[str, Any]) -> PodEndpoint | None:
+def labelled_pod(obj: Mapping[str, Any]) -> PodEndpoint | None:
     """A pod as the loop tracks it (the provider's own ``pod_from_object``); None without the
     ``inference.llmkube.dev/service`` label."""
     pod = k8s.pod_from_object(obj)
