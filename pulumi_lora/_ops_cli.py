@@ -20,8 +20,8 @@ import yaml
 
 from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._lifecycle import POOL
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, Transport
-from pulumi_lora._operations import POOL
 from pulumi_lora._ops import _doctor, _gather, _status
 
 __all__ = ["doctor_command", "policy_command", "render_table", "status_command"]

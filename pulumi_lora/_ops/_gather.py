@@ -1,7 +1,7 @@
 """What ``pulumi-lora status`` and ``doctor`` read: the cluster and the pods (the I/O edge).
 
 :func:`gather_status` reads every LoRAAdapter and observes each exactly as ``pulumi refresh``
-does (``_operations.observe``); :func:`gather_doctor` reads an InferenceService, its Service,
+does (``_lifecycle.observe``); :func:`gather_doctor` reads an InferenceService, its Service,
 its pods and asks each Ready pod's SGLang (``SGLangClient.list_models`` and ``server_info``).
 Both reach the cluster and the pods through the code the provider itself uses (the process-wide
 client ``POOL``, ``Session.clients``), so the operator sees exactly what the provider would.
@@ -25,9 +25,9 @@ from pydantic import ValidationError
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import ClusterError, PulumiLoRAError, UnsupportedServer
+from pulumi_lora._lifecycle import POOL, ProviderConfig, Session, observe, parallel
 from pulumi_lora._llmkube import HTTP_PORT_NAME, PodEndpoint, Target, target_from_object
 from pulumi_lora._models import AdapterArgs, Transport
-from pulumi_lora._operations import POOL, ProviderConfig, Session, observe, parallel
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe
 from pulumi_lora._ops._status import AdapterLine, StatusReport, adapter_line, args_from_cr
 from pulumi_lora._sglang import SGLangClient
@@ -40,7 +40,7 @@ def gather_status(
 ) -> StatusReport:
     """Read every LoRAAdapter (one namespace, or all when None) and what each pod serves.
 
-    Each CR is observed exactly as ``pulumi refresh`` observes it (``_operations.observe``: the
+    Each CR is observed exactly as ``pulumi refresh`` observes it (``_lifecycle.observe``: the
     target, its pods, each Ready pod's ``/v1/models``, the API key Secret its annotation names).
     Problems with one CR become its error; only cluster access itself raises ``ClusterError``.
     """

@@ -1,7 +1,7 @@
 """``pulumi-lora status``'s verdicts, pure: one LoRAAdapter CR and what each pod serves → a line.
 
 :func:`adapter_line` turns one CR plus what each of its target's pods serves (the per-pod
-reports ``_operations.observe`` returns, as ``pulumi refresh`` reads them) into a verdict: ok,
+reports ``_lifecycle.observe`` returns, as ``pulumi refresh`` reads them) into a verdict: ok,
 drift or error. Plain dicts and values in, frozen values out: no I/O, no clock, so every rule is
 unit-tested without a cluster. The reading itself is ``_gather``'s.
 """
@@ -42,7 +42,7 @@ __all__ = [
 
 
 class ServedReport(Protocol):
-    """What one pod serves, as observed (``_operations.PodReport`` is one): read-only fields."""
+    """What one pod serves, as observed (``_lifecycle.PodReport`` is one): read-only fields."""
 
     @property
     def pod(self) -> str:

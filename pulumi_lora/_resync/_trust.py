@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from pulumi_lora._ownership import awaits_owner, untrusted_message
+from pulumi_lora._ownership import UNTRUSTED_EVENT, awaits_owner, untrusted_message
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._events import EventRecorder
 from pulumi_lora._resync._views import Key
@@ -28,8 +28,6 @@ __all__ = ["TRUST_GRACE", "UNTRUSTED_EVENT", "TrustReview"]
 #: it is reported as outside the chain (a rollout creates them moments before the pods; the
 #: watches are separate streams). Until then it gets nothing either.
 TRUST_GRACE = 5.0
-#: Reason of the Warning Event naming a labelled pod outside its target's controller chain.
-UNTRUSTED_EVENT = "UntrustedPodIgnored"
 
 
 class TrustReview:

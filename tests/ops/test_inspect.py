@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from pulumi_lora._errors import Unauthorized, UnsupportedServer
+from pulumi_lora._lifecycle import PodReport
 from pulumi_lora._llmkube import PodEndpoint, container_port, service_port
 from pulumi_lora._models import Transport
-from pulumi_lora._operations import PodReport
 from pulumi_lora._ops._doctor import (
     CheckStatus,
     DoctorFacts,

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from pulumi_lora._cluster import KubeSource
+from pulumi_lora._lifecycle import PodReport
 from pulumi_lora._models import Transport
-from pulumi_lora._operations import PodReport
 from pulumi_lora._ops import _gather
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe
 from pulumi_lora._ops._status import StatusReport, adapter_line
