@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pulumi_lora._llmkube import SERVICE_LABEL
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
     ANNOTATION_MANAGED_BY,
@@ -37,9 +38,6 @@ __all__ = [
 ACCEPT_FOREIGN_ADAPTERS_LABEL = "pulumi-lora.dev/accept-foreign-adapters"
 """A namespace labelled with this key and ``"true"`` accepts LoRAAdapters from other namespaces
 targeting its InferenceServices (under :func:`admission_policies`)."""
-
-SERVICE_LABEL = "inference.llmkube.dev/service"
-"""LLMKube's pod label naming the InferenceService; the provider and the loop select pods by it."""
 
 _VAP = "admissionregistration.k8s.io/v1"
 _ADAPTER_RULE = {

@@ -1,8 +1,9 @@
 """Cluster access (lightkube): credentials, the InferenceService, its pods, the CR and its status.
 
-The only module that talks to the Kubernetes API. It turns API objects into small frozen values
-(:class:`Target`, :class:`PodEndpoint`) right at the edge, so the layers above never handle
-raw API objects, and it maps lightkube's ``ApiError`` onto the project's errors.
+The only module of the provider that talks to the Kubernetes API. It turns API objects into the
+small frozen values of ``_llmkube`` (:class:`Target`, :class:`PodEndpoint`) right at the edge, so
+the layers above never handle raw API objects, and it maps lightkube's ``ApiError`` onto the
+project's errors.
 """
 
 from __future__ import annotations
@@ -37,26 +38,71 @@ from pulumi_lora._errors import (
     InferenceServiceNotFound,
     TransportUnavailable,
 )
-from pulumi_lora._models import API_VERSION, GROUP, ISVC_KIND, ISVC_PLURAL, KIND, PLURAL, VERSION
-from pulumi_lora._ownership import (
-    ControllerRef,
-    by_uid,
-    controller_chain,
-    controller_of,
+from pulumi_lora._llmkube import (
+    DEFAULT_SGLANG_PORT,
+    HTTP_PORT_NAME,
+    SERVICE_LABEL,
+    PodEndpoint,
+    PodListing,
+    Target,
+    adapter_manifest,
+    all_ready,
+    pod_from_object,
+    split_pods,
+    target_from_object,
 )
+from pulumi_lora._models import API_VERSION, GROUP, ISVC_KIND, ISVC_PLURAL, KIND, PLURAL, VERSION
 from pulumi_lora._wire import hold_writes
+
+#: LLMKube's vocabulary (``_llmkube``: DEFAULT_SGLANG_PORT, HTTP_PORT_NAME, SERVICE_LABEL,
+#: PodEndpoint, PodListing, Target, adapter_manifest, all_ready, pod_from_object, split_pods,
+#: target_from_object) stays reachable here for the modules that still name it through
+#: ``_cluster`` (the operations, the testing kit, the benchmarks).
+__all__ = [
+    "DEFAULT_SGLANG_PORT",
+    "HTTP_PORT_NAME",
+    "SERVICE_LABEL",
+    "SPEC_MANAGER",
+    "TRANSPORT_ERRORS",
+    "InferenceServiceResource",
+    "KubeSource",
+    "LoRAAdapterResource",
+    "PodEndpoint",
+    "PodListing",
+    "ProxyAccess",
+    "Target",
+    "adapter_manifest",
+    "all_ready",
+    "apiserver_errors",
+    "apply_adapter",
+    "apply_adapter_status",
+    "as_dict",
+    "begin_delete",
+    "delete_adapter",
+    "emit_event",
+    "get_adapter",
+    "get_target",
+    "held_writes",
+    "list_adapters",
+    "list_owners",
+    "list_pods",
+    "list_target_pods",
+    "make_client",
+    "pod_from_object",
+    "proxy_access",
+    "read_secret_value",
+    "release_finalizer",
+    "remove_annotations",
+    "split_pods",
+    "target_from_object",
+    "wait_for_pods",
+]
 
 LoRAAdapterResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 InferenceServiceResource = create_namespaced_resource(GROUP, VERSION, ISVC_KIND, ISVC_PLURAL)
 
 #: Field manager for the CR's spec and annotations (server-side apply).
 SPEC_MANAGER = "pulumi-lora"
-#: Label LLMKube puts on every pod of an InferenceService.
-SERVICE_LABEL = "inference.llmkube.dev/service"
-#: The SGLang container and its port, as LLMKube's operator names them.
-SGLANG_CONTAINER = "sglang"
-HTTP_PORT_NAME = "http"
-DEFAULT_SGLANG_PORT = 30000
 
 
 # --- credentials --------------------------------------------------------------------------------
@@ -149,35 +195,6 @@ def held_writes(client: Client) -> Client:
 # --- the target ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Target:
-    """The InferenceService facts this project reads."""
-
-    namespace: str
-    name: str
-    runtime: str
-    replicas: int
-    extra_args: tuple[str, ...] = ()
-    sglang_adapters: tuple[Mapping[str, str], ...] = ()
-    uid: str = ""
-
-
-def target_from_object(obj: Mapping[str, Any]) -> Target:
-    """Pure: read a Target out of an InferenceService object."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    sglang = spec.get("sglangConfig") or {}
-    return Target(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        runtime=str(spec.get("runtime") or "llamacpp"),
-        replicas=int(spec.get("replicas", 1)),
-        extra_args=tuple(str(a) for a in spec.get("extraArgs") or ()),
-        sglang_adapters=tuple(sglang.get("loraAdapters") or ()),
-        uid=str(meta.get("uid", "")),
-    )
-
-
 def get_target(client: Client, namespace: str, name: str) -> Target:
     """The InferenceService, or ``InferenceServiceNotFound`` naming namespace/name."""
     try:
@@ -192,73 +209,6 @@ def get_target(client: Client, namespace: str, name: str) -> Target:
 # --- pods ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PodEndpoint:
-    """One pod of the target: identity, readiness, where its SGLang listens."""
-
-    name: str
-    namespace: str
-    uid: str
-    ready: bool
-    ip: str | None
-    port: int
-    state: str
-    restart_count: int = 0
-    started_at: str | None = None
-    controller: ControllerRef | None = None
-
-
-def pod_from_object(obj: Mapping[str, Any]) -> PodEndpoint:
-    """Pure: a PodEndpoint from a Pod object (container ``sglang``, port ``http``)."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    containers = spec.get("containers") or []
-    sglang = next(
-        (c for c in containers if c.get("name") == SGLANG_CONTAINER),
-        containers[0] if containers else {},
-    )
-    port = next(
-        (
-            int(p["containerPort"])
-            for p in sglang.get("ports") or []
-            if p.get("name") == HTTP_PORT_NAME
-        ),
-        DEFAULT_SGLANG_PORT,
-    )
-    conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    ready_cond = conditions.get("Ready") or {}
-    ready = ready_cond.get("status") == "True" and not meta.get("deletionTimestamp")
-    container_status: Mapping[str, Any] = next(
-        (c for c in status.get("containerStatuses") or [] if c.get("name") == SGLANG_CONTAINER), {}
-    )
-    running = (container_status.get("state") or {}).get("running") or {}
-    return PodEndpoint(
-        name=str(meta.get("name", "")),
-        namespace=str(meta.get("namespace", "")),
-        uid=str(meta.get("uid", "")),
-        ready=ready,
-        ip=status.get("podIP"),
-        port=port,
-        state=describe_pod_state(status, bool(meta.get("deletionTimestamp"))),
-        restart_count=int(container_status.get("restartCount", 0)),
-        started_at=running.get("startedAt"),
-        controller=controller_of(obj),
-    )
-
-
-def describe_pod_state(status: Mapping[str, Any], terminating: bool) -> str:
-    """Pure: ``Running, Ready`` / ``Pending, not Ready (ContainersNotReady)`` for messages."""
-    phase = str(status.get("phase") or "Unknown")
-    if terminating:
-        return f"{phase}, terminating"
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-    if ready and ready.get("status") == "True":
-        return f"{phase}, Ready"
-    reason = (ready or {}).get("reason")
-    return f"{phase}, not Ready" + (f" ({reason})" if reason else "")
-
-
 def list_pods(client: Client, namespace: str, service: str) -> list[PodEndpoint]:
     """Every pod LLMKube labels as the InferenceService's, sorted by name."""
     try:
@@ -267,15 +217,6 @@ def list_pods(client: Client, namespace: str, service: str) -> list[PodEndpoint]
     except ApiError as exc:
         raise _cluster_error(f"listing pods of {namespace}/{service}", exc) from exc
     return sorted(found, key=lambda p: p.name)
-
-
-@dataclass(frozen=True)
-class PodListing:
-    """The pods of a target: those its controller chain vouches for, and the labelled others
-    (name → why not, see ``_ownership.controller_chain``), which get no request at all."""
-
-    pods: tuple[PodEndpoint, ...] = ()
-    untrusted: Mapping[str, str] = field(default_factory=dict)
 
 
 def list_owners(
@@ -313,24 +254,6 @@ def list_target_pods(
     return split_pods(target, pods, replicasets, deployments)
 
 
-def split_pods(
-    target: Target,
-    pods: Sequence[PodEndpoint],
-    replicasets: Sequence[Mapping[str, Any]],
-    deployments: Sequence[Mapping[str, Any]],
-) -> PodListing:
-    """Pure: ``pods`` split into those the target controls and the others, with why."""
-    rs_by_uid, dep_by_uid = by_uid(replicasets), by_uid(deployments)
-    trusted, untrusted = [], {}
-    for pod in pods:
-        why = controller_chain(pod.namespace, pod.controller, rs_by_uid, dep_by_uid, target.uid)
-        if why is None:
-            trusted.append(pod)
-        else:
-            untrusted[pod.name] = why
-    return PodListing(tuple(trusted), untrusted)
-
-
 def wait_for_pods(client: Client, target: Target, timeout: float, poll: float = 0.25) -> PodListing:
     """Wait until every desired replica is Ready (or the timeout); return the pods then seen.
 
@@ -348,31 +271,7 @@ def wait_for_pods(client: Client, target: Target, timeout: float, poll: float = 
         time.sleep(poll)
 
 
-def all_ready(target: Target, pods: Sequence[PodEndpoint]) -> bool:
-    """Pure: every desired replica is Ready, and no pod is not."""
-    ready = sum(1 for p in pods if p.ready)
-    return ready >= max(target.replicas, 1) and ready == len(pods)
-
-
 # --- the CR -------------------------------------------------------------------------------------
-
-
-def adapter_manifest(
-    namespace: str,
-    name: str,
-    spec: Mapping[str, Any],
-    annotations: Mapping[str, str],
-    labels: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Pure: the CR as this project applies it (spec and its own annotations, nothing else)."""
-    metadata: dict[str, Any] = {
-        "name": name,
-        "namespace": namespace,
-        "annotations": dict(annotations),
-    }
-    if labels:
-        metadata["labels"] = dict(labels)
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": dict(spec)}
 
 
 def apply_adapter(client: Client, manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -662,8 +561,3 @@ def _cluster_error(action: str, exc: ApiError) -> ClusterError:
     status = exc.status
     detail = f"{action} failed: HTTP {status.code} {status.reason}: {status.message}"
     return ApiserverUnreachable(detail) if status.code in _UNAVAILABLE else ClusterError(detail)
-
-
-def names(pods: Sequence[PodEndpoint]) -> list[str]:
-    """Pod names, for messages."""
-    return [p.name for p in pods]

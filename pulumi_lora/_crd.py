@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from pulumi_lora._models import GROUP, ISVC_PLURAL, PLURAL, VERSION
+
 __all__ = [
     "GROUP",
     "INFERENCE_SERVICE_PLURAL",
@@ -48,17 +50,10 @@ __all__ = [
     "write_manifests",
 ]
 
-GROUP = "inference.llmkube.dev"
-"""The API group of every LLMKube resource."""
-
-VERSION = "v1alpha1"
-"""The served and stored version of both CRDs."""
-
-LORA_ADAPTER_PLURAL = "loraadapters"
-"""Plural resource name of LoRAAdapter (the URL segment)."""
-
-INFERENCE_SERVICE_PLURAL = "inferenceservices"
-"""Plural resource name of InferenceService (the URL segment)."""
+#: The API group, version and plural resource names are ``_models``' (``GROUP``, ``VERSION``,
+#: ``PLURAL``, ``ISVC_PLURAL``), under the names this module has always exported.
+LORA_ADAPTER_PLURAL = PLURAL
+INFERENCE_SERVICE_PLURAL = ISVC_PLURAL
 
 MANIFEST_FILES = {
     f"{LORA_ADAPTER_PLURAL}.{GROUP}": "loraadapter.yaml",

@@ -288,13 +288,23 @@ class BadRequest(PermanentSGLangError):
     default_message = "SGLang rejected the request body as malformed"
 
 
+MIN_SGLANG_VERSION = (0, 5, 5)
+"""The oldest supported SGLang: from 0.5.5 on its ``/v1/models`` lists the loaded adapters, which
+is where drift is read. The one place this fact is written; messages quote the two below."""
+MIN_SGLANG = ".".join(map(str, MIN_SGLANG_VERSION))
+""":data:`MIN_SGLANG_VERSION` as written: ``0.5.5``."""
+SUPPORTED_SGLANG = f">= {MIN_SGLANG}"
+"""The supported SGLang versions, as fixes and advice quote them: ``>= 0.5.5``."""
+
+
 class UnsupportedServer(PermanentSGLangError):
-    """The server lacks the runtime-LoRA API this client needs; supported is SGLang ≥ 0.5.5."""
+    """The server lacks the runtime-LoRA API this client needs (see :data:`SUPPORTED_SGLANG`)."""
 
     reason = "UnsupportedSGLangVersion"
     default_message = (
         "this server does not provide SGLang's runtime LoRA API: pulumi-lora supports SGLang "
-        "≥ 0.5.5 (< 0.4.9 has no LoRA routes, < 0.5.5 lists no adapters in /v1/models)"
+        f"≥ {MIN_SGLANG} (< 0.4.9 has no LoRA routes, < {MIN_SGLANG} lists no adapters in "
+        "/v1/models)"
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -207,10 +208,11 @@ class Transport(StrEnum):
 
 
 class Policy(StrEnum):
-    """What counts as loaded (the resource's ``readiness_policy``)."""
+    """The readiness policy: what counts as loaded (the resource's ``readiness_policy``, the
+    ``pulumi-lora.dev/readiness-policy`` annotation, the decision core's ``is_loaded``)."""
 
-    ALL_READY_PODS = "AllReadyPods"
-    ANY_READY_POD = "AnyReadyPod"
+    ALL_READY_PODS = "AllReadyPods"  # every Ready pod serves the adapter (default)
+    ANY_READY_POD = "AnyReadyPod"  # at least one Ready pod does
 
 
 ANNOTATION_PREFIX = "pulumi-lora.dev/"
@@ -284,6 +286,44 @@ class AdapterArgs(_Model):
         return notes
 
 
+@dataclass(frozen=True)
+class AdapterNotes:
+    """The ``pulumi-lora.dev/`` annotations of one CR, read back (:meth:`AdapterArgs.annotations`
+    writes them): the one reader, for the re-sync loop and the operator commands alike.
+
+    What a reader does not know reads as its default (CHANGELOG.md, version skew): ``pinned``
+    anything but ``true`` is not pinned, an unknown readiness policy is ``AllReadyPods``, an
+    ``api-key-secret`` that is not ``NAME/KEY`` is no key. ``transport`` is kept as written
+    (``direct`` when absent), so each reader decides what an unknown one means.
+    """
+
+    managed: bool = False  # ``managed-by`` is set: a pulumi-lora stack made the CR
+    pinned: bool = False
+    transport: str = Transport.DIRECT.value
+    readiness_policy: Policy = Policy.ALL_READY_PODS
+    api_key_secret: tuple[str, str] | None = None  # (Secret name, key), in the target's namespace
+    operation: str | None = None  # ``update@<time>`` / ``delete@<time>``, see docs/protocol.md
+
+
+def read_annotations(annotations: Mapping[str, str] | None) -> AdapterNotes:
+    """Pure: the ``pulumi-lora.dev/`` annotations of a CR (its ``metadata.annotations``)."""
+    notes = annotations or {}
+    try:
+        policy = Policy(notes.get(ANNOTATION_POLICY) or Policy.ALL_READY_PODS.value)
+    except ValueError:
+        policy = Policy.ALL_READY_PODS
+    secret = notes.get(ANNOTATION_API_KEY_SECRET) or ""
+    name, _, key = secret.partition("/")
+    return AdapterNotes(
+        managed=ANNOTATION_MANAGED_BY in notes,
+        pinned=notes.get(ANNOTATION_PINNED, "false").lower() == "true",
+        transport=notes.get(ANNOTATION_TRANSPORT, Transport.DIRECT.value),
+        readiness_policy=policy,
+        api_key_secret=(name, key) if name and key else None,
+        operation=notes.get(ANNOTATION_OPERATION) or None,
+    )
+
+
 def default_resource_name(adapter_name: str) -> str:
     """A DNS-1123 CR name for an adapter handle (lowercase; ``_`` and ``.`` runs become ``-``)."""
     name = re.sub(r"[^a-z0-9-]+", "-", adapter_name.lower()).strip("-")
@@ -293,7 +333,8 @@ def default_resource_name(adapter_name: str) -> str:
 def declared_by_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
     """Pure: the arguments a resource must declare to be this CR (``pulumi import``): its spec,
     its name when it is not the adapter name's default, and the settings this project's
-    annotations record (a CR made by kubectl or Helm has none: the defaults).
+    annotations record (``read_annotations``; a CR made by kubectl or Helm has none: the
+    defaults).
 
     Only what differs from a default is given, so the imported state's inputs are what a
     program minimally writes; the CR's spec is taken as is (``AdapterArgs`` checks it later).
@@ -301,7 +342,7 @@ def declared_by_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
     meta = cr.get("metadata") or {}
     spec = cr.get("spec") or {}
     ref = spec.get("inferenceServiceRef") or {}
-    notes = meta.get("annotations") or {}
+    notes = read_annotations(meta.get("annotations"))
     declared: dict[str, Any] = {
         "adapter_name": spec.get("name"),
         "path": spec.get("path"),
@@ -312,17 +353,14 @@ def declared_by_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
         declared["inference_service_namespace"] = ref["namespace"]
     if meta.get("name") != default_resource_name(str(declared["adapter_name"] or "")):
         declared["resource_name"] = meta.get("name")
-    if notes.get(ANNOTATION_PINNED) == "true":
+    if notes.pinned:
         declared["pinned"] = True
-    for key, note, default in (
-        ("transport", ANNOTATION_TRANSPORT, Transport.DIRECT.value),
-        ("readiness_policy", ANNOTATION_POLICY, Policy.ALL_READY_PODS.value),
-    ):
-        if notes.get(note) and notes[note] != default:
-            declared[key] = notes[note]
-    secret_name, _, secret_key = str(notes.get(ANNOTATION_API_KEY_SECRET, "")).partition("/")
-    if secret_name:
-        declared["api_key_secret_name"] = secret_name
-        if secret_key and secret_key != "api-key":  # noqa: S105 - the default key name
-            declared["api_key_secret_key"] = secret_key
+    if notes.transport != Transport.DIRECT.value:
+        declared["transport"] = notes.transport
+    if notes.readiness_policy is not Policy.ALL_READY_PODS:
+        declared["readiness_policy"] = notes.readiness_policy.value
+    if notes.api_key_secret is not None:
+        declared["api_key_secret_name"], key = notes.api_key_secret
+        if key != "api-key":
+            declared["api_key_secret_key"] = key
     return declared

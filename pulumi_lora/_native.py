@@ -170,7 +170,7 @@ def props_out(values: Mapping[str, Any], secret: frozenset[str]) -> dict[str, Pr
 
 def config_values(variables: Mapping[str, str]) -> dict[str, str]:
     """Pure: the engine's ``pulumi-lora:config:KEY`` variables as ``pulumi-lora:KEY`` (what
-    ``LoRAAdapterProvider.configure`` reads: ``ops.CONFIG_KEYS``)."""
+    ``LoRAAdapterProvider.configure`` reads: ``lifecycle.CONFIG_KEYS``)."""
     prefix = f"{NAME}:config:"
     return {f"{NAME}:{k[len(prefix) :]}": v for k, v in variables.items() if k.startswith(prefix)}
 

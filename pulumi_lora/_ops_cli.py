@@ -1,7 +1,7 @@
 """The operator commands ``pulumi-lora status``, ``doctor`` and ``coexistence-policy`` (click).
 
-Thin: parse the options, gather the facts (``_inspect.gather_*``), judge them (``_inspect``'s pure
-functions), print a table or JSON, exit with a code a script can use. The lead mounts
+Thin: parse the options, gather the facts (``_ops._gather``), judge them (the pure ``_ops._status``
+and ``_ops._doctor``), print a table or JSON, exit with a code a script can use. The lead mounts
 ``status_command``, ``doctor_command`` and ``policy_command`` on the main ``pulumi-lora`` group.
 
 Exit codes, both commands: 0 all good; 1 something to fix was found (drift or errors for
@@ -18,11 +18,11 @@ from typing import NoReturn
 import click
 import yaml
 
-from pulumi_lora import _inspect as inspect
 from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._lifecycle import POOL
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, Transport
-from pulumi_lora._operations import POOL
+from pulumi_lora._ops import _doctor, _gather, _status
 
 __all__ = ["doctor_command", "policy_command", "render_table", "status_command"]
 
@@ -82,7 +82,7 @@ def status_command(  # noqa: PLR0917 - one parameter per click option
     source = KubeSource(kubeconfig=kubeconfig, context=context)
     try:
         scope = None if all_namespaces else (namespace or POOL.kube(source).namespace)
-        report = inspect.gather_status(source, scope, Transport(transport) if transport else None)
+        report = _gather.gather_status(source, scope, Transport(transport) if transport else None)
     except PulumiLoRAError as exc:
         _fail(ctx, str(exc))
     if output == "json":
@@ -134,12 +134,12 @@ def doctor_command(  # noqa: PLR0917 - one parameter per click option
     source = KubeSource(kubeconfig=kubeconfig, context=context)
     try:
         where = namespace or POOL.kube(source).namespace
-        facts = inspect.gather_doctor(
+        facts = _gather.gather_doctor(
             source, where, inference_service, transport=Transport(transport), api_key_secret=secret
         )
     except PulumiLoRAError as exc:
         _fail(ctx, str(exc))
-    report = inspect.diagnose(facts)
+    report = _doctor.diagnose(facts)
     if output == "json":
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -206,15 +206,15 @@ STATUS_COLUMNS = (
 )
 
 _LOADED_WORDS = {
-    inspect.PodState.OK: "yes",
-    inspect.PodState.MISSING: "no",
-    inspect.PodState.WRONG_PATH: "wrong path",
-    inspect.PodState.UNREACHABLE: "unknown",
-    inspect.PodState.NOT_READY: "not ready",
+    _status.ServedState.OK: "yes",
+    _status.ServedState.MISSING: "no",
+    _status.ServedState.WRONG_PATH: "wrong path",
+    _status.ServedState.UNREACHABLE: "unknown",
+    _status.ServedState.NOT_READY: "not ready",
 }
 
 
-def _status_table(report: inspect.StatusReport, where: str | None) -> str:
+def _status_table(report: _status.StatusReport, where: str | None) -> str:
     """Pure: one row per CR and pod (one row for a CR without pods), then a summary line."""
     if not report.adapters:
         scope = f"namespace {where}" if where else "any namespace"
@@ -230,7 +230,7 @@ def _status_table(report: inspect.StatusReport, where: str | None) -> str:
         last = line.last_loaded_at or "-"
         if line.observed == "conditions" or not line.pods:
             spot = "(loop)" if line.observed == "conditions" else "-"
-            loaded = "yes" if line.verdict is inspect.AdapterVerdict.OK else "no"
+            loaded = "yes" if line.verdict is _status.AdapterVerdict.OK else "no"
             rows.append((*head, spot, loaded, line.path, last, _cell(line.error)))
             continue
         # A CR-wide problem with no pod to pin it on (no Ready pods) goes on its first row.
@@ -249,17 +249,17 @@ def _status_table(report: inspect.StatusReport, where: str | None) -> str:
         summary += "\n\nLLMKube's own LoRA controller acts on:\n" + "\n".join(
             f"  {line.namespace}/{line.name}: {line.llmkube}" for line in contested
         )
-        summary += f"\nfix: {inspect.COEXISTENCE_FIX}"
+        summary += f"\nfix: {_status.COEXISTENCE_FIX}"
     return render_table(STATUS_COLUMNS, rows) + "\n\n" + summary
 
 
-def _doctor_text(report: inspect.DoctorReport) -> str:
+def _doctor_text(report: _doctor.DoctorReport) -> str:
     """Pure: one line per check (status, name, message), the fix indented under it."""
     lines = [f"InferenceService {report.namespace}/{report.name}"]
     width = max((len(_check_label(c)) for c in report.checks), default=0)
     for check in report.checks:
         lines.append(f"  {check.status.value:<4}  {_check_label(check):<{width}}  {check.message}")
-        if check.fix and check.status is not inspect.CheckStatus.OK:
+        if check.fix and check.status is not _doctor.CheckStatus.OK:
             lines.append(f"  {'':<4}  {'':<{width}}  fix: {check.fix}")
     counts = report.counts()
     lines.append("")
@@ -267,7 +267,7 @@ def _doctor_text(report: inspect.DoctorReport) -> str:
     return "\n".join(lines)
 
 
-def _check_label(check: inspect.Check) -> str:
+def _check_label(check: _doctor.Check) -> str:
     return f"{check.name} ({check.pod})" if check.pod else check.name
 
 

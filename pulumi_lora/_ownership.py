@@ -153,6 +153,11 @@ def awaits_owner(why: str) -> bool:
     return _MISSING in why
 
 
+#: Reason of the Warning Event naming a labelled pod outside its target's controller chain (the
+#: provider's and the loop's alike).
+UNTRUSTED_EVENT = "UntrustedPodIgnored"
+
+
 def untrusted_message(service: str, untrusted: Mapping[str, str], limit: int = 10) -> str:
     """Pure: one sentence naming the labelled pods outside the chain, and why (for conditions
     and Events)."""

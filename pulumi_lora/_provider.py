@@ -1,4 +1,4 @@
-"""The Pulumi dynamic provider: a thin translation between the engine and :mod:`_operations`.
+"""The Pulumi dynamic provider: a thin translation between the engine and :mod:`_lifecycle`.
 
 Facts that decide correctness here (see docs/protocol.md):
 * ``check`` validates with the CR's own models; every bad field is a ``CheckFailure`` naming the
@@ -6,7 +6,7 @@ Facts that decide correctness here (see docs/protocol.md):
 * ``diff`` is explicit and compares the new inputs with the *live* values recorded in the old
   outputs, so a refresh that saw an unloaded pod or an edited CR shows as a change.
 * ``update`` and ``read`` always return the full outputs (an update without outs wipes them).
-* ``diff``'s live look and ``read`` share one look at each target's pods (``ops.LOOKS``):
+* ``diff``'s live look and ``read`` share one look at each target's pods (``lifecycle.LOOKS``):
   the engine runs all of one command's operations in one provider process, so N adapters on P
   pods cost P ``/v1/models`` requests every couple of seconds, not N x P; this process's own
   loads and unloads retire the looks they make stale. A diff that follows this process's own
@@ -38,7 +38,7 @@ from pulumi.dynamic import (
 )
 from pydantic import ValidationError
 
-from pulumi_lora import _operations as ops
+from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._models import AdapterArgs, Condition, ConditionKind, Transport
 
@@ -91,12 +91,12 @@ class LoRAAdapterProvider(ResourceProvider):
         super().__init__()
         # Nothing secret is pickled into state: credentials arrive through configure().
         self.serialize_as_secret_always = False
-        self._config = ops.ProviderConfig()
+        self._config = lifecycle.ProviderConfig()
 
     def configure(self, req: ConfigureRequest) -> None:
-        """Take the credentials and the SGLang timeouts (``ops.CONFIG_KEYS``) from stack config."""
-        keys = [f"pulumi-lora:{key}" for key in ops.CONFIG_KEYS]
-        self._config = ops.ProviderConfig.from_config(
+        """Take the credentials and the SGLang timeouts (``CONFIG_KEYS``) from stack config."""
+        keys = [f"pulumi-lora:{key}" for key in lifecycle.CONFIG_KEYS]
+        self._config = lifecycle.ProviderConfig.from_config(
             {k: _config_text(v) for k in keys if (v := req.config.get(k)) is not None}
         )
 
@@ -141,7 +141,7 @@ class LoRAAdapterProvider(ResourceProvider):
         """
         try:
             args = _args(news)
-            state = ops.observe(args, self._config, ops.LOOKS)
+            state = lifecycle.observe(args, self._config, lifecycle.LOOKS)
         except (PulumiLoRAError, ValidationError):
             return []
         if state is None:
@@ -156,31 +156,31 @@ class LoRAAdapterProvider(ResourceProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         """Apply the CR and load everywhere (nothing left behind on failure)."""
         args = _args(props)
-        state = ops.create(args, self._config)
+        state = lifecycle.create(args, self._config)
         return CreateResult(id_=f"{args.namespace}/{args.cr_name}", outs=outputs(args, state))
 
     def _read_vouches(self, id_: str, olds: dict[str, Any], news: dict[str, Any]) -> bool:
         """Whether this process's read of ``id_`` is as good as a look now (``RecentReads``)."""
-        generation = ops.target_generation(_args(news), self._config)
+        generation = lifecycle.target_generation(_args(news), self._config)
         return RECENT_READS.vouches_for(id_, olds, generation)
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         """Refresh: the CR's live spec and every Ready pod's truth; gone when the CR is.
 
         Given only an ID (``pulumi import`` of ``NAMESPACE/NAME`` through ``provider/``), the
-        CR says what is declared (``ops.declared_at``), and those become the imported inputs.
+        CR says what is declared (``lifecycle.declared_at``), and those become the imported inputs.
         Reads only: nothing is loaded, unloaded or written.
         """
         if not _inputs(props):
-            declared = ops.declared_at(id_, self._config)
+            declared = lifecycle.declared_at(id_, self._config)
             if declared is None:
                 return ReadResult(id_="", outs={})
             found = self.read(id_, declared)
             return ReadResult(id_=found.id, outs=found.outs, inputs=declared if found.id else None)
         args = _args(props)
         started = time.monotonic()
-        generation = ops.target_generation(args, self._config)
-        state = ops.observe(args, self._config, ops.LOOKS, reported_conditions(props))
+        generation = lifecycle.target_generation(args, self._config)
+        state = lifecycle.observe(args, self._config, lifecycle.LOOKS, reported_conditions(props))
         if state is None:
             report_drift(args, ["CR deleted outside Pulumi"])
             return ReadResult(id_="", outs={})
@@ -198,11 +198,11 @@ class LoRAAdapterProvider(ResourceProvider):
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         """Swap on every pod, re-write status, return the full outputs."""
         args = _args(news)
-        return UpdateResult(outs=outputs(args, ops.update(args, self._config)))
+        return UpdateResult(outs=outputs(args, lifecycle.update(args, self._config)))
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         """Unload everywhere, remove the CR, wait until it is gone."""
-        ops.delete(_args(props), self._config)
+        lifecycle.delete(_args(props), self._config)
 
 
 def serves_one_command() -> bool:
@@ -220,9 +220,9 @@ class RecentReads:
     good as a look at the cluster now, and the diff need not look again, if
 
     * this process has not loaded or unloaded on the adapter's target since the read started
-      (the target's ``ops.LOOKS`` generation is the same: an adapter loaded since may have
+      (the target's ``lifecycle.LOOKS`` generation is the same: an adapter loaded since may have
       evicted this one), and
-    * the read started less than ``max_age`` ago (the rule of ``ops.LOOKS``), or this process
+    * the read started less than ``max_age`` ago (the rule of ``lifecycle.LOOKS``), or this process
       serves one engine command (``whole_command``). A ``preview --refresh`` of 300 adapters
       reads them all first and diffs them seconds later; the read was taken in this command,
       which is all that a refresh promises.
@@ -251,7 +251,7 @@ class RecentReads:
         return young and seen_generation == generation and seen == _fingerprint(olds)
 
 
-RECENT_READS = RecentReads(ops.LOOK_MAX_AGE_SECONDS)
+RECENT_READS = RecentReads(lifecycle.LOOK_MAX_AGE_SECONDS)
 
 
 def _fingerprint(props: Mapping[str, Any]) -> str:
@@ -323,7 +323,7 @@ def live_drift(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def outputs(args: AdapterArgs, state: ops.AdapterState) -> dict[str, Any]:
+def outputs(args: AdapterArgs, state: lifecycle.AdapterState) -> dict[str, Any]:
     """The resource's outputs: the inputs echoed (live where refresh saw them) plus the truth.
 
     Inputs are echoed when they carry something: the identity always, a setting only when it is
@@ -477,7 +477,7 @@ def condition_output(condition: Condition, generation: int) -> dict[str, Any]:
     return entry
 
 
-def pod_output(report: ops.PodReport, path: str) -> dict[str, Any]:
+def pod_output(report: lifecycle.PodReport, path: str) -> dict[str, Any]:
     """Pure: one entry of the ``pods`` output: the pod, whether it serves the adapter, and only
     what differs from the plain case: ``ready: false``, ``path`` when it serves another path
     than the resource's, ``reason`` and ``error`` when it failed.

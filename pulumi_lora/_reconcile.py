@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from pulumi_lora._models import Condition, ConditionKind, ConditionStatus
+from pulumi_lora._models import Condition, ConditionKind, ConditionStatus, Policy
 
 
 @dataclass(frozen=True)
@@ -289,11 +289,9 @@ def unsettled(outcomes: Sequence[PodOutcome], rolled_back: Sequence[PodOutcome])
 # --- readiness policy, summaries and conditions -------------------------------------------------
 
 
-class ReadinessPolicy(StrEnum):
-    """What counts as loaded."""
-
-    ALL_READY_PODS = "AllReadyPods"  # every Ready pod serves the adapter (default)
-    ANY_READY_POD = "AnyReadyPod"  # at least one Ready pod does
+#: The readiness policy is ``_models.Policy`` (the resource's ``readiness_policy``); this name
+#: stays for the operations module until it names ``Policy`` itself.
+ReadinessPolicy = Policy
 
 
 @dataclass(frozen=True)
@@ -331,11 +329,11 @@ def summarize(outcomes: Sequence[PodOutcome]) -> Summary:
     )
 
 
-def is_loaded(summary: Summary, policy: ReadinessPolicy) -> bool:
+def is_loaded(summary: Summary, policy: Policy) -> bool:
     """Apply the readiness policy."""
     if summary.ready_pods == 0:
         return False
-    if policy is ReadinessPolicy.ANY_READY_POD:
+    if policy is Policy.ANY_READY_POD:
         return summary.loaded_pods >= 1
     return summary.loaded_pods == summary.ready_pods
 
@@ -353,7 +351,7 @@ def build_conditions(
     *,
     availability: Availability,
     summary: Summary | None,
-    policy: ReadinessPolicy,
+    policy: Policy,
     generation: int,
     previous: Sequence[Condition],
     now: datetime,

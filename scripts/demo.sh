@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_phases.sh
-phase "provision (venv + real tools)" python3 tools/provision.py
+phase "provision (venv + real tools)" python3 tools/provision.py --skip-image  # the demo runs no loop image
 phase "demo" .venv/bin/python scripts/demo.py "$@"
 phase_summary

@@ -8,7 +8,10 @@ Observe → decide → act → record, in the controller-runtime style, with the
   created, changed or deleted runs every pod of its target;
 - one :class:`~pulumi_lora._resync._worker.PodWorker` per pod runs at most one operation at a
   time on it, coalescing requests, with a global bound on pods in flight; a run's results are
-  recorded here (outcomes, capacity notes, per-pod backoff, metrics, the ``pod_synced`` line);
+  recorded by the :class:`~pulumi_lora._resync._recorder.RunRecorder` (outcomes, capacity notes,
+  per-pod backoff, metrics, the ``pod_synced`` line);
+- the :class:`~pulumi_lora._resync._trust.TrustReview` judges the pods by their controller chain
+  whenever a pod or a link of the chain changes;
 - a sweep asks every Ready pod for a ``verify`` run every ``verify_interval`` seconds;
 - the :class:`~pulumi_lora._resync._writer.StatusWriter` writes the status of every CR whose
   inputs changed, and the :class:`~pulumi_lora._resync._events.EventRecorder` the Events.
@@ -24,43 +27,33 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._cluster import SERVICE_LABEL, target_from_object
-from pulumi_lora._errors import ClusterError, EvictionImpossible
+from pulumi_lora._errors import ClusterError
+from pulumi_lora._llmkube import SERVICE_LABEL, target_from_object
 from pulumi_lora._models import LLMKUBE_FINALIZER
-from pulumi_lora._ownership import awaits_owner, owned_from_object, untrusted_message
-from pulumi_lora._reconcile import PodOutcome, extra_arg_value
+from pulumi_lora._ownership import owned_from_object
+from pulumi_lora._reconcile import PodOutcome
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import (
-    RECOVERY_REASONS,
-    CapacityNote,
     Permission,
     ReloadReason,
     backoff_delay,
-    capacity_message,
     permission,
 )
-from pulumi_lora._resync._events import EVENT_SENDERS, PODS, EventRecorder
-from pulumi_lora._resync._kube import Kube, Objects, jitter, pod_facts
+from pulumi_lora._resync._events import EVENT_SENDERS, EventRecorder
+from pulumi_lora._resync._kube import Kube, Objects, jitter, labelled_pod
 from pulumi_lora._resync._metrics import Metrics
-from pulumi_lora._resync._podrun import PodRun, run_pod
+from pulumi_lora._resync._podrun import run_pod
+from pulumi_lora._resync._recorder import RunRecorder
 from pulumi_lora._resync._settings import ResyncSettings
-from pulumi_lora._resync._status import EVICTED_REASON
+from pulumi_lora._resync._trust import UNTRUSTED_EVENT, TrustReview
 from pulumi_lora._resync._views import AdapterCR, Key, SecretRef, adapter_from_object, object_key
 from pulumi_lora._resync._worker import PodWorker
-from pulumi_lora._resync._world import AdapterTask, PodState, Unload, World
+from pulumi_lora._resync._world import AdapterTask, World
 from pulumi_lora._resync._writer import StatusWriter
 
 #: Kinds the loop lists and watches, in the order of the first listing: the links of the pods'
 #: controller chain before the pods, so a pod listed is judged with its owners known.
 KINDS = ("inferenceservices", "deployments", "replicasets", "loraadapters", "pods")
-#: Seconds a pod whose ReplicaSet or Deployment the watches have not delivered yet waits before
-#: it is reported as outside the chain (a rollout creates them moments before the pods; the
-#: watches are separate streams). Until then it gets nothing either.
-TRUST_GRACE = 5.0
-#: Reason of the Warning Event naming a labelled pod outside its target's controller chain.
-UNTRUSTED_EVENT = "UntrustedPodIgnored"
-
-
 #: How often the loop removes LLMKube's finalizer from one CR before it calls the policy missing,
 #: and the time between two looks (a policy just applied takes a moment to hold).
 RELEASES = 3
@@ -83,10 +76,9 @@ class Controller:
         self.statuses = StatusWriter(
             self.world, kube, metrics, settings.status_concurrency, self.events.settled
         )
+        self.trust = TrustReview(self.world, self.events, self.statuses, lambda: self.stopping)
+        self.recorder = RunRecorder(self.world, metrics, self.events, self.statuses, settings)
         self._secrets: dict[SecretRef, tuple[str, float]] = {}
-        self._reported: dict[tuple[Key, str], str] = {}  # (CR, pod) → failure last reported
-        self._awaiting: dict[Key, float] = {}  # pod → when it was first seen missing an owner
-        self._rechecks: set[Key] = set()  # targets with a trust review scheduled
         self._watchers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
         self._released: set[str] = set()  # CR UIDs taken from LLMKube's controller
@@ -157,7 +149,7 @@ class Controller:
             pods=len(self.world.pods),
         )
         for target in sorted({s.facts.target for s in self.world.pods.values()}):
-            self._review_trust(target)
+            self.trust.review(target)
         self.statuses.mark(self.world.crs)
         return versions
 
@@ -171,7 +163,7 @@ class Controller:
                     self.world.put_cr(cr)
             elif kind in ("deployments", "replicasets"):
                 self.world.put_owner(kind, owned_from_object(obj))
-            elif (facts := pod_facts(obj)) is not None:
+            elif (facts := labelled_pod(obj)) is not None:
                 self.world.seed_pod(facts)
                 self._worker(facts.key)
 
@@ -221,7 +213,7 @@ class Controller:
             self.world.remove_target(key)
         elif not self.world.put_target(target_from_object(obj)):
             return
-        self._review_trust(key)
+        self.trust.review(key)
         self.statuses.mark(c.key for c in self.world.crs_of(key))
         self._request(self.world.serving_pods([key]), ReloadReason.CR_CHANGE)
 
@@ -316,7 +308,7 @@ class Controller:
             "cr_deleted", cr="/".join(key), adapter=last.adapter_name, target="/".join(last.target)
         )
         self._unload_leftover(last)
-        self._forget_failures(lambda cr, pod: cr == key)
+        self.recorder.forget_failures(lambda cr, pod: cr == key)
         self.statuses.mark(c.key for c in self.world.crs_of(last.target))
 
     def _unload_leftover(self, cr: AdapterCR) -> None:
@@ -331,12 +323,12 @@ class Controller:
         if event_type == "DELETED":
             self._pod_gone(key)
             return
-        facts = pod_facts(obj)
+        facts = labelled_pod(obj)
         if facts is None:
             return
         verdict = self.world.put_pod(facts, time.monotonic())
         self._worker(key)
-        self._review_trust(facts.target)
+        self.trust.review(facts.target)
         if verdict.act is not None:
             self._request([key], verdict.act)
         if verdict.readiness_changed or verdict.invalidate:
@@ -355,10 +347,9 @@ class Controller:
         worker = self._workers.pop(key, None)
         if worker is not None:
             worker.close()
-        self.world.untrusted.pop(key, None)
-        self._awaiting.pop(key, None)
+        self.trust.forget(key)
         if state is not None:
-            self._forget_failures(lambda cr, pod: pod == state.facts.name)
+            self.recorder.forget_failures(lambda cr, pod: pod == state.facts.name)
             self.statuses.mark(c.key for c in self.world.crs_of(state.facts.target))
 
     # --- the pods' controller chain ----------------------------------------------------------
@@ -380,12 +371,7 @@ class Controller:
     def _owner_snapshot(self, kind: str) -> Callable[[Objects], None]:
         def on_snapshot(items: Objects) -> None:
             """A relist of ReplicaSets or Deployments: replaces what was known of them."""
-            known = self.world.owners(kind)
-            before = dict(known)
-            known.clear()
-            for obj in items:
-                self.world.put_owner(kind, owned_from_object(obj))
-            if known != before:
+            if self.world.replace_owners(kind, [owned_from_object(obj) for obj in items]):
                 for target in sorted({s.facts.target for s in self.world.pods.values()}):
                     self._chain_changed(target)
 
@@ -394,61 +380,9 @@ class Controller:
     def _chain_changed(self, target: Key) -> None:
         """A link of ``target``'s pods' chains changed: judge them again, and run the serving
         ones (a pod trusted now gets its adapters; settled pods cost one ``/v1/models``)."""
-        self._review_trust(target)
+        self.trust.review(target)
         self.statuses.mark(c.key for c in self.world.crs_of(target))
         self._request(self.world.serving_pods([target]), ReloadReason.CR_CHANGE)
-
-    def _review_trust(self, target: Key) -> None:
-        """Judge every pod labelled as ``target``'s by its controller chain; report the pods
-        outside it (an Event on each CR of the target naming them, and ``Available``'s message).
-
-        A pod whose ReplicaSet or Deployment is not known yet gets nothing, but is reported only
-        once that lasts ``TRUST_GRACE`` seconds (the watches may just not have delivered it).
-        """
-        self._rechecks.discard(target)
-        now = time.monotonic()
-        fresh: dict[str, str] = {}
-        changed = False
-        recheck = False
-        known = target in self.world.targets  # else its CRs report InferenceServiceNotFound
-        for state in self.world.labelled_pods_of(target):
-            key = state.facts.key
-            why = self.world.trust(state.facts)
-            if why is None or not known:
-                self._awaiting.pop(key, None)
-                changed |= self.world.untrusted.pop(key, None) is not None
-                continue
-            if awaits_owner(why):
-                first = self._awaiting.setdefault(key, now)
-                if now - first < TRUST_GRACE:
-                    recheck = True
-                    continue
-            else:
-                self._awaiting.pop(key, None)
-            if self.world.untrusted.get(key) != why:
-                self.world.untrusted[key] = why
-                fresh[key[1]] = why
-                changed = True
-        if recheck and target not in self._rechecks and not self.stopping:
-            self._rechecks.add(target)
-            asyncio.get_running_loop().call_later(TRUST_GRACE, self._review_trust, target)
-        if fresh:
-            message = untrusted_message(target[1], fresh)
-            logs.event(
-                "untrusted_pods",
-                logging.WARNING,
-                target="/".join(target),
-                pods=sorted(fresh),
-                why=[fresh[p] for p in sorted(fresh)],
-            )
-            for cr in self.world.crs_of(target):
-                self.events.record(cr.raw, UNTRUSTED_EVENT, message, warning=True)
-        if changed:
-            self.statuses.mark(c.key for c in self.world.crs_of(target))
-
-    def _forget_failures(self, which: Callable[[Key, str], bool]) -> None:
-        for entry in [e for e in self._reported if which(*e)]:
-            del self._reported[entry]
 
     # --- pod runs ---------------------------------------------------------------------------
 
@@ -507,7 +441,7 @@ class Controller:
             while the rest of the run goes on; not where a later load may evict this one."""
             if self.world.pods.get(worker.key) is state:
                 streamed[len(streamed)] = outcome
-                self._record_results(state, [(task, outcome)], reason, datetime.now(UTC))
+                self.recorder.record_results(state, [(task, outcome)], reason, datetime.now(UTC))
 
         run = await run_pod(
             state.facts,
@@ -525,177 +459,16 @@ class Controller:
                 why="the pod restarted or was replaced meanwhile",
             )
             return
-        state.settled = run.settled
+        state.settle(run.settled)
         if run.untouched:
             return  # exactly as the last clean run left it: every outcome stands
         late = [r for i, r in enumerate(run.results) if streamed.get(i) is not r[1]]
-        self._record(state, late, run.unloaded, reason, datetime.now(UTC))
-        self._after_run(
+        self.recorder.record(state, late, run.unloaded, reason, datetime.now(UTC))
+        for ref in run.unauthorized:  # a key the server refused: read it again next time
+            self._secrets.pop(ref, None)
+        self.recorder.after_run(
             worker, state=state, run=run, reason=reason, started=started, declared=work.declared
         )
-
-    def _record(
-        self,
-        state: PodState,
-        results: list[tuple[AdapterTask, PodOutcome]],
-        unloaded: list[tuple[Unload, PodOutcome]],
-        reason: ReloadReason,
-        now: datetime,
-    ) -> None:
-        """What a run did that was not recorded as it happened: its adapters' outcomes (all of
-        them, where evictions are possible) and its unloads."""
-        self._record_results(state, results, reason, now)
-        pod = state.facts.name
-        for unload, outcome in unloaded:
-            if outcome.error:
-                self.metrics.failures.labels(outcome.reason).inc()
-                continue
-            state.unloads.pop(unload.name, None)
-            if outcome.did_unload:
-                self.metrics.unloads.labels(reason.value).inc()
-                self.events.record(
-                    unload.source,
-                    "AdapterUnloaded",
-                    f"unloaded {unload.name} from {PODS}: its LoRAAdapter was deleted",
-                    pod=pod,
-                )
-
-    def _record_results(
-        self,
-        state: PodState,
-        results: list[tuple[AdapterTask, PodOutcome]],
-        reason: ReloadReason,
-        now: datetime,
-    ) -> None:
-        """Keep adapters' outcomes on a pod, count them, gather their Events, and mark the CRs
-        whose status they change."""
-        key, pod = state.facts.key, state.facts.name
-        touched: set[Key] = set()
-        for task, outcome in results:
-            if self.world.record(key, task, outcome):
-                touched.add(task.cr)
-            cr = self.world.crs.get(task.cr)
-            if outcome.did_load:
-                self.metrics.loads.labels(reason.value).inc()
-                if outcome.loaded:
-                    self.world.last_loaded[task.cr] = now
-                    touched.add(task.cr)
-            if outcome.did_unload:
-                self.metrics.unloads.labels(reason.value).inc()
-            if cr is not None:
-                self._report(
-                    cr.raw, key=task.cr, pod=pod, outcome=outcome, reason=reason, path=task.path
-                )
-        self.statuses.mark(touched)
-
-    def _report(
-        self,
-        cr: Mapping[str, Any],
-        *,
-        key: Key,
-        pod: str,
-        outcome: PodOutcome,
-        reason: ReloadReason,
-        path: str,
-    ) -> None:
-        """Events for what changed on the pod, and failures once per distinct failure."""
-        name = (cr.get("spec") or {}).get("name", "")
-        if outcome.did_load and outcome.loaded:
-            verb = "AdapterSwapped" if outcome.did_unload else "AdapterLoaded"
-            self.events.record(
-                cr, verb, f"loaded {name} from {path} on {PODS} ({reason.value})", pod=pod
-            )
-        if outcome.error:
-            self.metrics.failures.labels(outcome.reason).inc()
-            text = f"{outcome.reason}: {outcome.error}"
-            if self._reported.get((key, pod)) != text:
-                self._reported[(key, pod)] = text
-                if outcome.reason != EVICTED_REASON:  # capacity has its own Event
-                    self.events.record(
-                        cr, "AdapterLoadFailed", f"{PODS}: {text}", warning=True, pod=pod
-                    )
-        else:
-            self._reported.pop((key, pod), None)
-
-    def _after_run(
-        self,
-        worker: PodWorker,
-        *,
-        state: PodState,
-        run: PodRun,
-        reason: ReloadReason,
-        started: float,
-        declared: frozenset[tuple[str, str]],
-    ) -> None:
-        facts = state.facts
-        self._note_capacity(state, run, declared)
-        for ref in run.unauthorized:
-            self._secrets.pop(ref, None)
-        failed = [o for o in run.failed if o.reason != EVICTED_REASON]
-        if failed:
-            state.failures += 1
-            delay = backoff_delay(
-                state.failures,
-                jitter(),
-                base=self.settings.backoff_base,
-                cap=self.settings.backoff_cap,
-            )
-            state.not_before = time.monotonic() + delay
-            if any(o.retryable for o in failed):
-                worker.retry_in(delay, reason)
-        else:
-            state.failures, state.not_before = 0, 0.0
-        if reason in RECOVERY_REASONS and state.ready_seen_at is not None:
-            if run.first_load is not None:
-                self.metrics.first_load.observe(run.first_load - state.ready_seen_at)
-            if run.results and all(o.loaded for _, o in run.results):
-                self.metrics.recovery.observe(time.monotonic() - state.ready_seen_at)
-            state.ready_seen_at = None
-        loads = sum(1 for _, o in run.results if o.did_load)
-        unloads = sum(1 for _, o in run.results + run.unloaded if o.did_unload)
-        logs.event(
-            "pod_synced",
-            logging.INFO if loads or unloads or failed else logging.DEBUG,
-            pod=f"{facts.namespace}/{facts.name}",
-            reason=reason.value,
-            adapters=len(run.results),
-            loads=loads,
-            unloads=unloads,
-            failures=len(failed),
-            first_failure=(f"{failed[0].reason}: {failed[0].error}"[:300] if failed else None),
-            first_load_at=run.first_load_wall,
-            finished_at=time.time(),
-            seconds=round(time.monotonic() - started, 4),
-            retry_in=round(state.not_before - time.monotonic(), 3) if failed else None,
-        )
-
-    def _note_capacity(
-        self, state: PodState, run: PodRun, declared: frozenset[tuple[str, str]]
-    ) -> None:
-        """Evictions (or a server that can evict nothing) become an ``OverCapacity`` note."""
-        names = {name for name, _ in declared}
-        evicted = {n for n in run.ledger.evicted if n in names}
-        evicted |= {t.name for t, o in run.results if o.reason == EvictionImpossible.reason}
-        known = state.capacity.evicted if state.capacity is not None else frozenset()
-        fresh = evicted - known
-        if not fresh:
-            return
-        state.capacity = CapacityNote(state.facts.name, frozenset(known | evicted), declared)
-        self.metrics.evictions.inc(len(fresh))
-        target = self.world.targets.get(state.facts.target)
-        limit = extra_arg_value(target.extra_args, "--max-loaded-loras") if target else None
-        message = capacity_message("/".join(state.facts.target), limit, names, [state.capacity])
-        logs.event(
-            "over_capacity",
-            logging.WARNING,
-            pod="/".join(state.facts.key),
-            evicted=sorted(fresh),
-            limit=limit,
-        )
-        for cr in self.world.crs_of(state.facts.target):
-            if cr.adapter_name in names:
-                self.events.record(cr.raw, "OverCapacity", message, warning=True)
-        self.statuses.mark(c.key for c in self.world.crs_of(state.facts.target))
 
     async def _sweep_forever(self) -> None:
         """Verification: every Ready pod's ``/v1/models`` against the CRs, forever."""

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from pulumi_lora._llmkube import PodEndpoint
 from pulumi_lora._models import parse_time
-from pulumi_lora._resync._views import PodFacts
 
 #: docs/protocol.md rule 2: an operation annotation younger than this means hands off.
 OPERATION_LEASE = timedelta(minutes=5)
@@ -72,7 +72,9 @@ class PodVerdict:
     readiness_changed: bool
 
 
-def classify_pod(old: PodFacts | None, new: PodFacts, pending: ReloadReason | None) -> PodVerdict:
+def classify_pod(
+    old: PodEndpoint | None, new: PodEndpoint, pending: ReloadReason | None
+) -> PodVerdict:
     """Pure: the meaning of a pod going from ``old`` (None: never seen) to ``new``.
 
     A new UID or a restartCount increase is remembered until the pod serves (Ready with an IP)

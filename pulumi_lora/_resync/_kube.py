@@ -24,11 +24,12 @@ from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import Pod
 
 from pulumi_lora import _cluster as k8s
+from pulumi_lora._llmkube import SERVICE_LABEL, PodEndpoint
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import WatchAction, after_watch_error, backoff_delay
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._settings import FIELD_MANAGER
-from pulumi_lora._resync._views import PodFacts, SecretRef
+from pulumi_lora._resync._views import SecretRef
 
 T = TypeVar("T")
 
@@ -46,26 +47,11 @@ def jitter() -> float:
     return random.random()  # noqa: S311 - jitter, not secrecy
 
 
-def pod_facts(obj: Mapping[str, Any]) -> PodFacts | None:
-    """A pod as the loop tracks it (via the provider's ``pod_from_object``); None without the
+def labelled_pod(obj: Mapping[str, Any]) -> PodEndpoint | None:
+    """A pod as the loop tracks it (the provider's own ``pod_from_object``); None without the
     ``inference.llmkube.dev/service`` label."""
-    labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
-    service = labels.get(k8s.SERVICE_LABEL)
-    if not service:
-        return None
     pod = k8s.pod_from_object(obj)
-    return PodFacts(
-        namespace=pod.namespace,
-        name=pod.name,
-        uid=pod.uid,
-        service=service,
-        ready=pod.ready,
-        restart_count=pod.restart_count,
-        ip=pod.ip,
-        port=pod.port,
-        state=pod.state,
-        controller=pod.controller,
-    )
+    return pod if pod.service else None
 
 
 #: The resources the loop watches, with the selector that narrows each. ReplicaSets and
@@ -74,10 +60,10 @@ def pod_facts(obj: Mapping[str, Any]) -> PodFacts | None:
 #: Deployment as it labels the pods.
 WATCHED: dict[str, tuple[Any, dict[str, Any] | None]] = {
     "inferenceservices": (k8s.InferenceServiceResource, None),
-    "deployments": (Deployment, {k8s.SERVICE_LABEL: operators.exists()}),
-    "replicasets": (ReplicaSet, {k8s.SERVICE_LABEL: operators.exists()}),
+    "deployments": (Deployment, {SERVICE_LABEL: operators.exists()}),
+    "replicasets": (ReplicaSet, {SERVICE_LABEL: operators.exists()}),
     "loraadapters": (k8s.LoRAAdapterResource, None),
-    "pods": (Pod, {k8s.SERVICE_LABEL: operators.exists()}),
+    "pods": (Pod, {SERVICE_LABEL: operators.exists()}),
 }
 
 

@@ -18,10 +18,11 @@ from functools import cache
 
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._executor import AsyncLoRAClient, run_async
+from pulumi_lora._llmkube import PodEndpoint
 from pulumi_lora._reconcile import Desired, PodOutcome, PodView, plan, pod_program
 from pulumi_lora._resync._decide import LoadLedger
 from pulumi_lora._resync._status import EVICTED_REASON
-from pulumi_lora._resync._views import PodFacts, SecretRef
+from pulumi_lora._resync._views import SecretRef
 from pulumi_lora._resync._world import AdapterTask, PodWork, Settled, Unload
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import (
@@ -66,7 +67,9 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def pod_client(facts: PodFacts, api_key: str | None, timeouts: ClientTimeouts) -> AsyncSGLangClient:
+def pod_client(
+    facts: PodEndpoint, api_key: str | None, timeouts: ClientTimeouts
+) -> AsyncSGLangClient:
     """A client for one run on one pod, closed when the run ends.
 
     Its connection is kept alive across the run's requests (50 loads, one connect) but never
@@ -111,7 +114,7 @@ class _Observed:
 
 
 async def run_pod(
-    facts: PodFacts,
+    facts: PodEndpoint,
     work: PodWork,
     *,
     read_key: KeySource,
@@ -187,7 +190,7 @@ async def run_pod(
 
 
 async def _apply(
-    facts: PodFacts,
+    facts: PodEndpoint,
     task: AdapterTask,
     work: PodWork,
     run: PodRun,
@@ -203,7 +206,7 @@ async def _apply(
     return await run_async(pod_program(action, desired, task.name), client)
 
 
-def _mark_evicted(facts: PodFacts, run: PodRun) -> None:
+def _mark_evicted(facts: PodEndpoint, run: PodRun) -> None:
     """A load later in the run pushed an adapter out: that adapter is not loaded after all."""
     for index, (task, outcome) in enumerate(run.results):
         if outcome.loaded and task.name in run.ledger.evicted:
@@ -223,7 +226,7 @@ def _evicted(pod: str, name: str, *, did_load: bool = False) -> PodOutcome:
     )
 
 
-def _key_failure(facts: PodFacts, error: PulumiLoRAError) -> PodOutcome:
+def _key_failure(facts: PodEndpoint, error: PulumiLoRAError) -> PodOutcome:
     return PodOutcome(
         facts.name,
         loaded=False,

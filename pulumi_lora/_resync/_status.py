@@ -16,11 +16,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from pulumi_lora._errors import EvictionImpossible
-from pulumi_lora._models import Condition, ConditionKind, ConditionStatus, LoRAAdapterStatus
+from pulumi_lora._models import (
+    Condition,
+    ConditionKind,
+    ConditionStatus,
+    LoRAAdapterStatus,
+    Policy,
+)
 from pulumi_lora._reconcile import (
     Availability,
     PodOutcome,
-    ReadinessPolicy,
     build_conditions,
     merge_conditions,
     summarize,
@@ -43,7 +48,7 @@ def stored_status(status: Mapping[str, Any]) -> LoRAAdapterStatus:
 def adapter_status(
     *,
     generation: int,
-    policy: ReadinessPolicy,
+    policy: Policy,
     outcomes: Sequence[PodOutcome] | None,
     availability: Availability,
     stored: LoRAAdapterStatus,

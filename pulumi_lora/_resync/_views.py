@@ -1,4 +1,5 @@
-"""Small frozen views of the API objects the loop reacts to: LoRAAdapter CRs and SGLang pods.
+"""Small frozen views of the API objects the loop reacts to: LoRAAdapter CRs (pods and targets are
+``_llmkube``'s :class:`PodEndpoint` and :class:`Target`, as the provider reads them).
 
 Pure, and free of any I/O library even transitively (the pods are parsed at the edge, in
 ``_kube``, with the provider's own ``pod_from_object``, so both actors agree on what "Ready" and
@@ -11,15 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulumi_lora._models import (
-    ANNOTATION_API_KEY_SECRET,
-    ANNOTATION_OPERATION,
-    ANNOTATION_PINNED,
-    ANNOTATION_POLICY,
-    ANNOTATION_TRANSPORT,
-)
-from pulumi_lora._ownership import ControllerRef
-from pulumi_lora._reconcile import Desired, ReadinessPolicy
+from pulumi_lora._models import Policy, read_annotations
+from pulumi_lora._reconcile import Desired
 
 #: ``(namespace, name)`` of a namespaced object.
 Key = tuple[str, str]
@@ -48,7 +42,7 @@ class AdapterCR:
     path: str
     target: Key
     pinned: bool = False
-    policy: ReadinessPolicy = ReadinessPolicy.ALL_READY_PODS
+    policy: Policy = Policy.ALL_READY_PODS
     transport: str = "direct"
     api_key: SecretRef | None = None
     operation: str | None = None
@@ -88,8 +82,9 @@ def adapter_from_object(obj: Mapping[str, Any]) -> AdapterCR | None:
     namespace, name = meta.get("namespace"), meta.get("name")
     if not (namespace and name and spec.get("name") and spec.get("path") and ref.get("name")):
         return None
-    notes: Mapping[str, str] = meta.get("annotations") or {}
+    notes = read_annotations(meta.get("annotations"))
     target = (str(ref.get("namespace") or namespace), str(ref["name"]))
+    secret = notes.api_key_secret
     return AdapterCR(
         namespace=str(namespace),
         name=str(name),
@@ -99,11 +94,11 @@ def adapter_from_object(obj: Mapping[str, Any]) -> AdapterCR | None:
         adapter_name=str(spec["name"]),
         path=str(spec["path"]),
         target=target,
-        pinned=notes.get(ANNOTATION_PINNED, "false").lower() == "true",
-        policy=_policy(notes.get(ANNOTATION_POLICY)),
-        transport=notes.get(ANNOTATION_TRANSPORT, "direct"),
-        api_key=_secret_ref(target[0], notes.get(ANNOTATION_API_KEY_SECRET)),
-        operation=notes.get(ANNOTATION_OPERATION) or None,
+        pinned=notes.pinned,
+        policy=notes.readiness_policy,
+        transport=notes.transport,
+        api_key=SecretRef(target[0], *secret) if secret else None,
+        operation=notes.operation,
         status=dict(obj.get("status") or {}),
         raw=_reference(obj),
     )
@@ -119,58 +114,6 @@ def _reference(obj: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": meta,
         "spec": obj.get("spec") or {},
     }
-
-
-def _policy(value: str | None) -> ReadinessPolicy:
-    try:
-        return ReadinessPolicy(value or ReadinessPolicy.ALL_READY_PODS.value)
-    except ValueError:
-        return ReadinessPolicy.ALL_READY_PODS
-
-
-def _secret_ref(namespace: str, value: str | None) -> SecretRef | None:
-    """``NAME/KEY`` → a reference in the target's namespace (as the provider reads it)."""
-    if not value or "/" not in value:
-        return None
-    name, key = value.split("/", 1)
-    return SecretRef(namespace, name, key) if name and key else None
-
-
-@dataclass(frozen=True)
-class PodFacts:
-    """What the loop tracks of one SGLang pod: identity, readiness and where it listens."""
-
-    namespace: str
-    name: str
-    uid: str
-    service: str
-    ready: bool
-    restart_count: int
-    ip: str | None
-    port: int
-    state: str = ""
-    controller: ControllerRef | None = None
-
-    @property
-    def key(self) -> Key:
-        """``(namespace, name)`` of the pod."""
-        return (self.namespace, self.name)
-
-    @property
-    def target(self) -> Key:
-        """The InferenceService the pod belongs to (its ``inference.llmkube.dev/service``)."""
-        return (self.namespace, self.service)
-
-    @property
-    def serving(self) -> bool:
-        """Ready and addressable: the only pods the loop talks to."""
-        return self.ready and bool(self.ip)
-
-    @property
-    def url(self) -> str:
-        """Base URL of the pod's SGLang (pod IP and the container port named ``http``)."""
-        host = f"[{self.ip}]" if self.ip and ":" in self.ip else self.ip
-        return f"http://{host}:{self.port}"
 
 
 def object_key(obj: Mapping[str, Any]) -> Key:

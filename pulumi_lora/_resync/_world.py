@@ -12,10 +12,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pulumi_lora import _ownership
 from pulumi_lora._errors import NameCollision
+from pulumi_lora._llmkube import PodEndpoint, Target
 from pulumi_lora._ownership import Owned, controller_chain, untrusted_message
 from pulumi_lora._reconcile import Availability, PodOutcome, extra_arg_value, startup_adapters
 from pulumi_lora._resync._decide import (
@@ -27,10 +28,7 @@ from pulumi_lora._resync._decide import (
     classify_pod,
     permission,
 )
-from pulumi_lora._resync._views import AdapterCR, Key, PodFacts, SecretRef
-
-if TYPE_CHECKING:  # a type only: importing _cluster at run time would pull lightkube in
-    from pulumi_lora._cluster import Target
+from pulumi_lora._resync._views import AdapterCR, Key, SecretRef
 
 
 @dataclass(frozen=True)
@@ -56,10 +54,10 @@ Settled = tuple[tuple[tuple[Key, int, str, str, bool], ...], frozenset[tuple[str
 
 
 @dataclass
-class PodState:
-    """A pod plus what the loop knows about its server."""
+class PodRecord:
+    """A pod plus what the loop knows about its server (written through the methods below)."""
 
-    facts: PodFacts
+    facts: PodEndpoint
     pending: ReloadReason | None = None
     ready_seen_at: float | None = None  # monotonic, when the loop saw it start serving
     outcomes: dict[Key, Recorded] = field(default_factory=dict)
@@ -68,6 +66,31 @@ class PodState:
     failures: int = 0
     not_before: float = 0.0  # monotonic; backoff after failures
     settled: Settled | None = None  # see PodWork.settled_by
+
+    def settle(self, settled: Settled | None) -> None:
+        """Keep what a run left on the pod (None: the run was not clean)."""
+        self.settled = settled
+
+    def unloaded(self, name: str) -> None:
+        """A queued unload of ``name`` is done."""
+        self.unloads.pop(name, None)
+
+    def note_capacity(self, note: CapacityNote) -> None:
+        """The server evicted (or could not evict) managed adapters: see ``CapacityNote``."""
+        self.capacity = note
+
+    def failed(self, not_before: float) -> None:
+        """A run failed: one more consecutive failure; no run before ``not_before``."""
+        self.failures += 1
+        self.not_before = not_before
+
+    def succeeded(self) -> None:
+        """A run did not fail: the backoff is over."""
+        self.failures, self.not_before = 0, 0.0
+
+    def recovered(self) -> None:
+        """The recovery after the pod turned Ready is measured: forget when it did."""
+        self.ready_seen_at = None
 
 
 @dataclass(frozen=True)
@@ -121,11 +144,11 @@ class World:
         self.namespace = namespace
         self.crs: dict[Key, AdapterCR] = {}
         self.targets: dict[Key, Target] = {}
-        self.pods: dict[Key, PodState] = {}
+        self.pods: dict[Key, PodRecord] = {}
         self.replicasets: dict[str, Owned] = {}  # by UID: the links of the pods' chain
         self.deployments: dict[str, Owned] = {}
-        #: Labelled pods outside their target's controller chain, as reported (the controller
-        #: decides when: see ``Controller._review_trust``), with why.
+        #: Labelled pods outside their target's controller chain, as reported (the trust review
+        #: decides when: see ``_trust.TrustReview``), with why.
         self.untrusted: dict[Key, str] = {}
         self.last_loaded: dict[Key, datetime] = {}
         self._crs_by_target: dict[Key, set[Key]] = defaultdict(set)
@@ -256,7 +279,32 @@ class World:
         """Forget a ReplicaSet or Deployment; return whether it was known."""
         return self.owners(kind).pop(uid, None) is not None
 
-    def trust(self, facts: PodFacts) -> str | None:
+    def replace_owners(self, kind: str, owners: Iterable[Owned]) -> bool:
+        """Replace every known ReplicaSet or Deployment (a relist); return whether that changed
+        anything."""
+        known = self.owners(kind)
+        before = dict(known)
+        known.clear()
+        for owned in owners:
+            known[owned.uid] = owned
+        return known != before
+
+    def mark_untrusted(self, pod: Key, why: str) -> bool:
+        """Report a labelled pod as outside its target's chain; return whether that is news."""
+        if self.untrusted.get(pod) == why:
+            return False
+        self.untrusted[pod] = why
+        return True
+
+    def clear_untrusted(self, pod: Key) -> bool:
+        """The pod is trusted again (or gone); return whether it was reported."""
+        return self.untrusted.pop(pod, None) is not None
+
+    def note_loaded(self, cr: Key, when: datetime) -> None:
+        """The adapter of ``cr`` was loaded somewhere at ``when`` (its ``lastLoadedAt``)."""
+        self.last_loaded[cr] = when
+
+    def trust(self, facts: PodEndpoint) -> str | None:
         """None when the pod's controller chain ends at its target InferenceService (or the
         chain is not required); else why not (``_ownership.controller_chain``)."""
         if not _ownership.REQUIRE_CONTROLLER_CHAIN:
@@ -270,11 +318,11 @@ class World:
             target.uid if target is not None else "",
         )
 
-    def labelled_pods_of(self, target: Key) -> list[PodState]:
+    def labelled_pods_of(self, target: Key) -> list[PodRecord]:
         """Every pod labelled as ``target``'s, trusted or not, by name."""
         return [self.pods[k] for k in sorted(self._pods_by_target.get(target, ()))]
 
-    def put_pod(self, facts: PodFacts, now: float) -> PodVerdict:
+    def put_pod(self, facts: PodEndpoint, now: float) -> PodVerdict:
         """Store a pod update and say what it means (see :func:`classify_pod`)."""
         state = self.pods.get(facts.key)
         old = state.facts if state is not None else None
@@ -282,7 +330,7 @@ class World:
         if state is None or verdict.invalidate:
             # The server lost its state: outcomes, pending unloads, capacity notes and backoff
             # were about a process that is gone.
-            state = PodState(facts)
+            state = PodRecord(facts)
             self.pods[facts.key] = state
             self._pods_by_target[facts.target].add(facts.key)
         state.facts = facts
@@ -293,19 +341,19 @@ class World:
             state.failures, state.not_before = 0, 0.0
         return verdict
 
-    def seed_pod(self, facts: PodFacts) -> None:
+    def seed_pod(self, facts: PodEndpoint) -> None:
         """Store a pod from the first listing: nothing is inferred about its past."""
-        self.pods[facts.key] = PodState(facts)
+        self.pods[facts.key] = PodRecord(facts)
         self._pods_by_target[facts.target].add(facts.key)
 
-    def remove_pod(self, key: Key) -> PodState | None:
+    def remove_pod(self, key: Key) -> PodRecord | None:
         """Forget a pod that is gone."""
         state = self.pods.pop(key, None)
         if state is not None:
             self._pods_by_target[state.facts.target].discard(key)
         return state
 
-    def pods_of(self, target: Key) -> list[PodState]:
+    def pods_of(self, target: Key) -> list[PodRecord]:
         """The pods of ``target`` (those its controller chain vouches for), by name."""
         return [s for s in self.labelled_pods_of(target) if self.trust(s.facts) is None]
 

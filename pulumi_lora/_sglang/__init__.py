@@ -1,6 +1,7 @@
 """SGLang's runtime-LoRA API: the pure protocol (`_protocol`) and the sync/async clients.
 
-Outcomes are values (`Loaded`, `AlreadyLoaded`, `Unloaded`, `NotLoaded`, `ModelList`, `Health`);
+Outcomes are values (`Loaded`, `AlreadyLoaded`, `Unloaded`, `NotLoaded`, `ModelList`, `Health`,
+`ServerInfo`);
 failures are errors from `pulumi_lora._errors`, whose ``retryable`` and ``reason`` say what to do.
 """
 
@@ -14,6 +15,7 @@ from pulumi_lora._sglang._protocol import (
     LoadOutcome,
     ModelList,
     NotLoaded,
+    ServerInfo,
     Unloaded,
     UnloadOutcome,
 )
@@ -28,6 +30,7 @@ __all__ = [
     "ModelList",
     "NotLoaded",
     "SGLangClient",
+    "ServerInfo",
     "UnloadOutcome",
     "Unloaded",
     "asyncio_transport",

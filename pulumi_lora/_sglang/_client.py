@@ -45,6 +45,7 @@ from pulumi_lora._sglang._protocol import (
     ModelList,
     Peer,
     Request,
+    ServerInfo,
     UnloadOutcome,
 )
 from pulumi_lora._wire import HeldWritesBackend, HeldWritesStream, WrappingBackend
@@ -196,6 +197,19 @@ class SGLangClient(_ClientBase):
         status, body = self._send(protocol.health_request(timeouts=self.timeouts))
         return protocol.classify_health(status, body, peer=self._peer)
 
+    def server_info(self) -> ServerInfo:
+        """``version`` and ``enable_lora`` from ``/server_info`` (``/get_server_info`` before
+        0.5.6), or why they could not be read: never raises, and keeps nothing else of the body
+        (it echoes the server's API keys)."""
+        try:
+            status, body = self._send(protocol.server_info_request(timeouts=self.timeouts))
+            if status == 404:
+                legacy = protocol.server_info_request(legacy=True, timeouts=self.timeouts)
+                status, body = self._send(legacy)
+        except SGLangError as exc:
+            return protocol.server_info_unread(exc)
+        return protocol.classify_server_info(status, body)
+
     def close(self) -> None:
         """Close the pooled connections."""
         self._http.close()
@@ -265,6 +279,17 @@ class AsyncSGLangClient(_ClientBase):
         """Whether ``/health`` says ready (a 503 is ``ready=False``, not an error)."""
         status, body = await self._send(protocol.health_request(timeouts=self.timeouts))
         return protocol.classify_health(status, body, peer=self._peer)
+
+    async def server_info(self) -> ServerInfo:
+        """``version`` and ``enable_lora`` from ``/server_info``, as `SGLangClient.server_info`."""
+        try:
+            status, body = await self._send(protocol.server_info_request(timeouts=self.timeouts))
+            if status == 404:
+                legacy = protocol.server_info_request(legacy=True, timeouts=self.timeouts)
+                status, body = await self._send(legacy)
+        except SGLangError as exc:
+            return protocol.server_info_unread(exc)
+        return protocol.classify_server_info(status, body)
 
     async def aclose(self) -> None:
         """Close the pooled connections."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias, TypeVar
 
 from pulumi_lora._errors import (
+    MIN_SGLANG,
     BadRequest,
     ConfigurationError,
     EvictionImpossible,
@@ -42,9 +43,11 @@ from pulumi_lora._version import __version__
 
 __all__ = [
     "HEALTH_ROUTE",
+    "LEGACY_SERVER_INFO_ROUTE",
     "LOAD_ROUTE",
     "MAX_BODY_BYTES",
     "MODELS_ROUTE",
+    "SERVER_INFO_ROUTE",
     "UNLOAD_ROUTE",
     "AlreadyLoaded",
     "Health",
@@ -54,18 +57,22 @@ __all__ = [
     "NotLoaded",
     "Peer",
     "Request",
+    "ServerInfo",
     "UnloadOutcome",
     "Unloaded",
     "build_headers",
     "classify_health",
     "classify_load",
     "classify_models",
+    "classify_server_info",
     "classify_unload",
     "credential_values",
     "health_request",
     "load_request",
     "models_request",
     "redact",
+    "server_info_request",
+    "server_info_unread",
     "unload_request",
 ]
 
@@ -73,6 +80,9 @@ LOAD_ROUTE: Final = "/load_lora_adapter"
 UNLOAD_ROUTE: Final = "/unload_lora_adapter"
 MODELS_ROUTE: Final = "/v1/models"
 HEALTH_ROUTE: Final = "/health"
+SERVER_INFO_ROUTE: Final = "/server_info"
+#: ``/server_info``'s name before SGLang 0.5.6.
+LEGACY_SERVER_INFO_ROUTE: Final = "/get_server_info"
 _LORA_ROUTES: Final = frozenset({LOAD_ROUTE, UNLOAD_ROUTE})
 
 MAX_BODY_BYTES: Final = 1024 * 1024
@@ -177,6 +187,21 @@ class Health:
     ready: bool
 
 
+@dataclass(frozen=True)
+class ServerInfo:
+    """The two harmless fields of ``GET /server_info``, or why they could not be read.
+
+    The body echoes the server's API keys: nothing else of it is kept, and no message quotes it.
+    """
+
+    version: str | None = None
+    """SGLang's ``version`` (e.g. ``0.5.15``)."""
+    lora_enabled: bool | None = None
+    """``enable_lora``: whether the server runs with LoRA."""
+    error: str = ""
+    """Why neither could be read (the version is then unknown)."""
+
+
 LoadOutcome: TypeAlias = Loaded | AlreadyLoaded
 UnloadOutcome: TypeAlias = Unloaded | NotLoaded
 
@@ -205,6 +230,11 @@ def models_request(*, timeouts: ClientTimeouts) -> Request:
 def health_request(*, timeouts: ClientTimeouts) -> Request:
     """``GET /health`` (not ``/health_generate``, which runs a generation). Pure."""
     return Request("GET", HEALTH_ROUTE, timeouts.read)
+
+
+def server_info_request(*, legacy: bool = False, timeouts: ClientTimeouts) -> Request:
+    """``GET /server_info`` (``legacy``: ``/get_server_info`` before 0.5.6), short timeout. Pure."""
+    return Request("GET", LEGACY_SERVER_INFO_ROUTE if legacy else SERVER_INFO_ROUTE, timeouts.read)
 
 
 def build_headers(
@@ -388,8 +418,8 @@ def classify_models(status: int, body: bytes, *, peer: Peer) -> ModelList:
         if "parent" not in entry:
             raise reply.error(
                 UnsupportedServer,
-                "/v1/models entries have no `parent`, so this SGLang (< 0.5.5) lists no adapters "
-                "there; pulumi-lora supports SGLang ≥ 0.5.5",
+                f"/v1/models entries have no `parent`, so this SGLang (< {MIN_SGLANG}) lists no "
+                f"adapters there; pulumi-lora supports SGLang ≥ {MIN_SGLANG}",
             )
         parent, root = entry["parent"], entry.get("root")
         if parent is None:
@@ -408,6 +438,37 @@ def classify_health(status: int, body: bytes, *, peer: Peer) -> Health:
     reply = _Reply(peer, HEALTH_ROUTE, status, body)
     _check_status(reply, expected={200, 503})
     return Health(ready=status == 200)
+
+
+def classify_server_info(status: int, body: bytes) -> ServerInfo:
+    """Classify a ``GET /server_info`` answer into its ``version`` and ``enable_lora``. Pure.
+
+    Never raises: an answer that says nothing becomes the reason in ``error`` (the version is then
+    unknown, which doctor reports as a warning). Nothing else of the body is kept.
+    """
+    if status != 200:
+        return ServerInfo(error=f"{SERVER_INFO_ROUTE} answered HTTP {status}")
+    if len(body) > MAX_BODY_BYTES:
+        return ServerInfo(error=f"{SERVER_INFO_ROUTE} answered more than {MAX_BODY_BYTES} bytes")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ServerInfo(error=f"{SERVER_INFO_ROUTE} did not answer JSON")
+    if not isinstance(data, dict):
+        return ServerInfo(error=f"{SERVER_INFO_ROUTE} did not answer a JSON object")
+    version, enabled = data.get("version"), data.get("enable_lora")
+    return ServerInfo(
+        version=str(version) if version is not None else None,
+        lora_enabled=enabled if isinstance(enabled, bool) else None,
+    )
+
+
+def server_info_unread(error: SGLangError) -> ServerInfo:
+    """Pure: ``/server_info`` got no answer (``error``, from the client): named by what httpx
+    raised (``error``'s cause), never by a message that could quote the server."""
+    return ServerInfo(
+        error=f"{SERVER_INFO_ROUTE} could not be read ({type(error.__cause__ or error).__name__})"
+    )
 
 
 def _lora_result(reply: _Reply) -> _LoRAResult:
@@ -509,8 +570,9 @@ def _missing_route(reply: _Reply) -> SGLangError:
         message += ": the URL does not point at SGLang's HTTP port"
         return reply.error(UnsupportedServer, message)
     message += (
-        ": SGLang < 0.4.9 has no runtime LoRA routes and < 0.5.5 lists no adapters in /v1/models "
-        "(pulumi-lora supports SGLang ≥ 0.5.5), or the URL does not point at SGLang's HTTP port"
+        f": SGLang < 0.4.9 has no runtime LoRA routes and < {MIN_SGLANG} lists no adapters in "
+        f"/v1/models (pulumi-lora supports SGLang ≥ {MIN_SGLANG}), or the URL does not point at "
+        "SGLang's HTTP port"
     )
     return reply.error(UnsupportedServer, message)
 

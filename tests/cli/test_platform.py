@@ -159,7 +159,8 @@ def test_the_platform_stack_runs_and_heals_itself(project: Project, cluster: Tes
     # A restarted pod lost its adapters: the deployed loop re-loads them, no pulumi command.
     victim = service.pods()[0].name
     testbed.restart_pod(models, victim)
-    wait_until(lambda: served(service).get(victim) == expected, 60, "the loop heals a restart")
+    healed = wait_until(lambda: served(service).get(victim) == expected, 60, "the loop heals")
+    print(f"platform: the deployed loop healed a restarted pod in {healed:.2f}s")
 
     # The leader crashes: the standby takes over within the Lease duration and keeps healing.
     first = holder(testbed, ops)
@@ -171,6 +172,7 @@ def test_the_platform_stack_runs_and_heals_itself(project: Project, cluster: Tes
         "the standby takes the Lease",
     )
     assert took <= DEFAULT_LEASE_DURATION + 5
+    print(f"platform: the standby took the Lease {took:.1f}s after the leader's crash")
     victim = service.pods()[1].name
     testbed.restart_pod(models, victim)
     wait_until(lambda: served(service).get(victim) == expected, 60, "the new leader heals")

@@ -14,8 +14,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 from pulumi import automation as auto
 
+from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER
-from pulumi_lora._operations import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 

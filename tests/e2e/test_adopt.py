@@ -22,7 +22,7 @@ from pulumi import automation as auto
 from pulumi_lora import LoRAAdapter
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import AdapterNotLoaded, ClusterError
-from pulumi_lora._operations import ProviderConfig
+from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import adapter_props, emulator_post, provider_for, served

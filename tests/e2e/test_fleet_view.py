@@ -14,7 +14,7 @@ import pulumi
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora._operations import LOOK_MAX_AGE_SECONDS, ProviderConfig
+from pulumi_lora._lifecycle import LOOK_MAX_AGE_SECONDS, ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed

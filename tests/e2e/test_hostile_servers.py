@@ -14,7 +14,7 @@ import pytest
 
 from pulumi_lora import AdapterNotLoaded
 from pulumi_lora._cluster import get_adapter
-from pulumi_lora._operations import ProviderConfig
+from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora.testing.loop import wait_until
@@ -66,7 +66,7 @@ def test_a_hostile_answer_fails_clearly_and_leaves_nothing(
 # --- slow and stalled servers -------------------------------------------------------------------
 
 #: Short client timeouts for the slow-server tests: a load gets 4 s to answer (then as long again
-#: to land, see `_operations._settle`), everything else 2 s.
+#: to land, see `_lifecycle._settle`), everything else 2 s.
 SHORT = ClientTimeouts(connect=2.0, read=2.0, load=4.0, unload=2.0)
 
 

@@ -27,8 +27,8 @@ import pytest
 from click.testing import CliRunner
 
 from pulumi_lora._cli import cli
+from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
-from pulumi_lora._operations import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import (

@@ -14,8 +14,8 @@ import pytest
 from pulumi_lora import AdapterNotLoaded, InferenceServiceNotFound, NoReadyPods, RuntimeMismatch
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import ClusterError, NameCollision
+from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_FINALIZER
-from pulumi_lora._operations import ProviderConfig
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import adapter_props, emulator_post, provider_for, served
 

@@ -10,13 +10,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from pulumi_lora._cli import cli
-from pulumi_lora._inspect import (
-    AdapterVerdict,
-    CheckStatus,
-    StatusReport,
-    adapter_line,
-    check_llmkube,
-)
+from pulumi_lora._lifecycle import PodReport, observed_conditions
 from pulumi_lora._models import (
     LLMKUBE_CONTROLLER_USER,
     LLMKUBE_FINALIZER,
@@ -24,7 +18,8 @@ from pulumi_lora._models import (
     Condition,
     written_by_llmkube,
 )
-from pulumi_lora._operations import PodReport, observed_conditions
+from pulumi_lora._ops._doctor import CheckStatus, check_llmkube
+from pulumi_lora._ops._status import AdapterVerdict, StatusReport, adapter_line
 from pulumi_lora._ops_cli import _status_table
 from pulumi_lora._reconcile import Availability
 from pulumi_lora.deploy import RELEASE_RULE, coexistence_policy, resync_manifests

@@ -7,17 +7,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from pulumi_lora._cluster import PodEndpoint
 from pulumi_lora._errors import Unauthorized, UnsupportedServer
-from pulumi_lora._inspect import (
-    AdapterVerdict,
+from pulumi_lora._lifecycle import PodReport
+from pulumi_lora._llmkube import PodEndpoint, container_port, service_port
+from pulumi_lora._models import Transport
+from pulumi_lora._ops._doctor import (
     CheckStatus,
     DoctorFacts,
-    PodState,
     ServerProbe,
-    StatusReport,
-    adapter_line,
-    args_from_cr,
     check_adapter_volumes,
     check_data_parallel,
     check_enable_lora,
@@ -26,16 +23,19 @@ from pulumi_lora._inspect import (
     check_ports,
     check_runtime,
     check_server,
-    container_port,
     diagnose,
     has_flag,
     normalize_args,
     parse_version,
-    pod_line,
-    service_port,
 )
-from pulumi_lora._models import Transport
-from pulumi_lora._operations import PodReport
+from pulumi_lora._ops._status import (
+    AdapterVerdict,
+    ServedState,
+    StatusReport,
+    adapter_line,
+    args_from_cr,
+    pod_line,
+)
 
 GOOD_ARGS = ["--enable-lora", "--max-lora-rank", "64", "--lora-target-modules", "all"]
 
@@ -354,15 +354,15 @@ def report(name: str, **kw: Any) -> PodReport:
 
 
 def test_pod_states() -> None:
-    assert pod_line(report("a"), "/adapters/sql").state is PodState.OK
+    assert pod_line(report("a"), "/adapters/sql").state is ServedState.OK
     missing = pod_line(report("a", loaded=False, path=None), "/adapters/sql")
-    assert missing.state is PodState.MISSING and missing.error == "not loaded"
+    assert missing.state is ServedState.MISSING and missing.error == "not loaded"
     wrong = pod_line(report("a", path="/adapters/old"), "/adapters/sql")
-    assert wrong.state is PodState.WRONG_PATH and "/adapters/old" in wrong.error
+    assert wrong.state is ServedState.WRONG_PATH and "/adapters/old" in wrong.error
     unreachable = pod_line(report("a", loaded=False, error="refused"), "/adapters/sql")
-    assert unreachable.state is PodState.UNREACHABLE and unreachable.error == "refused"
+    assert unreachable.state is ServedState.UNREACHABLE and unreachable.error == "refused"
     waiting = pod_line(report("a", ready=False, loaded=False), "/adapters/sql")
-    assert waiting.state is PodState.NOT_READY
+    assert waiting.state is ServedState.NOT_READY
 
 
 def test_adapter_verdicts_from_pods() -> None:

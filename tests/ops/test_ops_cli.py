@@ -9,16 +9,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pulumi_lora import _inspect
 from pulumi_lora._cluster import KubeSource
-from pulumi_lora._inspect import (
-    DoctorFacts,
-    ServerProbe,
-    StatusReport,
-    adapter_line,
-)
+from pulumi_lora._lifecycle import PodReport
 from pulumi_lora._models import Transport
-from pulumi_lora._operations import PodReport
+from pulumi_lora._ops import _gather
+from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe
+from pulumi_lora._ops._status import StatusReport, adapter_line
 from pulumi_lora._ops_cli import doctor_command, render_table, status_command
 
 
@@ -55,7 +51,7 @@ def fake_status(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
         calls.append((source, namespace, transport))
         return report
 
-    monkeypatch.setattr(_inspect, "gather_status", gather)
+    monkeypatch.setattr(_gather, "gather_status", gather)
     return calls
 
 
@@ -103,14 +99,14 @@ def test_status_json_and_scope_options(fake_status: list[tuple[Any, ...]]) -> No
 
 def test_status_exit_0_when_everything_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     ok = StatusReport((adapter_line(cr("good"), [PodReport("a", True, True, "/adapters/x")]),))
-    monkeypatch.setattr(_inspect, "gather_status", lambda *a, **k: ok)
+    monkeypatch.setattr(_gather, "gather_status", lambda *a, **k: ok)
     result = CliRunner().invoke(status_command, ["-n", "models"])
     assert result.exit_code == 0
     assert result.output.splitlines()[-1] == "1 LoRAAdapter(s): 1 ok, 0 drift, 0 error"
 
 
 def test_status_with_nothing_declared(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_inspect, "gather_status", lambda *a, **k: StatusReport(()))
+    monkeypatch.setattr(_gather, "gather_status", lambda *a, **k: StatusReport(()))
     result = CliRunner().invoke(status_command, ["-n", "models"])
     assert (result.exit_code, result.output.strip()) == (0, "no LoRAAdapters in namespace models")
 
@@ -164,7 +160,7 @@ def test_doctor_prints_checks_with_fixes_and_exit_code(monkeypatch: pytest.Monke
         seen.append({"namespace": namespace, "name": name, **kw})
         return facts
 
-    monkeypatch.setattr(_inspect, "gather_doctor", gather)
+    monkeypatch.setattr(_gather, "gather_doctor", gather)
     args = ["llama", "-n", "models", "--api-key-secret", "sglang-key"]
     result = CliRunner().invoke(doctor_command, args)
     assert result.exit_code == 1, result.output

@@ -1,6 +1,6 @@
 """`status` and `doctor` on the testbed: real apiserver, real pods' /v1/models and /server_info.
 
-Adapters are set up with the provider's own operations (``_operations.create``), which is what
+Adapters are set up with the provider's own operations (``_lifecycle.create``), which is what
 ``pulumi up`` runs, without paying for an engine per test.
 """
 
@@ -18,8 +18,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
 from pulumi_lora._cluster import adapter_manifest, apply_adapter
+from pulumi_lora._lifecycle import ProviderConfig, create
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._operations import ProviderConfig, create
 from pulumi_lora._ops_cli import doctor_command, status_command
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 

@@ -13,8 +13,8 @@ from typing import Any
 from _resync_harness import PROBE, Cluster, everywhere, served, wait_until
 from conftest import LoopFactory
 
+from pulumi_lora._lifecycle import ProviderConfig, now_utc
 from pulumi_lora._models import ANNOTATION_OPERATION, format_time
-from pulumi_lora._operations import ProviderConfig, now_utc
 from pulumi_lora._provider import LoRAAdapterProvider
 
 

@@ -21,7 +21,13 @@ from pulumi_lora.deploy import (
 )
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.fixtures import missing_real_part
-from pulumi_lora.testing.testbed import BinaryNotFoundError, Testbed, find_binary
+from pulumi_lora.testing.testbed import (
+    BinaryNotFoundError,
+    Testbed,
+    find_binary,
+    image_present,
+    loop_image,
+)
 
 
 def by_kind(manifests: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -122,15 +128,18 @@ def test_the_component_creates_exactly_the_rendered_objects(
 ) -> None:
     """``ResyncDeployment`` through the real engine and the built pulumi-kubernetes provider:
     the objects in the apiserver are the rendered manifests, pulumi-kubernetes' await sees the
-    Deployment (played by the testbed: a real ``pulumi-lora resync`` process) become available,
-    and ``destroy`` removes every object."""
+    Deployment (a container of the loop's image, run by the testbed's kubelet) become
+    available, and ``destroy`` removes every object."""
     try:
         find_binary("pulumi-resource-kubernetes")
     except BinaryNotFoundError as exc:
         missing_real_part(str(exc))
+    image = loop_image()
+    if not image_present(image):
+        missing_real_part(f"the loop's image {image} (python3 tools/image.py --local-base)")
     ns = testbed.create_namespace("resync-component")
     watched = testbed.create_namespace("resync-watched")
-    expected = resync_manifests(ns, "img:1", watch_namespace=watched)
+    expected = resync_manifests(ns, image, watch_namespace=watched)
     kubeconfig = testbed.kubeconfig_path.read_text()
 
     def program() -> None:
@@ -138,7 +147,7 @@ def test_the_component_creates_exactly_the_rendered_objects(
         loop = ResyncDeployment(
             "resync",
             namespace=ns,
-            image="img:1",
+            image=image,
             watch_namespace=watched,
             opts=pulumi.ResourceOptions(providers={"kubernetes": cluster}),
         )

@@ -28,10 +28,8 @@ from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.loop import wait_until
 from pulumi_lora.testing.testbed import Testbed
 from pulumi_lora.testing.testbed._incluster import (
-    RELAY_THREAD_PREFIX,
     InClusterError,
     InClusterProcess,
-    Relay,
     in_cluster_unavailable_reason,
     mount_source,
     pod_environment,
@@ -41,6 +39,7 @@ from pulumi_lora.testing.testbed._incluster import (
 )
 from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
 from pulumi_lora.testing.testbed._process import live_descendants
+from pulumi_lora.testing.testbed._relay import RELAY_THREAD_PREFIX, Relay
 
 NODE = "testbed-node"
 PROBE = httpx.Client(trust_env=False, timeout=5, limits=httpx.Limits(max_keepalive_connections=0))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pulumi_lora._errors import AdapterNotLoaded
-from pulumi_lora._operations import _advice
+from pulumi_lora._lifecycle import advice as _advice
 from pulumi_lora._reconcile import PodOutcome
 
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from pulumi_lora import _operations as ops
+from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import ClusterError, ConfigurationError
+from pulumi_lora._lifecycle import AdapterState, PodReport
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
-from pulumi_lora._operations import AdapterState, PodReport
 from pulumi_lora._provider import (
     UNKNOWN,
     DriftReporter,
@@ -120,7 +120,7 @@ class TestDiff:
         def unreachable(*_: Any) -> None:
             raise ClusterError("no cluster in unit tests")
 
-        monkeypatch.setattr(ops, "observe", unreachable)
+        monkeypatch.setattr(lifecycle, "observe", unreachable)
 
     def diff(self, old: dict[str, Any], **news: Any) -> tuple[bool, list[str]]:
         result = LoRAAdapterProvider().diff("models/sql-lora", old, {**GOOD, **news})
@@ -173,7 +173,7 @@ class TestDiffLooksAtTheClusterWhenNothingElseChanged:
     """A plain `pulumi up` must heal drift that no refresh recorded in the state."""
 
     def diff_with_live(self, monkeypatch: pytest.MonkeyPatch, live: AdapterState | None) -> bool:
-        monkeypatch.setattr(ops, "observe", lambda *_: live)
+        monkeypatch.setattr(lifecycle, "observe", lambda *_: live)
         result = LoRAAdapterProvider().diff("id", olds([OK_POD]), dict(GOOD))
         return bool(result.changes)
 
@@ -341,7 +341,7 @@ class TestConfigure:
     """Stack config reaches the provider: credentials and the SGLang client timeouts."""
 
     @staticmethod
-    def configured(config: dict[str, Any]) -> ops.ProviderConfig:
+    def configured(config: dict[str, Any]) -> lifecycle.ProviderConfig:
         from pulumi.dynamic import ConfigureRequest  # noqa: PLC0415
         from pulumi.dynamic.config import Config  # noqa: PLC0415 - what the engine hands over
 
@@ -359,7 +359,7 @@ class TestConfigure:
         )
         assert config.context == "prod"
         assert config.timeouts == ClientTimeouts(connect=2.0, load=12.5)
-        assert ops.Session(AdapterArgs(**GOOD), config).timeouts.load == 12.5
+        assert lifecycle.Session(AdapterArgs(**GOOD), config).timeouts.load == 12.5
 
     @pytest.mark.parametrize("bad", ["0", "-1", "soon", "nan", "inf", "true"])
     def test_a_bad_timeout_names_its_key(self, bad: str) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pulumi_lora import _operations as ops
+from pulumi_lora import _lifecycle as lifecycle
+from pulumi_lora._lifecycle import AdapterState, PodReport
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._operations import AdapterState, PodReport
 from pulumi_lora._provider import LoRAAdapterProvider, RecentReads, outputs, serves_one_command
 
 GOOD = {
@@ -100,7 +100,7 @@ class TestDiffAfterRead:
             taken.append(args)
             return live
 
-        monkeypatch.setattr(ops, "observe", observe)
+        monkeypatch.setattr(lifecycle, "observe", observe)
         return taken
 
     def test_a_diff_after_this_processs_read_does_not_look_again(
@@ -124,6 +124,6 @@ class TestDiffAfterRead:
         read = provider.read("models/sql-evictable", {**GOOD})
         args = AdapterArgs.model_validate(GOOD)
         # Another adapter's load on the same target, in this process (it may have evicted ours).
-        ops.LOOKS.invalidate(ops.Session(args, ops.ProviderConfig()).scope)
+        lifecycle.LOOKS.invalidate(lifecycle.Session(args, lifecycle.ProviderConfig()).scope)
         assert not provider.diff("models/sql-evictable", read.outs or {}, dict(GOOD)).changes
         assert len(looks) == 2

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pulumi_lora._models import Condition, ConditionStatus
+from pulumi_lora._models import Condition, ConditionStatus, Policy
 from pulumi_lora._reconcile import (
     ActionKind,
     Availability,
@@ -18,7 +18,6 @@ from pulumi_lora._reconcile import (
     PodAction,
     PodOutcome,
     PodView,
-    ReadinessPolicy,
     Reply,
     ReplyKind,
     UnloadCall,
@@ -183,7 +182,7 @@ class TestPodProgram:
         assert not out.loaded and out.reason == "Timeout"
         summary = summarize([out, PodOutcome("q", True, "/adapters/sql")])
         assert summary.loaded_pods == 1
-        assert not is_loaded(summary, ReadinessPolicy.ALL_READY_PODS)
+        assert not is_loaded(summary, Policy.ALL_READY_PODS)
 
     def test_a_load_without_an_answer_may_have_loaded(self) -> None:
         _, out = drive(PodAction("p", ActionKind.LOAD), SQL, script(TIMEOUT))
@@ -296,10 +295,10 @@ def outcomes(loaded: int, failed: int = 0, waiting: int = 0) -> list[PodOutcome]
 class TestPolicyAndConditions:
     def test_policies(self) -> None:
         partial = summarize(outcomes(1, failed=1))
-        assert not is_loaded(partial, ReadinessPolicy.ALL_READY_PODS)
-        assert is_loaded(partial, ReadinessPolicy.ANY_READY_POD)
-        assert is_loaded(summarize(outcomes(2, waiting=1)), ReadinessPolicy.ALL_READY_PODS)
-        assert not is_loaded(summarize(outcomes(0, waiting=2)), ReadinessPolicy.ANY_READY_POD)
+        assert not is_loaded(partial, Policy.ALL_READY_PODS)
+        assert is_loaded(partial, Policy.ANY_READY_POD)
+        assert is_loaded(summarize(outcomes(2, waiting=1)), Policy.ALL_READY_PODS)
+        assert not is_loaded(summarize(outcomes(0, waiting=2)), Policy.ANY_READY_POD)
 
     def conds(
         self,
@@ -316,7 +315,7 @@ class TestPolicyAndConditions:
                 "" if ok else 'runtime="vllm", expected sglang',
             ),
             summary=None if summary_outcomes is None else summarize(summary_outcomes),
-            policy=ReadinessPolicy.ALL_READY_PODS,
+            policy=Policy.ALL_READY_PODS,
             generation=3,
             previous=previous or [],
             now=now,
@@ -353,7 +352,7 @@ class TestPolicyAndConditions:
         c = build_conditions(
             availability=Availability(True, "InferenceServiceReady"),
             summary=summarize([PodOutcome("a", True, "/x"), PodOutcome("b", False)]),
-            policy=ReadinessPolicy.ALL_READY_PODS,
+            policy=Policy.ALL_READY_PODS,
             generation=1,
             previous=[],
             now=T0,

@@ -40,6 +40,7 @@ from pulumi_lora._sglang import (
     Loaded,
     ModelList,
     NotLoaded,
+    ServerInfo,
     SGLangClient,
     Unloaded,
 )
@@ -107,6 +108,48 @@ def call(request: pytest.FixtureRequest) -> Call:
 
 def lora(success: bool, message: str = "", adapters: dict[str, str] | None = None) -> object:
     return {"rid": None, "success": success, "error_message": message, "loaded_adapters": adapters}
+
+
+# --- /server_info (doctor's version check) ----------------------------------------------------
+
+
+def test_server_info_keeps_only_version_and_lora(call: Call) -> None:
+    body = {"version": "0.5.15", "enable_lora": True, "api_key": KEY, "admin_api_key": KEY}
+    info = call(answer(200, body), "server_info")
+    assert info == ServerInfo("0.5.15", True)
+    assert KEY not in repr(info)
+
+
+def test_server_info_falls_back_to_the_old_route(call: Call) -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if request.url.path == "/server_info":
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return httpx.Response(200, json={"version": "0.5.5", "enable_lora": False})
+
+    assert call(handler, "server_info") == ServerInfo("0.5.5", False)
+    assert seen == ["/server_info", "/get_server_info"]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (500, b"boom", "/server_info answered HTTP 500"),
+        (200, b"<html>", "/server_info did not answer JSON"),
+        (200, b"[1, 2]", "/server_info did not answer a JSON object"),
+    ],
+)
+def test_server_info_says_why_it_told_nothing(
+    call: Call, status: int, body: bytes, error: str
+) -> None:
+    assert call(answer(status, body), "server_info") == ServerInfo(error=error)
+
+
+def test_server_info_unreachable_names_what_httpx_raised(call: Call) -> None:
+    info = call(raising(httpx.ConnectError("refused")), "server_info")
+    assert info == ServerInfo(error="/server_info could not be read (ConnectError)")
 
 
 # --- outcomes -----------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pulumi_lora import _cluster as k8s
-from pulumi_lora import _operations as ops
+from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora._shared_views import OwnWrites, SharedViews
 
@@ -159,17 +159,17 @@ class TestSingleFlight:
 class TestOperationsInvalidateTheirTarget:
     def test_execute_retires_the_shared_looks_at_its_target(self) -> None:
         args = AdapterArgs(adapter_name="sql-lora", path="/adapters/sql", inference_service="llama")
-        session = ops.Session(args, ops.ProviderConfig(kubeconfig="/nowhere"))
-        key = ops.LookKey(session.scope, args.transport, None, None, session.timeouts)
-        other = ops.LookKey(
+        session = lifecycle.Session(args, lifecycle.ProviderConfig(kubeconfig="/nowhere"))
+        key = lifecycle.LookKey(session.scope, args.transport, None, None, session.timeouts)
+        other = lifecycle.LookKey(
             (session.source, "default", "mistral"), args.transport, None, None, session.timeouts
         )
-        first, second = ops.TargetLook(None), ops.TargetLook(None)
-        assert ops.LOOKS.get(key, lambda: first) is first
-        assert ops.LOOKS.get(other, lambda: first) is first
+        first, second = lifecycle.TargetLook(None), lifecycle.TargetLook(None)
+        assert lifecycle.LOOKS.get(key, lambda: first) is first
+        assert lifecycle.LOOKS.get(other, lambda: first) is first
         session.execute(None, [], {})
-        assert ops.LOOKS.get(key, lambda: second) is second
-        assert ops.LOOKS.get(other, lambda: second) is first
+        assert lifecycle.LOOKS.get(key, lambda: second) is second
+        assert lifecycle.LOOKS.get(other, lambda: second) is first
 
 
 class TestOwnWrites:
@@ -213,11 +213,11 @@ class TestCollisionChecksShareOneListing:
             return list(stored)
 
         monkeypatch.setattr(k8s, "list_adapters", list_adapters)
-        monkeypatch.setattr(ops.Session, "kube", property(lambda _self: None))
+        monkeypatch.setattr(lifecycle.Session, "kube", property(lambda _self: None))
         return calls
 
     @staticmethod
-    def session(adapter: str, name: str, kubeconfig: str = "/bench") -> ops.Session:
+    def session(adapter: str, name: str, kubeconfig: str = "/bench") -> lifecycle.Session:
         args = AdapterArgs(
             adapter_name=adapter,
             path="/a",
@@ -225,7 +225,7 @@ class TestCollisionChecksShareOneListing:
             namespace="models",
             resource_name=name,
         )
-        return ops.Session(args, ops.ProviderConfig(kubeconfig=kubeconfig))
+        return lifecycle.Session(args, lifecycle.ProviderConfig(kubeconfig=kubeconfig))
 
     def test_one_listing_serves_many_checks_and_own_writes_are_seen(
         self, listed: list[list[dict[str, Any]]]
@@ -233,11 +233,13 @@ class TestCollisionChecksShareOneListing:
         target = k8s.Target("models", "llama", "sglang", 1)
         first = self.session("sql-lora", "first", kubeconfig="/own-writes")
         assert first.claims(target, None, shared=True) == []
-        ops.OWN_CRS.record((first.source, "models", "first"), cr("models", "first", "sql-lora"))
+        lifecycle.OWN_CRS.record(
+            (first.source, "models", "first"), cr("models", "first", "sql-lora")
+        )
         second = self.session("sql-lora", "second", kubeconfig="/own-writes")
         claimed = second.claims(target, None, shared=True)
         assert [c["metadata"]["name"] for c in claimed] == ["first"]
-        ops.OWN_CRS.record((first.source, "models", "first"), None)
+        lifecycle.OWN_CRS.record((first.source, "models", "first"), None)
         assert second.claims(target, None, shared=True) == []
         assert len(listed) == 1
 
@@ -246,7 +248,9 @@ class TestCollisionChecksShareOneListing:
     ) -> None:
         target = k8s.Target("models", "llama", "sglang", 1)
         elsewhere = self.session("sql-lora", "first", kubeconfig="/elsewhere")
-        ops.OWN_CRS.record((elsewhere.source, "models", "first"), cr("models", "first", "sql-lora"))
+        lifecycle.OWN_CRS.record(
+            (elsewhere.source, "models", "first"), cr("models", "first", "sql-lora")
+        )
         here = self.session("sql-lora", "second", kubeconfig="/here")
         assert here.claims(target, None, shared=True) == []
 

@@ -6,9 +6,9 @@ resync`` here as a local process that sees what the container would see:
 - **its own network namespace** (a :class:`~pulumi_lora.testing.testbed._netns.PodNetwork`): its
   own pod IP, the same container port as every other replica, and pod-to-pod routes;
 - **the apiserver at ``127.0.0.1:<port>`` inside that namespace**: this module plays kube-proxy
-  with a :class:`Relay` whose listening socket is created inside the pod's namespace (a short-lived
-  thread joins it with ``setns(2)``; a socket keeps the namespace it was made in) and whose
-  outgoing connections leave from the host namespace to the real apiserver, so the serving
+  with a relay (``_relay.py``) whose listening socket is created inside the pod's namespace (a
+  short-lived thread joins it with ``setns(2)``; a socket keeps the namespace it was made in) and
+  whose outgoing connections leave from the host namespace to the real apiserver, so the serving
   certificate's ``127.0.0.1`` SAN verifies as it does for every other client;
 - **the ServiceAccount files** (``token``, ``ca.crt``, ``namespace``) at the standard
   ``/var/run/secrets/kubernetes.io/serviceaccount``, visible to that process only: ``ip netns
@@ -32,14 +32,10 @@ says what is missing.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import errno
 import logging
 import os
-import selectors
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -49,15 +45,14 @@ from typing import Any, Protocol
 
 from pulumi_lora.testing.testbed._netns import PodNetwork
 from pulumi_lora.testing.testbed._process import ManagedProcess
+from pulumi_lora.testing.testbed._relay import Relay, listen_in_netns
 from pulumi_lora.testing.testbed._rest import KubeRest
 
 __all__ = [
     "SERVICE_ACCOUNT_DIR",
     "InClusterError",
     "InClusterProcess",
-    "Relay",
     "in_cluster_unavailable_reason",
-    "listen_in_netns",
     "pod_environment",
     "pod_hostname",
     "request_token",
@@ -85,9 +80,6 @@ def mount_source(owner: int | None = None) -> str:
     """
     return f"{MOUNT_SOURCE}-{os.getpid() if owner is None else owner}"
 
-
-RELAY_THREAD_PREFIX = "pulumi-lora-relay-"
-"""Every relay thread's name starts with this."""
 
 _NETNS_DIR = Path("/run/netns")
 _CLONE_NEWNET = 0x40000000
@@ -262,259 +254,6 @@ def _resolve_program(argv: Sequence[str]) -> list[str]:
     if program == "pulumi-lora":
         program = str(Path(sys.executable).parent / "pulumi-lora")
     return [program, *argv[1:]]
-
-
-# --- kube-proxy: the relay ----------------------------------------------------------------------
-
-
-def listen_in_netns(netns: str, host: str, port: int, *, backlog: int = 64) -> socket.socket:
-    """A TCP socket listening on ``host:port`` inside network namespace ``netns``.
-
-    A short-lived thread joins the namespace (``setns(2)`` on ``/run/netns/<netns>``; a thread's
-    network namespace is its own), creates, binds and listens, and ends; the socket stays in
-    that namespace. Raises :class:`InClusterError` naming the step that failed.
-    """
-    path = _NETNS_DIR / netns
-    result: dict[str, Any] = {}
-
-    def join_and_listen() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if libc.setns(fd, _CLONE_NEWNET) != 0:
-                    code = ctypes.get_errno()
-                    raise OSError(code, f"setns({path}, CLONE_NEWNET): {os.strerror(code)}")
-            finally:
-                os.close(fd)
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, port))
-                sock.listen(backlog)
-            except BaseException:
-                sock.close()
-                raise
-            result["socket"] = sock
-        except BaseException as exc:  # handed to the caller's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=join_and_listen, name=f"pulumi-lora-setns-{netns}")
-    thread.start()
-    thread.join(_SETNS_TIMEOUT)
-    if thread.is_alive():  # pragma: no cover - setns and bind do not block
-        raise InClusterError(f"listening on {host}:{port} in netns {netns} did not finish")
-    if "error" in result:
-        error = result["error"]
-        raise InClusterError(f"cannot listen on {host}:{port} in netns {netns}: {error}") from error
-    sock: socket.socket = result["socket"]
-    return sock
-
-
-class _Pipe:
-    """One relayed connection: the pod's socket, the apiserver's, a bounded buffer each way."""
-
-    __slots__ = ("buffers", "closed", "eof", "socks")
-
-    def __init__(self, pod_side: socket.socket, host_side: socket.socket) -> None:
-        self.socks = (pod_side, host_side)
-        self.buffers = (bytearray(), bytearray())  # [i]: read from socks[i], to write to the other
-        self.eof = [False, False]  # socks[i] sent EOF
-        self.closed = False
-
-
-class Relay:
-    """A bounded TCP relay (one selector thread, no busy loop): kube-proxy for one pod.
-
-    Accepts on ``listener`` (made by :func:`listen_in_netns`, so inside the pod's namespace) and
-    connects each client to ``target`` from this process's own (host) namespace, copying both
-    ways with half-closes honoured. At most ``max_connections`` at once (more are closed at
-    accept); at most ``buffer_size`` bytes buffered per direction. Closes itself when the process
-    ``pid`` exits (a pidfd in the selector), and on :meth:`close`.
-    """
-
-    def __init__(
-        self,
-        listener: socket.socket,
-        target: tuple[str, int],
-        *,
-        name: str,
-        pid: int | None = None,
-        max_connections: int = 64,
-        buffer_size: int = 65536,
-        connect_timeout: float = 5.0,
-    ) -> None:
-        self.target = target
-        self.name = name
-        self._listener = listener
-        self._max = max_connections
-        self._chunk = buffer_size
-        self._connect_timeout = connect_timeout
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._pipes: set[_Pipe] = set()
-        self._pidfd: int | None = None
-        self._released = False
-        self._release_lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=self._serve, name=f"{RELAY_THREAD_PREFIX}{name}", daemon=True
-        )
-        self.accepted = 0
-        self.refused = 0
-        listener.setblocking(False)
-        self._wake_r.setblocking(False)
-        self._selector.register(listener, selectors.EVENT_READ, "accept")
-        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        if pid is not None:
-            try:
-                self._pidfd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                self._stopping.set()  # already gone: serve nothing
-            else:
-                self._selector.register(self._pidfd, selectors.EVENT_READ, "exit")
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """Where the relay listens (inside its namespace)."""
-        host, port = self._listener.getsockname()[:2]
-        return str(host), int(port)
-
-    @property
-    def connections(self) -> int:
-        """Connections relayed right now."""
-        return len(self._pipes)
-
-    def start(self) -> Relay:
-        """Start the relay's thread; returns self."""
-        self._thread.start()
-        return self
-
-    def alive(self) -> bool:
-        """True while the relay's thread runs."""
-        return self._thread.is_alive()
-
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop accepting, drop every connection, join the thread. Idempotent."""
-        self._stopping.set()
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        if not self._thread.is_alive():
-            self._release()
-
-    def _release(self) -> None:
-        with self._release_lock:
-            if self._released:
-                return
-            self._released = True
-        for pipe in list(self._pipes):
-            self._drop(pipe)
-        for resource in (self._listener, self._wake_r, self._wake_w):
-            resource.close()
-        if self._pidfd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._pidfd)
-            self._pidfd = None
-        with contextlib.suppress(RuntimeError, OSError):
-            self._selector.close()
-
-    def _serve(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                for key, mask in self._selector.select():
-                    tag = key.data
-                    if tag == "accept":
-                        self._accept()
-                    elif tag in ("wake", "exit"):
-                        self._stopping.set()
-                    else:
-                        pipe, side = tag
-                        self._pump(pipe, side, mask)
-        except Exception:  # pragma: no cover - a bug here must not pass silently
-            _log.exception("relay %s failed", self.name)
-        finally:
-            self._release()
-            _log.debug("relay %s closed (%d relayed)", self.name, self.accepted)
-
-    def _accept(self) -> None:
-        try:
-            client, _ = self._listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        if len(self._pipes) >= self._max:
-            self.refused += 1
-            client.close()
-            return
-        try:
-            upstream = socket.create_connection(self.target, timeout=self._connect_timeout)
-        except OSError as exc:
-            _log.debug("relay %s: %s:%d unreachable: %s", self.name, *self.target, exc)
-            self.refused += 1
-            client.close()
-            return
-        for sock in (client, upstream):
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pipe = _Pipe(client, upstream)
-        self._pipes.add(pipe)
-        self.accepted += 1
-        self._watch(pipe)
-
-    def _pump(self, pipe: _Pipe, side: int, mask: int) -> None:
-        sock, other = pipe.socks[side], 1 - side
-        try:
-            if mask & selectors.EVENT_READ and not pipe.closed:
-                data = sock.recv(self._chunk - len(pipe.buffers[side]))
-                if data:
-                    pipe.buffers[side].extend(data)
-                else:
-                    pipe.eof[side] = True
-            if mask & selectors.EVENT_WRITE and not pipe.closed:
-                pending = pipe.buffers[other]
-                sent = sock.send(pending)
-                del pending[:sent]
-            for i in (0, 1):  # an EOF read on one side, once flushed, is a FIN on the other
-                if pipe.eof[i] and not pipe.buffers[i]:
-                    with contextlib.suppress(OSError):
-                        pipe.socks[1 - i].shutdown(socket.SHUT_WR)
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError as exc:
-            if exc.errno not in (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN):
-                _log.debug("relay %s: %s", self.name, exc)
-            self._drop(pipe)
-            return
-        if all(pipe.eof) and not any(pipe.buffers):
-            self._drop(pipe)
-            return
-        self._watch(pipe)
-
-    def _watch(self, pipe: _Pipe) -> None:
-        """(Re-)register what each socket waits for: room to read into, data to write."""
-        for i in (0, 1):
-            events = 0
-            if not pipe.eof[i] and len(pipe.buffers[i]) < self._chunk:
-                events |= selectors.EVENT_READ
-            if pipe.buffers[1 - i]:
-                events |= selectors.EVENT_WRITE
-            sock = pipe.socks[i]
-            registered = sock in self._selector.get_map()
-            if events and registered:
-                self._selector.modify(sock, events, (pipe, i))
-            elif events:
-                self._selector.register(sock, events, (pipe, i))
-            elif registered:
-                self._selector.unregister(sock)
-
-    def _drop(self, pipe: _Pipe) -> None:
-        pipe.closed = True
-        for sock in pipe.socks:
-            with contextlib.suppress(KeyError, ValueError, RuntimeError):
-                self._selector.unregister(sock)
-            sock.close()
-        self._pipes.discard(pipe)
 
 
 # --- the pod's process --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ each on a port of its own, and publish ``127.0.0.1`` as their IP. A pod in a net
 its own (the re-sync loop's) has a ``127.0.0.1`` of its own, where nothing of theirs listens. This
 module plays the route a CNI plugin would give it: for every loopback pod's port ``P``, a
 listener on ``127.0.0.1:P`` inside the joining pod's namespace, relayed to the host's
-``127.0.0.1:P`` (the same :class:`~pulumi_lora.testing.testbed._incluster.Relay` that plays
+``127.0.0.1:P`` (the same :class:`~pulumi_lora.testing.testbed._relay.Relay` that plays
 kube-proxy for the apiserver). Ports come and go with the loopback pods; a pod that joins later
 gets every port known then. A port the joining pod already uses itself is left to it.
 """
@@ -16,7 +16,8 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from pulumi_lora.testing.testbed._incluster import InClusterError, Relay, listen_in_netns
+from pulumi_lora.testing.testbed._netns import NetnsError
+from pulumi_lora.testing.testbed._relay import Relay, listen_in_netns
 
 __all__ = ["LoopbackRoutes"]
 
@@ -95,7 +96,7 @@ class LoopbackRoutes:
     def _open(self, member: _Member, port: int) -> None:
         try:
             listener = listen_in_netns(member.netns, "127.0.0.1", port)
-        except InClusterError as exc:  # the pod listens there itself, or is gone
+        except NetnsError as exc:  # the pod listens there itself, or is gone
             _log.info("no route to loopback port %d in %s: %s", port, member.netns, exc)
             return
         name = f"{member.netns}-lo{port}"

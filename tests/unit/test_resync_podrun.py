@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from pulumi_lora._errors import ClusterError
+from pulumi_lora._llmkube import PodEndpoint
 from pulumi_lora._resync._podrun import PodRun, run_pod
-from pulumi_lora._resync._views import PodFacts, SecretRef
+from pulumi_lora._resync._views import SecretRef
 from pulumi_lora._resync._world import AdapterTask, PodWork, Unload
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora.testing.emulator import EmulatorConfig, EmulatorServer
@@ -53,8 +54,18 @@ def start(fs_root: Path) -> Iterator[Any]:
         server.stop()
 
 
-def facts(server: EmulatorServer) -> PodFacts:
-    return PodFacts("ns", "p1", "uid", "llama", True, 0, "127.0.0.1", server.port)
+def facts(server: EmulatorServer) -> PodEndpoint:
+    return PodEndpoint(
+        name="p1",
+        namespace="ns",
+        uid="uid",
+        ready=True,
+        ip="127.0.0.1",
+        port=server.port,
+        state="",
+        restart_count=0,
+        service="llama",
+    )
 
 
 def task(name: str, path: str | None = None, *, key: SecretRef | None = None) -> AdapterTask:
@@ -168,7 +179,17 @@ def test_an_unreachable_pod_fails_retryably(start: Any) -> None:
     server = start()
     port = server.port
     server.stop()
-    dead = PodFacts("ns", "p1", "uid", "llama", True, 0, "127.0.0.1", port)
+    dead = PodEndpoint(
+        name="p1",
+        namespace="ns",
+        uid="uid",
+        ready=True,
+        ip="127.0.0.1",
+        port=port,
+        state="",
+        restart_count=0,
+        service="llama",
+    )
 
     async def read_key(ref: SecretRef) -> str:
         return ""

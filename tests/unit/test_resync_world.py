@@ -6,12 +6,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._cluster import Target
+from pulumi_lora._llmkube import PodEndpoint, Target
 from pulumi_lora._models import ANNOTATION_OPERATION, ANNOTATION_PINNED
 from pulumi_lora._ownership import ControllerRef, Owned
 from pulumi_lora._reconcile import PodOutcome
 from pulumi_lora._resync._decide import CapacityNote, ReloadReason
-from pulumi_lora._resync._views import AdapterCR, PodFacts, SecretRef, adapter_from_object
+from pulumi_lora._resync._views import AdapterCR, SecretRef, adapter_from_object
 from pulumi_lora._resync._world import World
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -49,9 +49,18 @@ SERVICE = ControllerRef("inference.llmkube.dev/v1alpha1", "InferenceService", "l
 
 def pod(
     name: str, *, ready: bool = True, controller: ControllerRef | None = REPLICASET
-) -> PodFacts:
-    return PodFacts(
-        "models", name, f"uid-{name}", "llama", ready, 0, "127.0.0.1", 30000, "", controller
+) -> PodEndpoint:
+    return PodEndpoint(
+        name=name,
+        namespace="models",
+        uid=f"uid-{name}",
+        ready=ready,
+        ip="127.0.0.1",
+        port=30000,
+        state="",
+        restart_count=0,
+        controller=controller,
+        service="llama",
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pulumi_lora._llmkube import PodEndpoint
 from pulumi_lora._resync._decide import (
     CapacityNote,
     LeaseMove,
@@ -26,9 +27,18 @@ from pulumi_lora._resync._decide import (
     permission,
     strongest,
 )
-from pulumi_lora._resync._views import PodFacts
 
-POD = PodFacts("ns", "llama-1", "uid-1", "llama", True, 0, "10.0.0.5", 30000)
+POD = PodEndpoint(
+    name="llama-1",
+    namespace="ns",
+    uid="uid-1",
+    ready=True,
+    ip="10.0.0.5",
+    port=30000,
+    state="",
+    restart_count=0,
+    service="llama",
+)
 NOT_READY = replace(POD, ready=False)
 RESTARTED = replace(POD, restart_count=1)
 REPLACED = replace(POD, uid="uid-2")
@@ -66,8 +76,8 @@ class TestClassifyPod:
     )
     def test_table(
         self,
-        old: PodFacts | None,
-        new: PodFacts,
+        old: PodEndpoint | None,
+        new: PodEndpoint,
         pending: ReloadReason | None,
         act: ReloadReason | None,
         still_pending: ReloadReason | None,

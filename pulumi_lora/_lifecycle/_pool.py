@@ -1,0 +1,81 @@
+"""The process-wide client pool: one Kubernetes client per kubeconfig source, one SGLang client
+per pod, shared by every operation of a provider process."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from collections.abc import Mapping
+
+from lightkube import Client
+
+from pulumi_lora import _cluster as k8s
+from pulumi_lora._settings import ClientTimeouts
+from pulumi_lora._sglang import SGLangClient, deadline_transport
+
+
+class ClientPool:
+    """Process-wide clients, shared by every operation and thread of one provider process.
+
+    A TLS context costs tens of milliseconds to build and a connection a round trip; a request
+    costs a millisecond. The engine runs many resources through one provider process, so
+    clients (and their keep-alive connections) are built once per server and kept. httpx and
+    lightkube clients are thread-safe; the dict is guarded by a lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kube: dict[k8s.KubeSource, Client] = {}
+        self._proxy: dict[k8s.KubeSource, k8s.ProxyAccess] = {}
+        self._sglang: dict[tuple[object, ...], SGLangClient] = {}
+        self._default_tls: ssl.SSLContext | None = None
+
+    def kube(self, source: k8s.KubeSource) -> Client:
+        """The lightkube client for ``source``."""
+        with self._lock:
+            if source not in self._kube:
+                self._kube[source] = k8s.make_client(source)
+            return self._kube[source]
+
+    def proxy(self, source: k8s.KubeSource) -> k8s.ProxyAccess:
+        """Access through the apiserver's pod proxy for ``source``."""
+        with self._lock:
+            if source not in self._proxy:
+                self._proxy[source] = k8s.proxy_access(source)
+            return self._proxy[source]
+
+    def sglang(
+        self,
+        url: str,
+        *,
+        api_key: str | None,
+        headers: Mapping[str, str],
+        timeouts: ClientTimeouts,
+        label: str,
+        tls: ssl.SSLContext | None,
+    ) -> SGLangClient:
+        """The SGLang client for one server and credential (the key is only a dict key here).
+
+        ``tls`` is the context to verify the server with (the cluster CA for the pod proxy);
+        None means the system's default trust store, built once per process.
+        """
+        key = (url, api_key, tuple(sorted(headers.items())), timeouts, label, id(tls))
+        with self._lock:
+            client = self._sglang.get(key)
+            if client is None:
+                if tls is None:
+                    self._default_tls = self._default_tls or ssl.create_default_context()
+                    tls = self._default_tls
+                client = SGLangClient(
+                    url,
+                    api_key=api_key,
+                    extra_headers=headers,
+                    timeouts=timeouts,
+                    label=label,
+                    transport=deadline_transport(verify=tls),
+                )
+                self._sglang[key] = client
+            return client
+
+
+POOL = ClientPool()

@@ -1,0 +1,439 @@
+"""One operation's session with its cluster: the CR, the target's pods, their SGLang clients,
+and the parallel execution of a plan on every pod."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from lightkube import Client
+
+from pulumi_lora import _cluster as k8s
+from pulumi_lora._errors import (
+    ClusterError,
+    NameCollision,
+    NoReadyPods,
+    PulumiLoRAError,
+    RuntimeMismatch,
+    TransportUnavailable,
+)
+from pulumi_lora._executor import run_sync
+from pulumi_lora._lifecycle._config import ProviderConfig
+from pulumi_lora._lifecycle._looks import (
+    CR_LISTINGS,
+    LISTINGS,
+    LOOKS,
+    OWN_CRS,
+    CrListing,
+    LookKey,
+    Scope,
+    TargetLook,
+    TargetPods,
+)
+from pulumi_lora._lifecycle._pool import POOL
+from pulumi_lora._lifecycle._state import (
+    AdapterState,
+    reports,
+    state_from_cr,
+    untrusted_reports,
+)
+from pulumi_lora._models import (
+    ANNOTATION_OPERATION,
+    LLMKUBE_FINALIZER,
+    AdapterArgs,
+    LoRAAdapterStatus,
+    Policy,
+    Transport,
+    format_time,
+)
+from pulumi_lora._ownership import untrusted_message
+from pulumi_lora._reconcile import (
+    Availability,
+    Desired,
+    PodAction,
+    PodOutcome,
+    PodView,
+    build_conditions,
+    plan,
+    pod_program,
+    startup_adapters,
+    summarize,
+)
+from pulumi_lora._settings import ClientTimeouts
+from pulumi_lora._sglang import SGLangClient
+from pulumi_lora._shared_views import SharedViews
+
+#: Field manager for the status this provider writes (the re-sync loop uses its own).
+STATUS_MANAGER = "pulumi-lora-provider"
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class Session:
+    """The I/O context of one operation: cluster client, transport, credentials."""
+
+    args: AdapterArgs
+    config: ProviderConfig
+    _kube: Client | None = None
+
+    @property
+    def source(self) -> k8s.KubeSource:
+        """Cluster credentials: the resource's own, else the provider's, else the defaults."""
+        return k8s.KubeSource(
+            kubeconfig=self.args.kubeconfig_path or self.config.kubeconfig,
+            context=self.args.kube_context or self.config.context,
+        )
+
+    @property
+    def scope(self) -> Scope:
+        """The target on its cluster, as shared looks are invalidated."""
+        return (self.source, self.args.target_namespace, self.args.inference_service)
+
+    @property
+    def timeouts(self) -> ClientTimeouts:
+        """The SGLang client timeouts (stack config, else the defaults)."""
+        return self.config.timeouts
+
+    @property
+    def kube(self) -> Client:
+        """The lightkube client (built on first use: clients can't be pickled)."""
+        if self._kube is None:
+            self._kube = POOL.kube(self.source)
+        return self._kube
+
+    # --- observation ----------------------------------------------------------------------------
+
+    def resolve_target(self) -> k8s.Target:
+        """The InferenceService; raises NotFound, or RuntimeMismatch when it isn't sglang."""
+        target = k8s.get_target(self.kube, self.args.target_namespace, self.args.inference_service)
+        if target.runtime != "sglang":
+            raise RuntimeMismatch(target.namespace, target.name, target.runtime)
+        return target
+
+    def check_collisions(self, target: k8s.Target, own_uid: str | None) -> None:
+        """Refuse a name another CR claims on this target, or a startup adapter's other path.
+
+        The CRs come from the listing shared with this process's other operations (at most
+        its max age old, with this process's own writes laid over it).
+        """
+        args = self.args
+        for other in self.claims(target, own_uid, shared=True):
+            meta = other["metadata"]
+            raise NameCollision(
+                args.adapter_name,
+                target.namespace,
+                target.name,
+                f"LoRAAdapter {meta['namespace']}/{meta['name']}",
+            )
+        served = startup_adapters(target.extra_args, target.sglang_adapters)
+        if args.adapter_name in served and served[args.adapter_name] != args.path:
+            raise NameCollision(
+                args.adapter_name,
+                target.namespace,
+                target.name,
+                f"the server's startup --lora-paths ({served[args.adapter_name]})",
+            )
+
+    def claims(
+        self, target: k8s.Target, own_uid: str | None, *, shared: bool = False
+    ) -> list[Mapping[str, Any]]:
+        """Other LoRAAdapter CRs declaring the same adapter name on the same target (listed now,
+        or ``shared``: see ``adapters``)."""
+        found = []
+        for cr in self.adapters() if shared else k8s.list_adapters(self.kube):
+            meta, spec = cr.get("metadata") or {}, cr.get("spec") or {}
+            ref = spec.get("inferenceServiceRef") or {}
+            same_target = (
+                ref.get("name") == target.name
+                and (ref.get("namespace") or meta.get("namespace")) == target.namespace
+            )
+            if (
+                same_target
+                and spec.get("name") == self.args.adapter_name
+                and (meta.get("uid") != own_uid)
+                and not (
+                    meta.get("name") == self.args.cr_name
+                    and meta.get("namespace") == self.args.namespace
+                )
+            ):
+                found.append(cr)
+        return found
+
+    def adapters(self) -> list[Mapping[str, Any]]:
+        """Every LoRAAdapter CR of the cluster: the shared listing (bounded age), with the CRs
+        this process applied or deleted since it started laid over it."""
+        listing = CR_LISTINGS.get(self.source, self._list_adapters)
+        crs = {cr_key(cr): cr for cr in listing.crs}
+        for (source, namespace, name), cr in OWN_CRS.since(listing.started).items():
+            if source != self.source:
+                continue
+            if cr is None:
+                crs.pop((namespace, name), None)
+            else:
+                crs[(namespace, name)] = cr
+        return list(crs.values())
+
+    def _list_adapters(self) -> CrListing:
+        started = time.monotonic()
+        return CrListing(started, tuple(k8s.list_adapters(self.kube)))
+
+    def list_target(self) -> TargetPods:
+        """List the target now: the InferenceService (None when it can't be used), its pods."""
+        try:
+            target = self.resolve_target()
+        except ClusterError:
+            return TargetPods(None)
+        listing = k8s.list_target_pods(self.kube, target)
+        return TargetPods(target, listing.pods, listing.untrusted)
+
+    def shared_listing(self) -> TargetPods:
+        """The target and its pods as listed for this process's operations (bounded age)."""
+        return LISTINGS.get(self.scope, self.list_target)
+
+    def look(self, listing: TargetPods) -> TargetLook:
+        """Ask each Ready pod of ``listing`` what it serves, now."""
+        if listing.target is None:
+            return TargetLook(None)
+        pods = listing.pods
+        views, errors = self.views(pods, self.clients(pods, self.api_key(listing.target)))
+        return TargetLook(listing.target, tuple(views), errors, listing.untrusted)
+
+    def shared_look(self, looks: SharedViews[LookKey, TargetLook]) -> TargetLook:
+        """A look at the target shared with this process's other operations (bounded age)."""
+        args = self.args
+        secret = (
+            (args.api_key_secret_name, args.api_key_secret_key)
+            if args.api_key_secret_name
+            else None
+        )
+        key = LookKey(self.scope, args.transport, secret, self.config.api_key, self.timeouts)
+        return looks.get(key, lambda: self.look(self.shared_listing()))
+
+    def api_key(self, target: k8s.Target) -> str | None:
+        """The SGLang API key: from the referenced Secret (target's namespace), else config."""
+        if self.args.api_key_secret_name:
+            return k8s.read_secret_value(
+                self.kube,
+                target.namespace,
+                self.args.api_key_secret_name,
+                self.args.api_key_secret_key,
+            )
+        return self.config.api_key
+
+    def clients(
+        self, pods: Sequence[k8s.PodEndpoint], api_key: str | None
+    ) -> dict[str, SGLangClient]:
+        """One SGLang client per reachable pod, for the chosen transport."""
+        ensure_reachable(self.args, api_key)
+        if self.args.transport is Transport.PROXY:
+            access = POOL.proxy(self.source)
+            return {
+                p.name: POOL.sglang(
+                    access.pod_url(p),
+                    api_key=None,
+                    headers=access.headers,
+                    timeouts=self.timeouts,
+                    label=f"pod {p.name} (via apiserver proxy)",
+                    tls=access.ssl_context,
+                )
+                for p in pods
+            }
+        return {
+            p.name: POOL.sglang(
+                p.url,
+                api_key=api_key,
+                headers={},
+                timeouts=self.timeouts,
+                label=f"pod {p.name} ({p.url})",
+                tls=None,
+            )
+            for p in pods
+            if p.ip
+        }
+
+    def views(
+        self, pods: Sequence[k8s.PodEndpoint], clients: Mapping[str, SGLangClient]
+    ) -> tuple[list[PodView], dict[str, str]]:
+        """Read ``/v1/models`` on every Ready pod in parallel; errors per pod, not raised."""
+
+        def read(pod: k8s.PodEndpoint) -> tuple[PodView, str]:
+            client = clients.get(pod.name)
+            if not pod.ready or client is None:
+                return PodView(pod.name, pod.ready and client is not None, pod.state, pod.uid), ""
+            try:
+                listed = client.list_models()
+            except PulumiLoRAError as exc:
+                return PodView(pod.name, True, pod.state, pod.uid, None), str(exc)
+            return PodView(pod.name, True, pod.state, pod.uid, dict(listed.adapters)), ""
+
+        results = parallel(read, pods)
+        return [v for v, _ in results], {v.name: e for v, e in results if e}
+
+    # --- actions --------------------------------------------------------------------------------
+
+    def execute(
+        self,
+        desired: Desired | None,
+        actions: Sequence[PodAction],
+        clients: Mapping[str, SGLangClient],
+    ) -> list[PodOutcome]:
+        """Run every pod's program in parallel; then retire the shared looks at the target
+        (they may predate these loads and unloads)."""
+        name = self.args.adapter_name
+
+        def run(action: PodAction) -> PodOutcome:
+            client = clients.get(action.pod)
+            if client is None:
+                return PodOutcome(action.pod, loaded=False, waiting=True)
+            return run_sync(pod_program(action, desired, name), client)
+
+        try:
+            return parallel(run, actions)
+        finally:
+            LOOKS.invalidate(self.scope)
+
+    def write_status(
+        self,
+        cr: Mapping[str, Any],
+        availability: Availability,
+        outcomes: Sequence[PodOutcome] | None,
+        now: datetime,
+        untrusted: Mapping[str, str] | None = None,
+    ) -> AdapterState:
+        """Write conditions, loadedPath and lastLoadedAt to the CR; return the new state.
+
+        ``untrusted`` (labelled pods outside the controller chain) are named in ``Available``'s
+        message and listed in the per-pod outputs as not Ready.
+        """
+        meta = cr["metadata"]
+        if untrusted and availability.ok:
+            note = untrusted_message(self.args.inference_service, untrusted)
+            availability = Availability(True, availability.reason, note)
+        stored = LoRAAdapterStatus.model_validate(cr.get("status") or {})
+        summary = None if outcomes is None else summarize(outcomes)
+        conditions = build_conditions(
+            availability=availability,
+            summary=summary,
+            policy=self.policy,
+            generation=int(meta.get("generation", 1)),
+            previous=stored.conditions or [],
+            now=now,
+        )
+        loaded = [o for o in outcomes or [] if o.loaded]
+        did_load = any(o.did_load for o in loaded)
+        status = LoRAAdapterStatus(
+            conditions=conditions,
+            loaded_path=self.args.path if loaded else stored.loaded_path,
+            last_loaded_at=now if did_load else stored.last_loaded_at,
+        )
+        k8s.apply_adapter_status(
+            self.kube, meta["namespace"], meta["name"], status.wire(), STATUS_MANAGER
+        )
+        pods = reports(outcomes or [], now) + untrusted_reports(untrusted or {})
+        return state_from_cr({**cr, "status": status.wire()}, pods)
+
+    @property
+    def policy(self) -> Policy:
+        """The core's readiness policy for this resource."""
+        return Policy(self.args.readiness_policy.value)
+
+    def apply_cr(self, operation: str | None = None) -> dict[str, Any]:
+        """Server-side apply of spec and annotations (``operation`` marks a swap or delete)."""
+        notes = self.args.annotations()
+        if operation:  # omitted otherwise: server-side apply then removes it
+            notes[ANNOTATION_OPERATION] = f"{operation}@{format_time(now_utc())}"
+        manifest = k8s.adapter_manifest(
+            self.args.namespace, self.args.cr_name, self.args.spec().wire(), notes
+        )
+        applied = k8s.apply_adapter(self.kube, manifest)
+        OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), applied)
+        return applied
+
+    def release_llmkube(self, cr: Mapping[str, Any]) -> None:
+        """Take the CR from LLMKube's LoRA controller: remove its finalizer, if the CR carries it.
+
+        Where the coexistence policy holds (docs/protocol.md) LLMKube cannot add it back, so a CR
+        made before the policy is taken over; without the policy LLMKube re-adds it, and nothing
+        depends on it being gone (deletion releases it again).
+        """
+        if LLMKUBE_FINALIZER in ((cr.get("metadata") or {}).get("finalizers") or []):
+            k8s.release_finalizer(
+                self.kube, self.args.namespace, self.args.cr_name, LLMKUBE_FINALIZER
+            )
+
+    def delete_cr(self) -> None:
+        """Delete the CR and wait until it is gone (recorded for the shared listings).
+
+        Called once every pod is unloaded: LLMKube's finalizer, which guards its own unload
+        through the Service, is released rather than waited on (its controller may be backing off,
+        held off by the coexistence policy, or not running).
+        """
+        k8s.delete_adapter(
+            self.kube, self.args.namespace, self.args.cr_name, release=LLMKUBE_FINALIZER
+        )
+        OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), None)
+
+    def load_everywhere(
+        self,
+        cr: Mapping[str, Any],
+        target: k8s.Target,
+        *,
+        observe: bool,
+        seen: k8s.PodListing | None = None,
+    ) -> tuple[list[PodOutcome], k8s.PodListing]:
+        """Wait for the pods (``seen``, listed moments ago, when they are all Ready), then load
+        (or swap) on every Ready one its controller chain vouches for."""
+        listing = (
+            seen
+            if seen is not None and k8s.all_ready(target, seen.pods)
+            else k8s.wait_for_pods(self.kube, target, self.args.ready_timeout_seconds)
+        )
+        pods = list(listing.pods)
+        if not any(p.ready for p in pods):
+            raise NoReadyPods(target.namespace, target.name, [f"{p.name}: {p.state}" for p in pods])
+        clients = self.clients(pods, self.api_key(target))
+        if observe:
+            views, _ = self.views(pods, clients)
+        else:
+            views = [PodView(p.name, p.ready and p.name in clients, p.state, p.uid) for p in pods]
+        desired = Desired(self.args.adapter_name, self.args.path, self.args.pinned)
+        return self.execute(desired, plan(desired, views, desired.name), clients), listing
+
+
+def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """Map ``fn`` over ``items`` on threads (order kept); pods are independent servers."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def now_utc() -> datetime:
+    """The clock, in one place."""
+    return datetime.now(UTC)
+
+
+def ensure_reachable(args: AdapterArgs, api_key: str | None) -> None:
+    """Fail before anything is made when the transport can't carry the server's API key."""
+    if args.transport is Transport.PROXY and api_key:
+        raise TransportUnavailable(
+            "the apiserver's pod proxy strips the Authorization header, so a keyed SGLang can't "
+            "be reached through it; use transport 'delegated' (or 'direct' from inside the "
+            "cluster network)"
+        )
+
+
+def cr_key(cr: Mapping[str, Any]) -> tuple[str, str]:
+    meta = cr.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def target_generation(args: AdapterArgs, config: ProviderConfig) -> int:
+    """How many times this process loaded or unloaded on ``args``' target (``LOOKS``' count)."""
+    return LOOKS.generation(Session(args, config).scope)

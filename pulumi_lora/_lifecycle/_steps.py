@@ -1,0 +1,415 @@
+"""One LoRAAdapter's lifecycle against a live cluster: create, observe, update, delete.
+
+The Pulumi provider is a thin translation of these functions. Each follows the reconcile pattern:
+observe (target, pods, what each pod serves), ask the pure core for a plan, execute it on every
+pod in parallel (each SGLang serializes its own loads), record the result in the CR's status and
+in Events, and return an :class:`AdapterState` that becomes the resource's outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from pulumi_lora import _cluster as k8s
+from pulumi_lora._errors import (
+    AdapterNotLoaded,
+    ClusterError,
+    ConfigurationError,
+    PulumiLoRAError,
+)
+from pulumi_lora._lifecycle._config import ProviderConfig
+from pulumi_lora._lifecycle._events import advice, record_outcomes, record_untrusted
+from pulumi_lora._lifecycle._looks import (
+    LookKey,
+    TargetLook,
+)
+from pulumi_lora._lifecycle._pool import POOL
+from pulumi_lora._lifecycle._rollback import (
+    remove_cr_patiently,
+    rollback,
+)
+from pulumi_lora._lifecycle._session import (
+    Session,
+    ensure_reachable,
+    now_utc,
+)
+from pulumi_lora._lifecycle._state import (
+    AdapterState,
+    PodReport,
+    state_from_cr,
+    untrusted_reports,
+)
+from pulumi_lora._models import (
+    ANNOTATION_MANAGED_BY,
+    LLMKUBE_FINALIZER,
+    AdapterArgs,
+    Condition,
+    ConditionKind,
+    ConditionStatus,
+    Policy,
+    Transport,
+    declared_by_cr,
+    written_by_llmkube,
+)
+from pulumi_lora._ownership import untrusted_message
+from pulumi_lora._reconcile import (
+    Availability,
+    PodOutcome,
+    build_conditions,
+    is_loaded,
+    loaded_message,
+    plan,
+    summarize,
+)
+from pulumi_lora._shared_views import SharedViews
+
+# --- the lifecycle ------------------------------------------------------------------------------
+
+
+@k8s.apiserver_errors()
+def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
+    """Apply the CR and load on every Ready pod; on failure leave no CR and no partial load."""
+    session = Session(args, config)
+    listing = session.shared_listing()
+    target = listing.target or session.resolve_target()  # afresh: raises why it can't be used
+    existing = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    if existing is not None:
+        refusal = adoption_refusal(existing, args)
+        if refusal:
+            raise ClusterError(refusal)
+    adopted = existing is not None
+    session.check_collisions(target, own_uid=(existing or {}).get("metadata", {}).get("uid"))
+    ensure_reachable(args, session.api_key(target))
+    cr = session.apply_cr()
+    loads: tuple[Sequence[k8s.PodEndpoint], Sequence[PodOutcome]] | None = None
+    try:
+        if adopted:
+            session.release_llmkube(cr)
+        if args.transport is Transport.DELEGATED:
+            return await_delegated(session, cr)
+        # An adopted CR's adapter may already be served: look first, load only where it lacks.
+        outcomes, seen = session.load_everywhere(cr, target, observe=adopted, seen=listing.listing)
+        loads = (seen.pods, outcomes)
+        record_untrusted(session, cr, seen.untrusted)
+        summary = summarize(outcomes)
+        if not is_loaded(summary, session.policy):
+            raise AdapterNotLoaded(args.adapter_name, loaded_message(summary), advice(outcomes))
+        state = session.write_status(
+            cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc(), seen.untrusted
+        )
+        record_outcomes(session, cr, outcomes, "Loaded")
+        return state
+    except BaseException:
+        # A failed create leaves nothing: unload what it loaded (pods answer even when the
+        # apiserver stopped answering after the loads), then remove the CR (an adopted one is
+        # given back as it was found: only this project's annotations come off).
+        if loads is not None:
+            with contextlib.suppress(PulumiLoRAError, *k8s.TRANSPORT_ERRORS):  # best effort
+                rollback(session, target, *loads)
+        if adopted:
+            with contextlib.suppress(PulumiLoRAError):
+                k8s.remove_annotations(
+                    session.kube, args.namespace, args.cr_name, list(args.annotations())
+                )
+        else:
+            remove_cr_patiently(session)
+        raise
+
+
+@k8s.apiserver_errors()
+def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
+    """Re-apply the CR and swap (or load) on every Ready pod; status records any failure."""
+    session = Session(args, config)
+    cr = session.apply_cr(operation="update")
+    try:
+        session.release_llmkube(cr)
+        listing = session.shared_listing()
+        target = listing.target or session.resolve_target()  # afresh: raises why it can't be used
+        session.check_collisions(target, own_uid=cr["metadata"].get("uid"))
+        if args.transport is Transport.DELEGATED:
+            cr = session.apply_cr()
+            return await_delegated(session, cr)
+        outcomes, seen = session.load_everywhere(cr, target, observe=True, seen=listing.listing)
+        record_untrusted(session, cr, seen.untrusted)
+        state = session.write_status(
+            cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc(), seen.untrusted
+        )
+        record_outcomes(session, cr, outcomes, "Updated")
+        summary = summarize(outcomes)
+        if not is_loaded(summary, session.policy):
+            raise AdapterNotLoaded(args.adapter_name, loaded_message(summary), advice(outcomes))
+        return state
+    except PulumiLoRAError as exc:
+        if not isinstance(exc, AdapterNotLoaded):
+            session.write_status(cr, Availability(False, exc.reason, str(exc)), None, now_utc())
+        raise
+    finally:
+        session.apply_cr()
+
+
+@k8s.apiserver_errors()
+def observe(
+    args: AdapterArgs,
+    config: ProviderConfig,
+    looks: SharedViews[LookKey, TargetLook] | None = None,
+    previous: Sequence[Condition] = (),
+) -> AdapterState | None:
+    """What the cluster says now (refresh): None when the CR is gone.
+
+    The CR is always read afresh; the target's pods are looked at afresh, or through ``looks``
+    (``LOOKS``: shared with this process's other operations, at most its max age old).
+
+    The pods are the truth: the conditions are this project's verdict on what the pods serve
+    now (``observed_conditions``), not what the CR's status says, which another writer (LLMKube's
+    own LoRA controller, where no coexistence policy holds it off) may have rewritten.
+    ``previous`` (the conditions last reported) keeps each unchanged condition's ``since``.
+    """
+    session = Session(args, config)
+    cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    if cr is None:
+        return None
+    spec = cr.get("spec") or {}
+    live = args.model_copy(
+        update={
+            "adapter_name": spec.get("name", args.adapter_name),
+            "path": spec.get("path", args.path),
+        }
+    )
+    session = Session(live, config)
+    if args.transport is Transport.DELEGATED:  # the loop's verdict, never LLMKube's
+        state = state_from_cr(cr, ())
+        kept = tuple(c for c in state.conditions if not written_by_llmkube(c))
+        return replace(state, conditions=kept)
+    look = session.look(session.list_target()) if looks is None else session.shared_look(looks)
+    errors = look.errors
+    since = (cr.get("status") or {}).get("lastLoadedAt")
+    name = live.adapter_name
+    pod_reports = tuple(
+        PodReport(
+            v.name,
+            v.ready,
+            loaded=bool(v.adapters and name in v.adapters),
+            path=(v.adapters or {}).get(name),
+            reason="Unreachable" if v.name in errors else "",
+            error=errors.get(v.name, ""),
+            since=since if v.adapters and name in v.adapters else None,
+        )
+        for v in look.pods
+    )
+    state = state_from_cr(cr, pod_reports + untrusted_reports(look.untrusted))
+    availability = (
+        Availability(True, "InferenceServiceReady")
+        if look.target is not None
+        else _unavailable(session)
+    )
+    conditions = observed_conditions(
+        availability,
+        None if look.target is None else pod_reports,
+        look.untrusted,
+        live,
+        generation=state.generation,
+        previous=previous or state.conditions,
+        now=now_utc(),
+    )
+    return replace(state, conditions=conditions)
+
+
+def observed_conditions(
+    availability: Availability,
+    pods: Sequence[PodReport] | None,
+    untrusted: Mapping[str, str],
+    args: AdapterArgs,
+    *,
+    generation: int,
+    previous: Sequence[Condition],
+    now: datetime,
+) -> tuple[Condition, ...]:
+    """Pure: the conditions that what the pods serve now earns (``pods`` None: no target).
+
+    A pod counts as loaded when it serves ``args.path`` under ``args.adapter_name``; a pod whose
+    ``/v1/models`` failed counts as failed, with its error. Conditions whose status did not flip
+    keep their ``lastTransitionTime`` from ``previous``; types other than the four are dropped.
+    """
+    if untrusted and availability.ok:
+        note = untrusted_message(args.inference_service, untrusted)
+        availability = Availability(True, availability.reason, note)
+    summary = (
+        None
+        if pods is None
+        else summarize(
+            [
+                PodOutcome(
+                    p.pod,
+                    loaded=p.loaded and p.path == args.path,
+                    path=p.path,
+                    waiting=not p.ready,
+                    reason=p.reason,
+                    error=p.error,
+                )
+                for p in pods
+            ]
+        )
+    )
+    fresh = build_conditions(
+        availability=availability,
+        summary=summary,
+        policy=Policy(args.readiness_policy.value),
+        generation=generation,
+        previous=previous,
+        now=now,
+    )
+    kinds = {k.value for k in ConditionKind}
+    return tuple(c for c in fresh if c.type in kinds)
+
+
+def _unavailable(session: Session) -> Availability:
+    """Why the target can't be used, asked afresh (it may have come back since the look)."""
+    try:
+        session.resolve_target()
+    except ClusterError as exc:
+        return Availability(False, exc.reason, str(exc))
+    return Availability(True, "InferenceServiceReady")
+
+
+@k8s.apiserver_errors()
+def delete(args: AdapterArgs, config: ProviderConfig) -> None:
+    """Unload from every pod (unless another CR claims the name), remove the CR, wait it's gone."""
+    session = Session(args, config)
+    cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    finalizers = ((cr or {}).get("metadata") or {}).get("finalizers") or []
+    llmkube_holds = LLMKUBE_FINALIZER in finalizers
+    if llmkube_holds:
+        # LLMKube's LoRA controller marked it (no coexistence policy): it loads through the
+        # Service on any change of a live CR, but only unloads once the CR is being deleted.
+        # So the deletion comes first, held by its finalizer until the pods are unloaded (no
+        # annotation then: an apply to a CR LLMKube already let go of would make it again).
+        k8s.begin_delete(session.kube, args.namespace, args.cr_name)
+    elif cr is not None:
+        session.apply_cr(operation="delete")
+    try:
+        target = session.resolve_target()
+    except ClusterError:
+        target = None  # a vanished (or changed) target has nothing left to unload
+    if (
+        target is not None
+        and args.transport is not Transport.DELEGATED
+        and not session.claims(target, own_uid=(cr or {}).get("metadata", {}).get("uid"))
+    ):
+        pods = list(k8s.list_target_pods(session.kube, target).pods)
+        clients = session.clients(pods, session.api_key(target))
+        views, _ = session.views(pods, clients)
+        outcomes = session.execute(None, plan(None, views, args.adapter_name), clients)
+        ready = {v.name for v in views if v.ready}
+        failed = [o for o in outcomes if o.error and o.pod in ready]
+        if failed:
+            if cr is not None and not llmkube_holds:  # a CR being deleted stays so
+                session.apply_cr()
+            raise AdapterNotLoaded(
+                args.adapter_name,
+                "; ".join(f"pod {o.pod}: {o.error}" for o in failed),
+                "the delete can be retried: it unloads from every pod again"
+                if llmkube_holds
+                else "the CR is kept so the delete can be retried",
+                unloading=True,
+            )
+    session.delete_cr()
+
+
+def await_delegated(session: Session, cr: Mapping[str, Any], poll: float = 0.5) -> AdapterState:
+    """Wait for the in-cluster re-sync loop to report this generation (Loaded or Error)."""
+    meta = cr["metadata"]
+    generation = int(meta.get("generation", 1))
+    deadline = time.monotonic() + session.args.ready_timeout_seconds
+    while True:
+        live = k8s.get_adapter(session.kube, meta["namespace"], meta["name"]) or cr
+        state = state_from_cr(live, ())
+        current = {  # the loop's verdict: LLMKube's controller may write the same types
+            c.type: c
+            for c in state.conditions
+            if c.observed_generation == generation and not written_by_llmkube(c)
+        }
+        if (loaded := current.get(ConditionKind.LOADED.value)) and (
+            loaded.status is ConditionStatus.TRUE
+        ):
+            return state
+        if (error := current.get(ConditionKind.ERROR.value)) and (
+            error.status is ConditionStatus.TRUE
+        ):
+            raise AdapterNotLoaded(
+                session.args.adapter_name,
+                error.message,
+                f"reported by the re-sync loop ({error.reason})",
+            )
+        if time.monotonic() >= deadline:
+            raise AdapterNotLoaded(
+                session.args.adapter_name,
+                f"no re-sync loop reported generation {generation} within "
+                f"{session.args.ready_timeout_seconds:.0f}s",
+                "the delegated transport needs `pulumi-lora resync` running in the cluster",
+            )
+        time.sleep(poll)
+
+
+def adoption_refusal(existing: Mapping[str, Any], args: AdapterArgs) -> str | None:
+    """Pure: why ``create`` must not take over the CR that already has this resource's name, or
+    None when it may (``adopt`` set, made outside Pulumi, its spec what ``args`` declares)."""
+    meta = existing.get("metadata") or {}
+    where = f"LoRAAdapter {args.namespace}/{args.cr_name}"
+    if not args.adopt:
+        return (
+            f"{where} already exists and this stack did not create it; set adopt=True to take "
+            "it over (its spec must be what this resource declares), or choose another "
+            "resource_name, or delete the existing CR"
+        )
+    if meta.get("deletionTimestamp"):
+        return f"{where} is being deleted; adopt it once it is gone, or create it anew then"
+    if ANNOTATION_MANAGED_BY in (meta.get("annotations") or {}):
+        return (
+            f"{where} is already managed by a pulumi-lora stack (annotation "
+            f"{ANNOTATION_MANAGED_BY}); adopt takes over only CRs made outside Pulumi (kubectl, "
+            "Helm). To move it here, run `pulumi state delete URN` in the stack that manages it "
+            f"(the CR and its adapters stay), then `kubectl annotate lora {args.cr_name} -n "
+            f"{args.namespace} {ANNOTATION_MANAGED_BY}-`, then `pulumi up` here"
+        )
+    spec = existing.get("spec") or {}
+    ref = spec.get("inferenceServiceRef") or {}
+    have = {
+        "spec.name": spec.get("name"),
+        "spec.path": spec.get("path"),
+        "spec.inferenceServiceRef.name": ref.get("name"),
+        "spec.inferenceServiceRef.namespace": ref.get("namespace") or None,
+    }
+    want = {
+        "spec.name": args.adapter_name,
+        "spec.path": args.path,
+        "spec.inferenceServiceRef.name": args.inference_service,
+        "spec.inferenceServiceRef.namespace": args.inference_service_namespace,
+    }
+    differs = [f"{k} is {have[k]!r}, declared {want[k]!r}" for k in want if have[k] != want[k]]
+    if differs:
+        return (
+            f"{where} exists with another spec ({'; '.join(differs)}); adopt takes over only a "
+            "CR whose spec is what the program declares. Declare the CR's values (and change "
+            "them in a later `pulumi up`), or edit the CR, or delete it"
+        )
+    return None
+
+
+@k8s.apiserver_errors()
+def declared_at(resource_id: str, config: ProviderConfig) -> dict[str, Any] | None:
+    """``pulumi import``: the arguments the CR ``NAMESPACE/NAME`` declares (``declared_by_cr``),
+    read with the provider's cluster credentials; None when there is no such CR. Reads only."""
+    namespace, slash, name = resource_id.partition("/")
+    if not (slash and namespace and name) or "/" in name:
+        raise ConfigurationError(
+            f"cannot import {resource_id!r}: the ID of a LoRAAdapter is NAMESPACE/NAME, the "
+            "CR's namespace and name (e.g. models/sql-lora)"
+        )
+    kube = POOL.kube(k8s.KubeSource(kubeconfig=config.kubeconfig, context=config.context))
+    cr = k8s.get_adapter(kube, namespace, name)
+    return None if cr is None else declared_by_cr(cr)

@@ -1,0 +1,535 @@
+"""``pulumi-lora doctor``'s checks, pure: an InferenceService's fitness for dynamic LoRA.
+
+:func:`diagnose` turns the gathered facts (:class:`DoctorFacts`: the InferenceService object,
+its Service port, its pods, what each Ready pod's SGLang said, the CRs that target it) into
+checks (ok, warn, fail), each with a message and a fix in plain words, in the order an operator
+would fix them. No I/O, no clock: every rule is unit-tested without a cluster. The reading is
+``_gather``'s.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pulumi_lora._errors import (
+    MIN_SGLANG,
+    MIN_SGLANG_VERSION,
+    SUPPORTED_SGLANG,
+    Unauthorized,
+    UnsupportedServer,
+)
+from pulumi_lora._llmkube import SERVICE_LABEL, PodEndpoint, container_port, service_port
+from pulumi_lora._models import ANNOTATION_MANAGED_BY, Transport
+from pulumi_lora._ops._status import COEXISTENCE_FIX, llmkube_signs
+from pulumi_lora._ownership import untrusted_message
+from pulumi_lora._reconcile import extra_arg_value, startup_adapters
+
+__all__ = [
+    "Check",
+    "CheckStatus",
+    "DoctorFacts",
+    "DoctorReport",
+    "ServerProbe",
+    "check_adapter_volumes",
+    "check_data_parallel",
+    "check_enable_lora",
+    "check_llmkube",
+    "check_lora_pool",
+    "check_ownership",
+    "check_pods",
+    "check_ports",
+    "check_runtime",
+    "check_server",
+    "diagnose",
+    "has_flag",
+    "normalize_args",
+    "parse_version",
+]
+
+
+class CheckStatus(StrEnum):
+    """A check's outcome: ``fail`` breaks dynamic LoRA, ``warn`` is a trap worth a look."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: a stable ``name``, its status, what was found, and what to do about it."""
+
+    name: str
+    status: CheckStatus
+    message: str
+    fix: str = ""
+    pod: str | None = None  # the pod a per-server check is about
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON shape (docs/operations.md)."""
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "message": self.message,
+            "fix": self.fix,
+            "pod": self.pod,
+        }
+
+
+@dataclass(frozen=True)
+class ServerProbe:
+    """What one Ready pod's SGLang said (gathered; only harmless fields of /server_info kept)."""
+
+    pod: str
+    reachable: bool
+    version: str | None = None  # /server_info "version"
+    lora_enabled: bool | None = None  # /server_info "enable_lora"
+    adapters: int | None = None  # how many adapters /v1/models lists
+    error: str = ""  # why it is unreachable or unsupported
+    reason: str = ""  # CamelCase, from the project's error tree (e.g. Unauthorized)
+    info_error: str = ""  # why /server_info told nothing (the version is then unknown)
+
+
+@dataclass(frozen=True)
+class DoctorFacts:
+    """Everything doctor looks at, as plain values (``isvc`` None: it does not exist); gathered
+    by ``_gather.gather_doctor``."""
+
+    namespace: str
+    name: str
+    isvc: Mapping[str, Any] | None
+    service_port: int | None = None  # the live Service's ``http`` port, when it exists
+    pods: tuple[PodEndpoint, ...] = ()
+    servers: tuple[ServerProbe, ...] = ()
+    transport: str = Transport.DIRECT.value
+    untrusted: Mapping[str, str] = field(default_factory=dict)  # labelled, outside the chain
+    adapters: tuple[Mapping[str, Any], ...] = ()  # the LoRAAdapter CRs that target it
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """The checks, in the order they were made."""
+
+    namespace: str
+    name: str
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether no check failed (warnings allowed)."""
+        return all(c.status is not CheckStatus.FAIL for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when no check failed, 1 when any did (2 is for usage/cluster errors)."""
+        return 0 if self.ok else 1
+
+    def counts(self) -> dict[str, int]:
+        """How many checks have each status."""
+        counts = {s.value: 0 for s in CheckStatus}
+        for check in self.checks:
+            counts[check.status.value] += 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON shape (docs/operations.md)."""
+        return {
+            "inference_service": {"namespace": self.namespace, "name": self.name},
+            "ok": self.ok,
+            "summary": self.counts(),
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+
+def diagnose(facts: DoctorFacts) -> DoctorReport:
+    """Pure: every check, in the order an operator would fix them."""
+    if facts.isvc is None:
+        return DoctorReport(
+            facts.namespace,
+            facts.name,
+            (
+                Check(
+                    "inference-service",
+                    CheckStatus.FAIL,
+                    f"InferenceService {facts.namespace}/{facts.name} not found",
+                    "check the name and --namespace "
+                    "(kubectl get inferenceservices.inference.llmkube.dev -A)",
+                ),
+            ),
+        )
+    spec: Mapping[str, Any] = facts.isvc.get("spec") or {}
+    args = normalize_args(spec.get("extraArgs") or ())
+    sglang: Mapping[str, Any] = spec.get("sglangConfig") or {}
+    try:
+        startup = bool(startup_adapters(args, sglang.get("loraAdapters") or ()))
+    except (ValueError, KeyError, TypeError):  # a malformed JSON --lora-paths item
+        startup = has_flag(args, "--lora-paths")
+    checks = [
+        check_runtime(spec),
+        check_enable_lora(args, startup),
+        check_lora_pool(args, sglang, startup),
+        check_data_parallel(args),
+        check_adapter_volumes(spec),
+        check_ports(spec, facts.service_port),
+        check_pods(facts.pods, int(spec.get("replicas", 1))),
+        *([check_ownership(facts.name, facts.untrusted)] if facts.untrusted else []),
+        *([check_llmkube(facts.adapters)] if facts.adapters else []),
+        *(check_server(probe, facts.transport) for probe in facts.servers),
+    ]
+    return DoctorReport(facts.namespace, facts.name, tuple(checks))
+
+
+def normalize_args(extra_args: Sequence[object]) -> list[str]:
+    """Pure: ``spec.extraArgs`` as a flat list (one string holding every flag is split by shell
+    rules, as ``startup_adapters`` does: both forms appear in real manifests)."""
+    args = [str(a) for a in extra_args]
+    if len(args) == 1 and " " in args[0]:
+        return shlex.split(args[0])
+    return args
+
+
+def has_flag(args: Sequence[str], flag: str) -> bool:
+    """Pure: whether ``flag`` is given (``--flag``, ``--flag v`` or ``--flag=v``)."""
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def check_runtime(spec: Mapping[str, Any]) -> Check:
+    """Only SGLang's runtime takes adapters at run time (LLMKube's default is llamacpp)."""
+    runtime = str(spec.get("runtime") or "llamacpp")
+    if runtime == "sglang":
+        return Check("runtime", CheckStatus.OK, "runtime: sglang")
+    implicit = "" if spec.get("runtime") else " (spec.runtime is unset: LLMKube's default)"
+    return Check(
+        "runtime",
+        CheckStatus.FAIL,
+        f"runtime: {runtime}{implicit}; pulumi-lora loads adapters through SGLang's runtime LoRA "
+        "API only (RuntimeMismatch)",
+        "set spec.runtime: sglang",
+    )
+
+
+def check_enable_lora(args: Sequence[str], has_startup_adapters: bool) -> Check:
+    """``--enable-lora`` must be in ``extraArgs``: LLMKube's operator never adds it by itself."""
+    if has_flag(args, "--enable-lora"):
+        return Check("enable-lora", CheckStatus.OK, "spec.extraArgs has --enable-lora")
+    if has_startup_adapters:
+        return Check(
+            "enable-lora",
+            CheckStatus.WARN,
+            "spec.extraArgs has no --enable-lora; LoRA is on only because startup adapters "
+            "(--lora-paths or spec.sglangConfig.loraAdapters) are given",
+            "add --enable-lora to spec.extraArgs so dynamic loading does not depend on them",
+        )
+    return Check(
+        "enable-lora",
+        CheckStatus.FAIL,
+        "spec.extraArgs has no --enable-lora and LLMKube never adds it: every load fails with "
+        "'LoRA is not enabled'",
+        "add --enable-lora to spec.extraArgs",
+    )
+
+
+def check_lora_pool(
+    args: Sequence[str], sglang: Mapping[str, Any], has_startup_adapters: bool
+) -> Check:
+    """Without ``--lora-paths``, SGLang sizes its LoRA memory pool from two flags it then needs."""
+    rank = extra_arg_value(args, "--max-lora-rank") if has_flag(args, "--max-lora-rank") else None
+    modules = (
+        extra_arg_value(args, "--lora-target-modules")
+        if has_flag(args, "--lora-target-modules")
+        else None
+    )
+    rank = rank or _str_or_none(sglang.get("maxLoraRank"))
+    modules = modules or _join_or_none(sglang.get("loraTargetModules"))
+    if rank and modules:
+        return Check(
+            "lora-pool",
+            CheckStatus.OK,
+            f"LoRA pool: --max-lora-rank {rank}, --lora-target-modules {modules}",
+        )
+    if has_startup_adapters:
+        return Check(
+            "lora-pool",
+            CheckStatus.OK,
+            "LoRA pool sized from the startup adapters (--lora-paths); adapters loaded later must "
+            "fit their largest rank and target modules",
+            ""
+            if rank and modules
+            else "add --max-lora-rank and --lora-target-modules to "
+            "spec.extraArgs to load larger adapters later",
+        )
+    missing = [
+        flag
+        for flag, value in (("--max-lora-rank", rank), ("--lora-target-modules", modules))
+        if not value
+    ]
+    return Check(
+        "lora-pool",
+        CheckStatus.FAIL,
+        f"no --lora-paths and no {' or '.join(missing)}: SGLang cannot size its LoRA memory pool, "
+        "so it refuses to start or every load is 'incompatible'",
+        "add e.g. --max-lora-rank 64 --lora-target-modules all to spec.extraArgs (the largest "
+        "rank and the union of the target modules of the adapters you will load)",
+    )
+
+
+def check_data_parallel(args: Sequence[str]) -> Check:
+    """SGLang's runtime LoRA routes fail (500) with more than one data-parallel rank."""
+    for flag in ("--dp-size", "--data-parallel-size", "--dp"):
+        if not has_flag(args, flag):
+            continue
+        value = extra_arg_value(args, flag)
+        size = _int_or_none(value)
+        if size is None:
+            return Check(
+                "data-parallel",
+                CheckStatus.WARN,
+                f"{flag} {value!r} is not a number",
+                f"give {flag} 1 (or drop it)",
+            )
+        if size > 1:
+            return Check(
+                "data-parallel",
+                CheckStatus.FAIL,
+                f"{flag} {size}: SGLang answers runtime LoRA loads with a 500 when the data-"
+                "parallel size is above 1",
+                f"drop {flag} (one data-parallel rank per pod) and scale with spec.replicas",
+            )
+        return Check("data-parallel", CheckStatus.OK, f"{flag} {size}")
+    return Check("data-parallel", CheckStatus.OK, "data-parallel size 1 (no --dp-size)")
+
+
+def check_adapter_volumes(spec: Mapping[str, Any]) -> Check:
+    """Adapter weights reach the sglang container only through volumes the spec declares."""
+    volumes = list(spec.get("extraVolumes") or [])
+    mounts = list(spec.get("extraVolumeMounts") or [])
+    where = ", ".join(str(m.get("mountPath", "?")) for m in mounts if isinstance(m, Mapping))
+    if volumes and mounts:
+        return Check(
+            "adapter-volumes",
+            CheckStatus.OK,
+            f"{len(volumes)} extra volume(s), mounted at {where}; adapter paths must lie "
+            "under them",
+        )
+    if mounts:
+        return Check(
+            "adapter-volumes",
+            CheckStatus.FAIL,
+            "spec.extraVolumeMounts is set but spec.extraVolumes is empty: the pods cannot be "
+            "created",
+            "declare the mounted volumes in spec.extraVolumes",
+        )
+    if volumes:
+        return Check(
+            "adapter-volumes",
+            CheckStatus.WARN,
+            "spec.extraVolumes is set but nothing mounts it (spec.extraVolumeMounts is empty)",
+            "mount the adapter volume in spec.extraVolumeMounts (e.g. at /adapters)",
+        )
+    return Check(
+        "adapter-volumes",
+        CheckStatus.WARN,
+        "no extra volumes: nothing mounts adapter weights automatically, so every adapter path "
+        "must already exist in the image",
+        "add the adapters' volume to spec.extraVolumes and mount it with spec.extraVolumeMounts "
+        "(e.g. a PVC at /adapters), then declare paths under it",
+    )
+
+
+def check_ports(spec: Mapping[str, Any], live_service_port: int | None) -> Check:
+    """The Service and the container can disagree (endpoint omitted: 8080 vs 30000)."""
+    endpoint = spec.get("endpoint") or {}
+    container = container_port(spec)
+    service = live_service_port if live_service_port is not None else service_port(spec)
+    if live_service_port is not None:
+        service_from = "the live Service"
+    else:
+        service_from = "spec.endpoint.port" if endpoint.get("port") else "endpoint unset: 8080"
+    if spec.get("containerPort"):
+        container_from = "spec.containerPort"
+    else:
+        container_from = "spec.endpoint.port" if endpoint.get("port") else "sglang default"
+    if service == container:
+        return Check(
+            "ports", CheckStatus.OK, f"Service port {service} = sglang container port {container}"
+        )
+    return Check(
+        "ports",
+        CheckStatus.WARN,
+        f"the Service listens on {service} ({service_from}), SGLang on {container} "
+        f"({container_from}): a client that mixes up the two reaches nothing. pulumi-lora is "
+        "not affected: it addresses each pod at its container port",
+        f"set spec.endpoint.port: {container} so both agree",
+    )
+
+
+def check_ownership(name: str, untrusted: Mapping[str, str]) -> Check:
+    """Labelled pods the InferenceService does not control: pulumi-lora ignores them."""
+    return Check(
+        "ownership",
+        CheckStatus.WARN,
+        untrusted_message(name, untrusted),
+        "find out who created them (kubectl get pod NAME -o yaml: metadata.ownerReferences) "
+        "and restrict pod creation in the namespace (docs/threat-model.md)",
+    )
+
+
+def check_llmkube(adapters: Sequence[Mapping[str, Any]]) -> Check:
+    """Pure: whether LLMKube's own LoRA controller acts on the CRs pulumi-lora serves here.
+
+    It runs in every LLMKube install. On a CR pulumi-lora serves it loads into one pod through
+    the Service, re-sends loads SGLang refuses, and rewrites the status; the coexistence policy
+    holds it off. CRs pulumi-lora did not make (no ``managed-by`` annotation) are left to it,
+    unless the re-sync loop serves them too (then the loop's manifests hold it off them).
+    """
+    managed = [a for a in adapters if ANNOTATION_MANAGED_BY in _notes(a)]
+    seen = [(a, signs) for a in managed if (signs := llmkube_signs(a))]
+    if not seen:
+        what = f"{len(managed)} LoRAAdapter(s) pulumi-lora made" if managed else "no CR of ours"
+        return Check("llmkube-controller", CheckStatus.OK, f"no sign of it on {what}")
+    names = ", ".join(
+        f"{a['metadata'].get('namespace')}/{a['metadata'].get('name')} ({signs})"
+        for a, signs in seen
+    )
+    return Check(
+        "llmkube-controller",
+        CheckStatus.WARN,
+        f"LLMKube's own LoRA controller acts on {len(seen)} of the {len(managed)} LoRAAdapter(s) "
+        f"pulumi-lora serves here: {names}; it loads through the Service into one pod and "
+        "rewrites their status (the pods stay the truth for pulumi-lora)",
+        COEXISTENCE_FIX,
+    )
+
+
+def _notes(cr: Mapping[str, Any]) -> Mapping[str, Any]:
+    notes = (cr.get("metadata") or {}).get("annotations")
+    return notes if isinstance(notes, Mapping) else {}
+
+
+def check_pods(pods: Sequence[PodEndpoint], replicas: int) -> Check:
+    """The pods LLMKube labels for the InferenceService exist and are Ready."""
+    ready = [p for p in pods if p.ready]
+    others = "; ".join(f"{p.name}: {p.state}" for p in pods if not p.ready)
+    if not pods:
+        return Check(
+            "pods",
+            CheckStatus.FAIL,
+            f"no pods labelled {SERVICE_LABEL}=<name> found",
+            "check the InferenceService's status and its Deployment (kubectl describe "
+            "inferenceservice.inference.llmkube.dev NAME)",
+        )
+    if not ready:
+        return Check(
+            "pods",
+            CheckStatus.FAIL,
+            f"0/{len(pods)} pods Ready ({others})",
+            "look at the pods' events and logs (kubectl describe pod, kubectl logs -c sglang)",
+        )
+    if len(ready) < len(pods):
+        return Check(
+            "pods",
+            CheckStatus.WARN,
+            f"{len(ready)}/{len(pods)} pods Ready ({others}); adapters load on the others once "
+            "they turn Ready (with the re-sync loop, or the next pulumi up)",
+            "look at the pods that are not Ready (kubectl describe pod)",
+        )
+    if len(ready) < replicas:
+        return Check(
+            "pods",
+            CheckStatus.WARN,
+            f"{len(ready)}/{replicas} desired replicas exist (all Ready)",
+            "wait for the Deployment to scale up, or check its events",
+        )
+    return Check("pods", CheckStatus.OK, f"{len(ready)}/{len(pods)} pods Ready")
+
+
+def check_server(probe: ServerProbe, transport: str = Transport.DIRECT.value) -> Check:
+    """One Ready pod's SGLang: reachable, LoRA on, version supported (``SUPPORTED_SGLANG``)."""
+    name = "sglang-server"
+    if not probe.reachable:
+        fix = _reach_fix(probe, transport)
+        return Check(name, CheckStatus.FAIL, f"unreachable: {probe.error}", fix, pod=probe.pod)
+    version = parse_version(probe.version) if probe.version else None
+    lora = "" if probe.adapters is None else f", {probe.adapters} adapter(s) loaded"
+    if version is not None and version < MIN_SGLANG_VERSION:
+        return Check(
+            name,
+            CheckStatus.FAIL,
+            f"SGLang {probe.version}: older than {MIN_SGLANG}, whose /v1/models lists no "
+            "adapters, so drift cannot be read",
+            f"upgrade SGLang (supported: {SUPPORTED_SGLANG})",
+            pod=probe.pod,
+        )
+    if probe.lora_enabled is False:
+        return Check(
+            name,
+            CheckStatus.FAIL,
+            f"SGLang {probe.version or '(version unknown)'} runs with LoRA disabled",
+            "add --enable-lora to spec.extraArgs and let the pods restart",
+            pod=probe.pod,
+        )
+    if probe.error:
+        return Check(
+            name,
+            CheckStatus.FAIL,
+            f"SGLang {probe.version or '(version unknown)'}: {probe.error}",
+            _reach_fix(probe, transport),
+            pod=probe.pod,
+        )
+    if version is None:
+        why = probe.info_error or f"/server_info gave version {probe.version!r}"
+        return Check(
+            name,
+            CheckStatus.WARN,
+            f"reachable{lora}, but its version is unknown ({why})",
+            f"make sure it runs a supported SGLang ({SUPPORTED_SGLANG})",
+            pod=probe.pod,
+        )
+    return Check(name, CheckStatus.OK, f"SGLang {probe.version}, LoRA enabled{lora}", pod=probe.pod)
+
+
+def _reach_fix(probe: ServerProbe, transport: str) -> str:
+    if probe.reason == Unauthorized.reason:
+        return (
+            "the server wants an API key: pass --api-key-secret NAME[/KEY] (a Secret in the "
+            "InferenceService's namespace)"
+        )
+    if probe.reason == UnsupportedServer.reason:
+        return f"upgrade SGLang (supported: {SUPPORTED_SGLANG})"
+    if transport == Transport.DIRECT.value:
+        return (
+            "doctor reaches pods at their IP (--transport direct); from outside the cluster "
+            "network use --transport proxy"
+        )
+    return "check that the pod's sglang container listens on its port named http"
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """Pure: ``0.5.15`` → ``(0, 5, 15)``; ``v0.5.5.post1`` and ``0.5.6rc1`` parse too; else None."""
+    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", (text or "").strip())
+    if match is None:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def _str_or_none(value: object) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _join_or_none(value: object) -> str | None:
+    if isinstance(value, list | tuple):
+        return " ".join(str(v) for v in value) or None
+    return _str_or_none(value)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

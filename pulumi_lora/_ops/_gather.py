@@ -1,0 +1,204 @@
+"""What ``pulumi-lora status`` and ``doctor`` read: the cluster and the pods (the I/O edge).
+
+:func:`gather_status` reads every LoRAAdapter and observes each exactly as ``pulumi refresh``
+does (``_lifecycle.observe``); :func:`gather_doctor` reads an InferenceService, its Service,
+its pods and asks each Ready pod's SGLang (``SGLangClient.list_models`` and ``server_info``).
+Both reach the cluster and the pods through the code the provider itself uses (the process-wide
+client ``POOL``, ``Session.clients``), so the operator sees exactly what the provider would.
+The verdicts are the pure ``_status`` and ``_doctor``'s.
+
+Secrets: the SGLang API key is read from the Secret a CR's ``pulumi-lora.dev/api-key-secret``
+annotation names (or ``doctor --api-key-secret``), used as a header, and never put in a value
+returned from here. ``/server_info`` echoes the server's API keys: the SGLang client keeps only
+its ``version`` and ``enable_lora`` fields (``ServerInfo``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import Service
+from pydantic import ValidationError
+
+from pulumi_lora import _cluster as k8s
+from pulumi_lora._cluster import KubeSource
+from pulumi_lora._errors import ClusterError, PulumiLoRAError, UnsupportedServer
+from pulumi_lora._lifecycle import POOL, ProviderConfig, Session, observe, parallel
+from pulumi_lora._llmkube import HTTP_PORT_NAME, PodEndpoint, Target, target_from_object
+from pulumi_lora._models import AdapterArgs, Transport
+from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe
+from pulumi_lora._ops._status import AdapterLine, StatusReport, adapter_line, args_from_cr
+from pulumi_lora._sglang import SGLangClient
+
+__all__ = ["gather_doctor", "gather_status"]
+
+
+def gather_status(
+    source: KubeSource, namespace: str | None, transport: Transport | None = None
+) -> StatusReport:
+    """Read every LoRAAdapter (one namespace, or all when None) and what each pod serves.
+
+    Each CR is observed exactly as ``pulumi refresh`` observes it (``_lifecycle.observe``: the
+    target, its pods, each Ready pod's ``/v1/models``, the API key Secret its annotation names).
+    Problems with one CR become its error; only cluster access itself raises ``ClusterError``.
+    """
+    kube = POOL.kube(source)
+    crs = sorted(
+        k8s.list_adapters(kube, namespace),
+        key=lambda cr: (cr["metadata"].get("namespace", ""), cr["metadata"].get("name", "")),
+    )
+    config = ProviderConfig(kubeconfig=source.kubeconfig, context=source.context)
+    return StatusReport(tuple(parallel(lambda cr: _observe_cr(cr, config, transport), crs)))
+
+
+def _observe_cr(
+    cr: Mapping[str, Any], config: ProviderConfig, transport: Transport | None
+) -> AdapterLine:
+    try:
+        args = args_from_cr(cr, transport)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return adapter_line(cr, None, error=f"the CR cannot be read: {problems}")
+    used = args.transport.value
+    if args.transport is Transport.DELEGATED:
+        return adapter_line(cr, None, transport=used)
+    try:
+        state = observe(args, config)
+        if state is None:
+            return adapter_line(cr, (), transport=used, error="the CR was deleted while reading")
+        if not state.pods:
+            Session(args, config).resolve_target()  # raises why there is nothing to look at
+    except PulumiLoRAError as exc:
+        return adapter_line(cr, (), transport=used, error=str(exc))
+    return adapter_line(cr, state.pods, transport=used)
+
+
+def gather_doctor(
+    source: KubeSource,
+    namespace: str,
+    name: str,
+    *,
+    transport: Transport = Transport.DIRECT,
+    api_key_secret: tuple[str, str] | None = None,
+) -> DoctorFacts:
+    """Read the InferenceService, its Service, its pods, and ask each Ready pod's SGLang.
+
+    Raises ``ClusterError`` only when the cluster itself can't be used; a missing
+    InferenceService is a fact (``isvc`` None) that :func:`diagnose` turns into a failed check.
+    """
+    kube = POOL.kube(source)
+    try:
+        obj = k8s.as_dict(kube.get(k8s.InferenceServiceResource, name, namespace=namespace))
+    except ApiError as exc:
+        if exc.status.code == 404:
+            return DoctorFacts(namespace, name, None, transport=transport.value)
+        raise _api_error(f"reading InferenceService {namespace}/{name}", exc) from exc
+    listing = k8s.list_target_pods(kube, target_from_object(obj))
+    pods = listing.pods
+    args = AdapterArgs(
+        # Session.clients is the one place that turns a transport into per-pod clients; doctor
+        # has no adapter of its own, so these args name a placeholder adapter on the target.
+        adapter_name="pulumi-lora-doctor",
+        path="/pulumi-lora-doctor",
+        inference_service=name,
+        namespace=namespace,
+        transport=transport,
+        api_key_secret_name=api_key_secret[0] if api_key_secret else None,
+        api_key_secret_key=api_key_secret[1] if api_key_secret else "api-key",
+    )
+    session = Session(args, ProviderConfig(kubeconfig=source.kubeconfig, context=source.context))
+    return DoctorFacts(
+        namespace,
+        name,
+        obj,
+        service_port=_live_service_port(kube, namespace, name),
+        pods=pods,
+        servers=_probe_servers(session, target_from_object(obj), pods),
+        transport=transport.value,
+        untrusted=listing.untrusted,
+        adapters=tuple(_targeting(_adapters_near(kube, namespace), namespace, name)),
+    )
+
+
+def _adapters_near(kube: Client, namespace: str) -> list[dict[str, Any]]:
+    """Every LoRAAdapter (they may target across namespaces), else the target namespace's
+    (a user allowed to list only there)."""
+    try:
+        return k8s.list_adapters(kube)
+    except ClusterError:
+        return k8s.list_adapters(kube, namespace)
+
+
+def _targeting(
+    crs: Sequence[Mapping[str, Any]], namespace: str, name: str
+) -> list[Mapping[str, Any]]:
+    """Pure: the CRs whose ``spec.inferenceServiceRef`` is ``namespace/name``."""
+    found = []
+    for cr in crs:
+        ref = (cr.get("spec") or {}).get("inferenceServiceRef") or {}
+        where = ref.get("namespace") or (cr.get("metadata") or {}).get("namespace")
+        if ref.get("name") == name and where == namespace:
+            found.append(cr)
+    return found
+
+
+def _live_service_port(kube: Client, namespace: str, name: str) -> int | None:
+    """The ``http`` port of the Service LLMKube creates (name with ``.`` → ``-``), if readable."""
+    try:
+        service = kube.get(Service, name.replace(".", "-"), namespace=namespace)
+    except ApiError:
+        return None  # absent, or not readable with these credentials: judge from the spec
+    ports = (service.spec.ports if service.spec else None) or []
+    chosen = next((p for p in ports if p.name == HTTP_PORT_NAME), ports[0] if ports else None)
+    return int(chosen.port) if chosen is not None else None
+
+
+def _probe_servers(
+    session: Session, target: Target, pods: Sequence[PodEndpoint]
+) -> tuple[ServerProbe, ...]:
+    """Ask every Ready pod's SGLang for its adapters and version (in parallel)."""
+    ready = [p for p in pods if p.ready]
+    if not ready:
+        return ()
+    try:
+        clients = session.clients(ready, session.api_key(target))
+    except PulumiLoRAError as exc:
+        return tuple(ServerProbe(p.name, False, error=str(exc), reason=exc.reason) for p in ready)
+
+    def probe(pod: PodEndpoint) -> ServerProbe:
+        client = clients.get(pod.name)
+        if client is None:
+            return ServerProbe(pod.name, False, error="the pod has no IP", reason="NoPodIP")
+        return _probe(pod.name, client)
+
+    return tuple(parallel(probe, ready))
+
+
+def _probe(pod: str, client: SGLangClient) -> ServerProbe:
+    """One server: ``/v1/models`` (reachable, the adapters) then ``/server_info`` (version)."""
+    unsupported = ""
+    adapters: int | None = None
+    try:
+        adapters = len(client.list_models().adapters)
+    except UnsupportedServer as exc:
+        unsupported = str(exc)
+    except PulumiLoRAError as exc:
+        return ServerProbe(pod, False, error=str(exc), reason=exc.reason)
+    info = client.server_info()
+    return ServerProbe(
+        pod,
+        True,
+        version=info.version,
+        lora_enabled=info.lora_enabled,
+        adapters=adapters,
+        error=unsupported,
+        reason=UnsupportedServer.reason if unsupported else "",
+        info_error=info.error,
+    )
+
+
+def _api_error(action: str, exc: ApiError) -> ClusterError:
+    status = exc.status
+    return ClusterError(f"{action} failed: HTTP {status.code} {status.reason}: {status.message}")

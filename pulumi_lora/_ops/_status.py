@@ -1,0 +1,338 @@
+"""``pulumi-lora status``'s verdicts, pure: one LoRAAdapter CR and what each pod serves → a line.
+
+:func:`adapter_line` turns one CR plus what each of its target's pods serves (the per-pod
+reports ``_lifecycle.observe`` returns, as ``pulumi refresh`` reads them) into a verdict: ok,
+drift or error. Plain dicts and values in, frozen values out: no I/O, no clock, so every rule is
+unit-tested without a cluster. The reading itself is ``_gather``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from pulumi_lora._models import (
+    LLMKUBE_FINALIZER,
+    AdapterArgs,
+    ConditionKind,
+    ConditionStatus,
+    LoRAAdapterStatus,
+    Transport,
+    read_annotations,
+    written_by_llmkube,
+)
+
+__all__ = [
+    "COEXISTENCE_FIX",
+    "AdapterLine",
+    "AdapterVerdict",
+    "PodLine",
+    "ServedReport",
+    "ServedState",
+    "StatusReport",
+    "adapter_line",
+    "args_from_cr",
+    "llmkube_signs",
+    "pod_line",
+]
+
+
+class ServedReport(Protocol):
+    """What one pod serves, as observed (``_lifecycle.PodReport`` is one): read-only fields."""
+
+    @property
+    def pod(self) -> str:
+        """The pod's name."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether the pod is Ready."""
+
+    @property
+    def loaded(self) -> bool:
+        """Whether it serves the adapter (at any path)."""
+
+    @property
+    def path(self) -> str | None:
+        """The path it serves the adapter from, if it does."""
+
+    @property
+    def error(self) -> str:
+        """Why its ``/v1/models`` could not be read ("" when it could)."""
+
+
+class ServedState(StrEnum):
+    """What one pod of the target serves, measured against the CR's declaration."""
+
+    OK = "ok"  # Ready, serves the adapter at the declared path
+    MISSING = "missing"  # Ready and reachable, adapter not loaded (drift)
+    WRONG_PATH = "wrong-path"  # Ready, serves the adapter at another path (drift)
+    UNREACHABLE = "unreachable"  # Ready, but its /v1/models could not be read (error)
+    NOT_READY = "not-ready"  # not Ready: not counted, nothing is expected of it yet
+
+
+class AdapterVerdict(StrEnum):
+    """One CR's verdict; the command's exit code is 0 only when every CR is ``ok``."""
+
+    OK = "ok"  # loaded at the declared path on every Ready pod
+    DRIFT = "drift"  # some Ready pod lacks it or serves another path
+    ERROR = "error"  # the truth could not be read (target, Secret, pod unreachable, no Ready pod)
+
+
+@dataclass(frozen=True)
+class PodLine:
+    """One pod's line under a CR."""
+
+    pod: str
+    ready: bool
+    state: ServedState
+    path: str | None = None  # the path the pod serves the adapter from, if it does
+    error: str = ""  # why the state is not ok, in words
+
+
+@dataclass(frozen=True)
+class AdapterLine:
+    """One LoRAAdapter CR with its verdict and the pods it was measured on."""
+
+    namespace: str
+    name: str
+    adapter: str
+    path: str
+    target_namespace: str
+    target_name: str
+    transport: str
+    observed: str  # "pods" (each pod's /v1/models) or "conditions" (the CR's status only)
+    verdict: AdapterVerdict
+    last_loaded_at: str | None = None
+    error: str = ""
+    pods: tuple[PodLine, ...] = ()
+    llmkube: str = ""  # signs that LLMKube's own LoRA controller acts on the CR (llmkube_signs)
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON shape (docs/operations.md)."""
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "adapter": self.adapter,
+            "path": self.path,
+            "target": {"namespace": self.target_namespace, "name": self.target_name},
+            "transport": self.transport,
+            "observed": self.observed,
+            "verdict": self.verdict.value,
+            "last_loaded_at": self.last_loaded_at,
+            "error": self.error,
+            "llmkube": self.llmkube,
+            "pods": [
+                {
+                    "pod": p.pod,
+                    "ready": p.ready,
+                    "state": p.state.value,
+                    "loaded": p.state is ServedState.OK,
+                    "path": p.path,
+                    "error": p.error,
+                }
+                for p in self.pods
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """Every CR looked at, in namespace/name order."""
+
+    adapters: tuple[AdapterLine, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Whether every declared adapter is loaded on every Ready pod of its target."""
+        return all(a.verdict is AdapterVerdict.OK for a in self.adapters)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when all is ok, 1 when drift or errors were found (2 is for usage/cluster errors)."""
+        return 0 if self.ok else 1
+
+    def counts(self) -> dict[str, int]:
+        """How many CRs have each verdict, plus the total."""
+        counts = {v.value: 0 for v in AdapterVerdict}
+        for line in self.adapters:
+            counts[line.verdict.value] += 1
+        return {"adapters": len(self.adapters), **counts}
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON shape (docs/operations.md)."""
+        return {
+            "ok": self.ok,
+            "summary": self.counts(),
+            "adapters": [a.to_json() for a in self.adapters],
+        }
+
+
+def args_from_cr(cr: Mapping[str, Any], transport: Transport | None = None) -> AdapterArgs:
+    """Pure: the resource arguments a CR stands for, so ``observe`` can read it as refresh does.
+
+    The transport and API key Secret come from the CR's ``pulumi-lora.dev/*`` annotations (a CR
+    made by someone else reads as ``direct``, unkeyed); ``transport`` overrides the recorded one.
+    Raises pydantic's ``ValidationError`` for a CR whose spec breaks the CRD's rules.
+    """
+    meta = cr.get("metadata") or {}
+    spec = cr.get("spec") or {}
+    notes = read_annotations(meta.get("annotations"))
+    ref = spec.get("inferenceServiceRef") or {}
+    values: dict[str, Any] = {
+        "adapter_name": spec.get("name"),
+        "path": spec.get("path"),
+        "inference_service": ref.get("name"),
+        "inference_service_namespace": ref.get("namespace") or None,
+        "namespace": meta.get("namespace"),
+        "resource_name": meta.get("name"),
+        "transport": transport or notes.transport or Transport.DIRECT,
+        "api_key_secret_name": notes.api_key_secret[0] if notes.api_key_secret else None,
+    }
+    if notes.api_key_secret:
+        values["api_key_secret_key"] = notes.api_key_secret[1]
+    return AdapterArgs.model_validate(values)
+
+
+def pod_line(report: ServedReport, declared_path: str) -> PodLine:
+    """Pure: one pod's state against the declared path."""
+    if not report.ready:
+        return PodLine(report.pod, False, ServedState.NOT_READY, report.path)
+    if report.error:
+        return PodLine(report.pod, True, ServedState.UNREACHABLE, None, report.error)
+    if not report.loaded:
+        return PodLine(report.pod, True, ServedState.MISSING, None, "not loaded")
+    if report.path != declared_path:
+        return PodLine(
+            report.pod,
+            True,
+            ServedState.WRONG_PATH,
+            report.path,
+            f"serves path {report.path!r}, declared {declared_path!r}",
+        )
+    return PodLine(report.pod, True, ServedState.OK, report.path)
+
+
+def adapter_line(
+    cr: Mapping[str, Any],
+    pods: Sequence[ServedReport] | None,
+    *,
+    transport: str = Transport.DIRECT.value,
+    error: str = "",
+) -> AdapterLine:
+    """Pure: one CR's verdict from its pods (``pods`` None: not observed, judge its conditions).
+
+    ``error`` is a problem found while reading (the target, a Secret, a CR that can't be read);
+    it makes the verdict ``error``. With pods observed, any unreachable Ready pod is an error,
+    any Ready pod missing the adapter or serving another path is drift, and no Ready pod at all
+    is an error (the adapter is served nowhere). Not observed (the delegated transport: only the
+    in-cluster loop talks to the pods), the CR's ``Loaded`` condition for its current generation
+    is the verdict.
+    """
+    meta = cr.get("metadata") or {}
+    spec = cr.get("spec") or {}
+    ref = spec.get("inferenceServiceRef") or {}
+    namespace = str(meta.get("namespace", ""))
+    declared = str(spec.get("path", ""))
+    last_loaded = _status(cr).get("lastLoadedAt")
+    line = AdapterLine(
+        namespace=namespace,
+        name=str(meta.get("name", "")),
+        adapter=str(spec.get("name", "")),
+        path=declared,
+        target_namespace=str(ref.get("namespace") or namespace),
+        target_name=str(ref.get("name", "")),
+        transport=transport,
+        observed="pods" if pods is not None else "conditions",
+        verdict=AdapterVerdict.OK,
+        last_loaded_at=str(last_loaded) if last_loaded else None,
+        pods=tuple(pod_line(p, declared) for p in pods or ()),
+        llmkube=llmkube_signs(cr),
+    )
+    if error:
+        return replace(line, verdict=AdapterVerdict.ERROR, error=error)
+    if pods is None:
+        verdict, problem = _verdict_from_conditions(cr)
+        return replace(line, verdict=verdict, error=problem)
+    states = [p.state for p in line.pods]
+    drifted = sum(1 for s in states if s in (ServedState.MISSING, ServedState.WRONG_PATH))
+    ready = sum(1 for p in line.pods if p.ready)
+    if ServedState.UNREACHABLE in states:
+        return replace(
+            line, verdict=AdapterVerdict.ERROR, error="some Ready pods could not be read"
+        )
+    if not ready:
+        problem = "no Ready pods: the adapter is served nowhere" if states else "no pods found"
+        return replace(line, verdict=AdapterVerdict.ERROR, error=problem)
+    if drifted:
+        return replace(
+            line, verdict=AdapterVerdict.DRIFT, error=f"drift on {drifted}/{ready} Ready pods"
+        )
+    return line
+
+
+COEXISTENCE_FIX = (
+    "apply pulumi-lora's coexistence policy, which holds LLMKube's LoRA controller off the CRs "
+    "pulumi-lora serves: `pulumi-lora coexistence-policy | kubectl apply -f -` (the re-sync "
+    "loop's manifests include it; --llmkube-user if LLMKube runs under another ServiceAccount)"
+)
+"""What to do when LLMKube's own LoRA controller is seen acting on pulumi-lora's CRs."""
+
+
+def llmkube_signs(cr: Mapping[str, Any]) -> str:
+    """Pure: the signs that LLMKube's own LoRA controller acts on this CR, in words ("" if none).
+
+    Its finalizer on the CR, and the conditions it wrote (``written_by_llmkube``). The pods stay
+    the truth for the verdict; these say why ``kubectl get lora`` may disagree with it.
+    """
+    signs = []
+    if LLMKUBE_FINALIZER in ((cr.get("metadata") or {}).get("finalizers") or []):
+        signs.append(f"its finalizer {LLMKUBE_FINALIZER}")
+    try:
+        conditions = LoRAAdapterStatus.model_validate(_status(cr)).conditions or []
+    except ValidationError:
+        conditions = []
+    written = [
+        f"{c.type}={c.status.value} ({c.reason})" for c in conditions if written_by_llmkube(c)
+    ]
+    if written:
+        signs.append("conditions it wrote: " + ", ".join(written))
+    return "; ".join(signs)
+
+
+def _status(cr: Mapping[str, Any]) -> Mapping[str, Any]:
+    status = cr.get("status")
+    return status if isinstance(status, Mapping) else {}
+
+
+def _verdict_from_conditions(cr: Mapping[str, Any]) -> tuple[AdapterVerdict, str]:
+    """Pure: ok when ``Loaded`` is True for the CR's current generation, else drift (why)."""
+    generation = int((cr.get("metadata") or {}).get("generation", 1))
+    try:
+        conditions = LoRAAdapterStatus.model_validate(_status(cr)).conditions or []
+    except ValidationError:
+        return AdapterVerdict.ERROR, "the CR's status cannot be read"
+    loaded = next((c for c in conditions if c.type == ConditionKind.LOADED.value), None)
+    if loaded is not None and written_by_llmkube(loaded):
+        return (
+            AdapterVerdict.ERROR,
+            "the Loaded condition is LLMKube's LoRA controller's, not the re-sync loop's: "
+            + COEXISTENCE_FIX,
+        )
+    if loaded is None:
+        return AdapterVerdict.DRIFT, "no Loaded condition yet (is the re-sync loop running?)"
+    if loaded.observed_generation is not None and loaded.observed_generation != generation:
+        return (
+            AdapterVerdict.DRIFT,
+            f"the Loaded condition is for generation {loaded.observed_generation}, the spec is "
+            f"at {generation} (is the re-sync loop running?)",
+        )
+    if loaded.status is not ConditionStatus.TRUE:
+        return AdapterVerdict.DRIFT, f"Loaded={loaded.status.value} ({loaded.reason}): " + (
+            loaded.message or "no message"
+        )
+    return AdapterVerdict.OK, ""
