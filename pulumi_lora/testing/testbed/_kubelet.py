@@ -31,7 +31,7 @@ from typing import Any, Literal
 import httpx
 
 from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
-from pulumi_lora.testing.testbed._process import ManagedProcess
+from pulumi_lora.testing.testbed._process import ManagedProcess, free_loopback_address
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
 from pulumi_lora.testing.testbed._workloads import (
     ANNOTATION_EMULATOR_ARGS,
@@ -56,7 +56,7 @@ __all__ = [
 _log = logging.getLogger("pulumi_lora.testing.testbed")
 
 Network = Literal["loopback", "netns"]
-"""How a pod is reached: ``loopback`` (127.0.0.1, own port) or ``netns`` (own IP, port 30000)."""
+"""How a pod is reached: ``loopback`` (its own 127.x.y.z) or ``netns`` (its own 198.18.x.y)."""
 
 ContainerKind = Literal["emulator", "resync", "unsupported"]
 """What the testbed's kubelet does with a container."""
@@ -279,6 +279,8 @@ class PodRuntime:
             if self.network == "netns":
                 self.net = allocate_pod_network(self.ctx.testbed_id, self.ctx.next_index())
                 self.ip = self.net.pod_ip
+            else:  # its own loopback address, at the port its spec declares
+                self.ip = free_loopback_address(self.port)
             self.process = self._make_process()
         except Exception as exc:  # the sandbox may be missing or refuse: say so on the pod
             _log.warning("pod %s/%s cannot start: %s", self.namespace, self.name, exc)
