@@ -186,6 +186,9 @@ def test_pod_status_catches_up_after_apiserver_downtime(testbed: Testbed, namesp
                 break
             time.sleep(0.1)
         assert "terminated" in state, state
+        # The ReplicaSet, Deployment and InferenceService statuses follow once the real
+        # controller-manager's watches are back (client-go backs off while the apiserver is down).
+        deadline = time.monotonic() + 60
         cr = testbed.rest.get(
             f"/apis/inference.llmkube.dev/v1alpha1/namespaces/{namespace}/inferenceservices/patient"
         )

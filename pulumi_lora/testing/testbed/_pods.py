@@ -320,7 +320,10 @@ class InferenceServiceHandle:
         self.player.user.delete(self.path)
         if isvc is not None:
             self.player.caches.isvcs.note_deleted(isvc)
-        self.player.converge(lambda: not self._runtimes(), f"{self.name}'s pods to stop")
+        self.player.converge(
+            lambda: not self._runtimes() and not self.player.pod_objects(self.namespace, self.name),
+            f"{self.name}'s pods to stop",
+        )
         _log.info("InferenceService %s/%s deleted", self.namespace, self.name)
 
     def close(self) -> None:
@@ -561,9 +564,25 @@ class PodPlayer:
                 self.user.delete(runtime.path)
         with contextlib.suppress(TimeoutError):
             self.converge(
-                lambda: not any(r.namespace == namespace for r in self.manager.runtimes.values()),
+                lambda: (
+                    not any(r.namespace == namespace for r in self.manager.runtimes.values())
+                    and not self.pod_objects(namespace)
+                ),
                 f"pods left in {namespace}",
             )
+
+    def pod_objects(self, namespace: str, service: str | None = None) -> list[dict[str, Any]]:
+        """Pod objects in ``namespace`` (of InferenceService ``service``), as cached: the ones the
+        ReplicaSet controller made that the kubelet has not started yet count too."""
+        return [
+            pod
+            for pod in self.caches.pods.items()
+            if pod["metadata"].get("namespace") == namespace
+            and (
+                service is None
+                or (pod["metadata"].get("labels") or {}).get(SERVICE_LABEL) == service
+            )
+        ]
 
     def emulator_pids(self) -> list[int]:
         """Process ids of the emulators running now, over every pod."""
