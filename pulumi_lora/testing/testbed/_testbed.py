@@ -221,7 +221,8 @@ class Testbed:
         self.stop()
 
     def start(self) -> Testbed:
-        """Start etcd and the apiserver, install the CRDs, write the kubeconfig; return self.
+        """Start etcd, the apiserver and the controller-manager, install the CRDs, write the
+        kubeconfig; return self.
 
         Raises :class:`~pulumi_lora.testing.testbed.BinaryNotFoundError` when a program is
         missing and :class:`~pulumi_lora.testing.testbed.ProcessStartError` (with the command
