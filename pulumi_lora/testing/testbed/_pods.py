@@ -83,8 +83,12 @@ NETNS_PORT = DEFAULT_PORT
 RECONCILE_INTERVAL = 0.5
 """Seconds between two controller passes when no watch event wakes them earlier."""
 
-CONVERGE_TIMEOUT = 30.0
-"""How long the synchronous operations (deploy, scale, replace, delete) wait for the cluster."""
+CONVERGE_TIMEOUT = 60.0
+"""How long the synchronous operations (deploy, scale, replace, delete) wait for the cluster.
+
+A deletion is the real garbage collector's, one owner at a time (InferenceService, Deployment,
+ReplicaSet, pods): seconds, but on a loaded two-core machine running two testbeds it took over
+30."""
 
 DEFAULT_EXTRA_ARGS = ("--enable-lora", "--max-lora-rank", "64", "--lora-target-modules", "all")
 """The ``extraArgs`` a dynamic-LoRA SGLang InferenceService needs."""

@@ -45,12 +45,17 @@ from pulumi_lora.testing.testbed._certs import (
     new_token,
     write_token_file,
 )
-from pulumi_lora.testing.testbed._controller_manager import (
-    KCM_USER,
-    REPLICASET_CONTROLLER_USER,
-    ControllerManager,
-)
+from pulumi_lora.testing.testbed._controller_manager import KCM_USER, ControllerManager
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
+from pulumi_lora.testing.testbed._identities import (
+    CONTROLLER_USER,
+    KUBELET_USER,
+    OPERATOR_USER,
+    PLAYER_USERS,
+    SCHEDULER_USER,
+    grant_players,
+    player_tokens,
+)
 from pulumi_lora.testing.testbed._kubeproxy import ServiceProxy
 from pulumi_lora.testing.testbed._llmkube import LLMKubeLoRAController, held_off
 from pulumi_lora.testing.testbed._llmkube import (
@@ -61,7 +66,6 @@ from pulumi_lora.testing.testbed._netns import (
     netns_unavailable_reason,
     sweep_stale_networks,
 )
-from pulumi_lora.testing.testbed._played import OPERATOR_USER
 from pulumi_lora.testing.testbed._pods import (
     DEFAULT_EXTRA_ARGS,
     NODE_NAME,
@@ -70,8 +74,7 @@ from pulumi_lora.testing.testbed._pods import (
     PodPlayer,
     Sandbox,
 )
-from pulumi_lora.testing.testbed._rest import KubeRest, grant_cluster_role
-from pulumi_lora.testing.testbed._scheduler import SCHEDULER_USER
+from pulumi_lora.testing.testbed._rest import KubeRest
 
 __all__ = [
     "ADMIN_USER",
@@ -87,47 +90,6 @@ _log = logging.getLogger("pulumi_lora.testing.testbed")
 
 ADMIN_USER = "testbed-admin"
 """User name of the testbed's ``system:masters`` token."""
-
-CONTROLLER_USER = REPLICASET_CONTROLLER_USER
-"""Who creates the pods of every Deployment: kube-controller-manager's ReplicaSet controller,
-under its own ServiceAccount (``system:serviceaccount:kube-system:replicaset-controller``).
-
-What admission policies' ``workload_creators`` name to tell its pods from anyone else's.
-"""
-
-KUBELET_USER = f"system:node:{NODE_NAME}"
-"""Who the played kubelet acts as (group ``system:nodes``, ClusterRole ``system:node``)."""
-
-OPERATOR_ROLE = "testbed:llmkube-operator"
-"""ClusterRole (and binding) granting :data:`OPERATOR_USER` what the played operator reads and
-writes."""
-
-_OPERATOR_RULES = [
-    {
-        "apiGroups": ["inference.llmkube.dev"],
-        "resources": ["inferenceservices"],
-        "verbs": ["get", "list", "watch"],
-    },
-    {
-        "apiGroups": ["inference.llmkube.dev"],
-        "resources": ["inferenceservices/status"],
-        "verbs": ["get", "patch", "update"],
-    },
-    {
-        "apiGroups": ["apps"],
-        "resources": ["deployments"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch"],
-    },
-    {
-        "apiGroups": [""],
-        "resources": ["services"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch"],
-    },
-    # The testbed's own bookkeeping (which pod serves which InferenceService) reads the chain.
-    {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-]
 
 _DIR_PREFIX = "pulumi-lora-testbed-"
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
@@ -193,8 +155,7 @@ class Testbed:
         self._network_claim: NetworkClaim | None = None
         self._binaries: dict[str, Binary] = {}
         self._admin_token = new_token()
-        self._tokens = {user: new_token() for user in (KCM_USER, OPERATOR_USER, SCHEDULER_USER)}
-        self._tokens[KUBELET_USER] = new_token()
+        self._tokens = {user: new_token() for user in PLAYER_USERS}
         self._default_network: Network = default_network
         self._llmkube_wanted = llmkube_lora_controller
         self._llmkube_time_scale = llmkube_time_scale
@@ -255,10 +216,7 @@ class Testbed:
         keys = generate_key_material(directory)
         token_file = directory / "tokens.csv"
         admin = StaticToken(self._admin_token, ADMIN_USER, groups=("system:masters",))
-        players = [
-            StaticToken(token, user, groups=("system:nodes",) if user == KUBELET_USER else ())
-            for user, token in self._tokens.items()
-        ]
+        players = player_tokens(self._tokens)
         write_token_file(token_file, [admin, *players, *self._extra_tokens])
         audit_policy = None
         if self._audit:
@@ -350,27 +308,8 @@ class Testbed:
         return self._kubelet_rest
 
     def _grant_players(self) -> None:
-        """RBAC for what the testbed plays: the operator's own role, and the node's ClusterRole
-        ``system:node`` bound to :data:`KUBELET_USER` (kube-controller-manager and the
-        scheduler's bind need nothing beyond the apiserver's bootstrap policy)."""
-        rest = self._require_rest()
-        operator = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}
-        grant_cluster_role(rest, OPERATOR_ROLE, _OPERATOR_RULES, operator, FIELD_MANAGER)
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "testbed:node"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "system:node",
-            },
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_USER}
-            ],
-        }
-        rest.apply(f"{rbac}/clusterrolebindings/testbed:node", binding, FIELD_MANAGER)
+        """RBAC for what the testbed plays (``_identities.grant_players``)."""
+        grant_players(self._require_rest(), FIELD_MANAGER)
 
     def _create_node(self) -> None:
         rest = self._require_rest()
