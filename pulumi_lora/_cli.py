@@ -6,12 +6,53 @@ optional dependency only affects the subcommand that needs it.
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 import click
 
 from pulumi_lora._version import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when named (or listed by ``--help``).
+
+    ``pulumi-lora resync`` in the loop's image imports the loop and nothing else: not the
+    testbed, not the Pulumi SDK's engine glue, and nothing that needs a writable file system.
+    """
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = lazy  # command name -> "module:attribute"
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self._lazy.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attribute = target.split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        if not isinstance(command, click.Command):  # pragma: no cover - a wiring mistake
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+
+_SUBCOMMANDS = {
+    "testbed": "pulumi_lora.testing.testbed._cli:testbed_group",
+    "status": "pulumi_lora._ops_cli:status_command",
+    "doctor": "pulumi_lora._ops_cli:doctor_command",
+    "coexistence-policy": "pulumi_lora._ops_cli:policy_command",
+    "resync": "pulumi_lora._resync._cli:resync_command",
+}
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy=_SUBCOMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="pulumi-lora")
 def cli() -> None:
     """LoRA adapters on SGLang in Kubernetes, as Pulumi infrastructure."""
@@ -31,31 +72,6 @@ def emulate(ctx: click.Context) -> None:
     from pulumi_lora.testing.emulator import main as emulator_main
 
     ctx.exit(emulator_main(list(ctx.args)))
-
-
-def _mount_testbed() -> None:
-    from pulumi_lora.testing.testbed._cli import testbed_group
-
-    cli.add_command(testbed_group, "testbed")
-
-
-def _mount_ops() -> None:
-    from pulumi_lora._ops_cli import doctor_command, policy_command, status_command
-
-    cli.add_command(status_command, "status")
-    cli.add_command(doctor_command, "doctor")
-    cli.add_command(policy_command, "coexistence-policy")
-
-
-def _mount_resync() -> None:
-    from pulumi_lora._resync._cli import resync_command
-
-    cli.add_command(resync_command, "resync")
-
-
-_mount_testbed()
-_mount_ops()
-_mount_resync()
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ It runs with the machine's ``python3`` (3.11+, standard library only) because it
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -487,6 +488,26 @@ def ensure_venv(v: dict[str, dict[str, str]], venv: Path, extras: str) -> Path:
     return python
 
 
+def ensure_loop_image(python: Path, venv: Path) -> str:
+    """Install podman/runc/mmdebstrap if missing and build the loop's image (``tools/image.py``).
+
+    The base is made locally (mmdebstrap, Debian's packages: no image registry needed); the
+    image is rebuilt only when its inputs changed. Returns the image's tag.
+    """
+    spec = importlib.util.spec_from_file_location("image", ROOT / "tools" / "image.py")
+    assert spec is not None and spec.loader is not None
+    image = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(image)
+    argv = ["--local-base", "--install-tools", "--python", str(python)]
+    argv += ["--constraints", str(venv / "constraints.txt")]
+    if image.main(argv) != 0:
+        raise ProvisionError(
+            f"the loop's image did not build: python3 tools/image.py {' '.join(argv)}"
+        )
+    tag: str = image.default_tag()
+    return tag
+
+
 # --- go.mod generation (kept in sync with versions.toml) ----------------------------------------
 
 
@@ -542,6 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv")
     parser.add_argument("--extras", default="test,dev,metrics,kubernetes")
     parser.add_argument("--skip-go", action="store_true", help="only the Python side")
+    parser.add_argument("--skip-image", action="store_true", help="no podman or loop image")
     parser.add_argument("--json", action="store_true", help="print the tool paths as JSON")
     args = parser.parse_args(argv)
 
@@ -563,6 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with phase("host scripts beside pulumi", timings):
                 for script in ensure_host_scripts(versions["pulumi"]["cli"]):
                     report[script.name] = str(script)
+        if not (args.skip_image or args.skip_go):
+            with phase("loop image (podman, deploy/Dockerfile)", timings):
+                report["loop image"] = ensure_loop_image(python, args.venv)
     except ProvisionError as exc:
         log(f"FAILED: {exc}")
         return 1

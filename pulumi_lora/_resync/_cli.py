@@ -118,7 +118,8 @@ _DEFAULTS = ClientTimeouts()
 @click.option(
     "--identity",
     default=None,
-    help="This replica's Lease holder identity  [default: $POD_NAME or hostname, plus the pid]",
+    help="This replica's Lease holder identity  "
+    "[default: $POD_NAME or hostname, the pid and a random suffix]",
 )
 @click.option(
     "--metrics-host",

@@ -7,6 +7,7 @@ the Deployment's arguments.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from dataclasses import dataclass, field
 
@@ -28,8 +29,11 @@ _SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def default_identity() -> str:
-    """``<pod name or hostname>-<pid>``: unique per process, readable in ``kubectl get lease``."""
-    return f"{os.environ.get('POD_NAME') or socket.gethostname()}-{os.getpid()}"
+    """``<pod name or hostname>-<pid>-<6 hex>``: readable in ``kubectl get lease``, and unique
+    per process: in a container the pid is the same after every restart (often 1), and a
+    restarted leader must not mistake its predecessor's Lease for its own."""
+    name = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{name}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def default_lease_namespace() -> str:

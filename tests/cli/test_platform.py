@@ -2,10 +2,13 @@
 
 One ``pulumi up`` declares an InferenceService (pulumi-kubernetes ``CustomResource``, served by
 the built ``pulumi-resource-kubernetes`` plugin), three ``LoRAAdapter`` resources that depend on
-it, and ``ResyncDeployment`` (two replicas). Nothing is played by hand that a cluster does by
-itself: the testbed's controllers turn the InferenceService into Deployment → ReplicaSet → pods
-running emulators, and the loop's Deployment into ``pulumi-lora resync`` processes in their own
-network namespaces with the in-cluster ServiceAccount a kubelet would mount. Then, with no
+it, and ``ResyncDeployment`` (two replicas) running the loop's image built from
+``deploy/Dockerfile`` (``python3 tools/image.py --local-base``, as the provisioner does). Nothing
+is played by hand that a cluster does by itself: the testbed's controllers turn the
+InferenceService into Deployment → ReplicaSet → pods running emulators, and the loop's Deployment
+into real podman containers in their own network namespaces, with the ServiceAccount a kubelet
+would mount and the Deployment's security context enforced. The testbed is a ``Testbed()`` with
+every default (its SGLang pods on loopback), as ``pulumi-lora testbed up`` starts it. Then, with no
 further ``pulumi`` command, the deployed loop heals a restarted pod, survives its leader's crash,
 and after ``replicas`` 2 → 3 and ``pulumi up`` the new pod has every adapter. ``destroy`` leaves
 nothing, and the audit log shows the loop used only what its RBAC grants.
@@ -15,9 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,11 +28,20 @@ from pulumi_lora._resync._settings import DEFAULT_LEASE_DURATION, DEFAULT_LEASE_
 from pulumi_lora.deploy import DEFAULT_NAME, RELEASE_RULE, WATCH_RULES, lease_rules
 from pulumi_lora.testing.audit import audited, granted
 from pulumi_lora.testing.fixtures import missing_real_part
-from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed, netns_unavailable_reason
+from pulumi_lora.testing.testbed import (
+    InferenceServiceHandle,
+    Testbed,
+    container_runtime_unavailable_reason,
+    image_present,
+    loop_image,
+    netns_unavailable_reason,
+)
 
 from .conftest import EXAMPLES, Project, assert_clean_refresh, require_program, served
 
 pytestmark = pytest.mark.full
+
+IMAGE_COMMAND = "python3 tools/image.py --local-base"
 
 ADAPTERS = ("sql-lora", "chat-lora", "code-lora")
 
@@ -51,7 +63,7 @@ def kubectl_json(testbed: Testbed, *args: str) -> dict:
 
 
 def holder(testbed: Testbed, namespace: str) -> str:
-    """The Lease holder: a loop replica's identity, ``<pod name>-<pid>``."""
+    """The Lease holder: a loop replica's identity, ``<pod name>-<pid>-<hex>``."""
     done = testbed.kubectl("get", "lease", DEFAULT_LEASE_NAME, "-n", namespace, "-o", "json")
     if done.returncode != 0:
         return ""
@@ -65,13 +77,53 @@ def everywhere(handle: InferenceServiceHandle, expected: dict[str, str], replica
 
 @pytest.fixture
 def cluster() -> Iterator[Testbed]:
-    """A testbed of its own whose pods all get their own network namespace (as in a cluster):
-    the loop's pods, in theirs, reach the SGLang pods at their IPs."""
-    reason = netns_unavailable_reason()
-    if reason is not None:
-        missing_real_part(f"pods in network namespaces: {reason}")
-    with Testbed(default_network="netns") as bed:
+    """A testbed of its own with every default, that runs the loop's pods as containers."""
+    for reason in (netns_unavailable_reason(), container_runtime_unavailable_reason()):
+        if reason is not None:
+            missing_real_part(f"the loop's pods as containers: {reason}")
+    if not image_present(loop_image()):
+        missing_real_part(f"the loop's image {loop_image()}: build it with `{IMAGE_COMMAND}`")
+    with Testbed() as bed:
+        assert bed.runs_containers
         yield bed
+
+
+def loop_pods(testbed: Testbed, namespace: str) -> list[str]:
+    """Names of the loop's pods."""
+    pods = kubectl_json(
+        testbed, "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/name={DEFAULT_NAME}"
+    )
+    return sorted(p["metadata"]["name"] for p in pods["items"])
+
+
+def assert_contained(testbed: Testbed, namespace: str, pod: str) -> None:
+    """From ``/proc``, not from the spec: the loop runs as uid 65532, with no capabilities, no
+    way to gain privileges, under seccomp, on a read-only root file system, in its own pid and
+    network namespaces."""
+    pid = testbed.pod_host_pid(namespace, pod)
+    assert pid is not None, f"{pod} has no running container"
+    proc = Path(f"/proc/{pid}")
+    status = dict(line.split(":", 1) for line in (proc / "status").read_text().splitlines())
+    assert status["Uid"].split() == ["65532"] * 4, status["Uid"]
+    assert status["Gid"].split() == ["65532"] * 4, status["Gid"]
+    assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0
+    assert status["NoNewPrivs"].strip() == "1"
+    assert status["Seccomp"].strip() == "2"  # filter mode: podman's default profile
+    root = next(
+        line.split()
+        for line in (proc / "mountinfo").read_text().splitlines()
+        if line.split()[4] == "/"
+    )
+    assert root[5].split(",")[0] == "ro", root
+    cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+    assert b"resync" in cmdline and any(part.endswith(b"pulumi-lora") for part in cmdline)
+    for kind in ("pid", "net", "mnt"):
+        assert os.readlink(proc / "ns" / kind) != os.readlink(f"/proc/self/ns/{kind}"), kind
+    var_run = proc / "root" / "var" / "run"  # /var/run -> /run in Debian: resolve in the container
+    if var_run.is_symlink():
+        var_run = proc / "root" / os.readlink(var_run).lstrip("/")
+    account = var_run / "secrets" / "kubernetes.io" / "serviceaccount"
+    assert (account / "namespace").read_text() == namespace
 
 
 @pytest.mark.timeout(900)
@@ -89,6 +141,7 @@ def test_the_platform_stack_runs_and_heals_itself(project: Project, cluster: Tes
     runner.pulumi("config", "set", "kubernetes:kubeconfig", str(testbed.kubeconfig_path))
     runner.pulumi("config", "set", "namespace", models)
     runner.pulumi("config", "set", "loopNamespace", ops)
+    runner.pulumi("config", "set", "loopImage", loop_image())
     up = runner.pulumi("up", "--yes", "--skip-preview")
     assert "download" not in (up.stdout + up.stderr).lower()  # the plugin was found offline
 
@@ -99,6 +152,8 @@ def test_the_platform_stack_runs_and_heals_itself(project: Project, cluster: Tes
     loop = kubectl_json(testbed, "get", "deployment", DEFAULT_NAME, "-n", ops)
     assert loop["status"]["availableReplicas"] == 2  # what pulumi-kubernetes awaited
     wait_until(lambda: bool(holder(testbed, ops)), 30, "a loop replica leads")
+    for pod in loop_pods(testbed, ops):
+        assert_contained(testbed, ops, pod)
     assert_clean_refresh(runner, whole_stack=False)  # the loop's status writes are no drift
 
     # A restarted pod lost its adapters: the deployed loop re-loads them, no pulumi command.
@@ -108,7 +163,8 @@ def test_the_platform_stack_runs_and_heals_itself(project: Project, cluster: Tes
 
     # The leader crashes: the standby takes over within the Lease duration and keeps healing.
     first = holder(testbed, ops)
-    os.kill(int(first.rsplit("-", 1)[1]), signal.SIGKILL)  # no chance to release the Lease
+    leader = next(pod for pod in loop_pods(testbed, ops) if first.startswith(f"{pod}-"))
+    testbed.crash_pod(ops, leader)  # SIGKILL: no chance to release the Lease
     took = wait_until(
         lambda: holder(testbed, ops) not in ("", first),
         DEFAULT_LEASE_DURATION + 15,

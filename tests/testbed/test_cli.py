@@ -14,7 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from pulumi_lora.testing.testbed import find_binary
+from pulumi_lora.testing.testbed import container_runtime_unavailable_reason, find_binary
 from pulumi_lora.testing.testbed._cli import default_state_dir
 from pulumi_lora.testing.testbed._cli import testbed_group as group
 from pulumi_lora.testing.testbed._process import alive
@@ -55,6 +55,10 @@ def test_status_and_down_without_a_testbed(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("testbed_binaries")
+def containers_expected() -> bool:
+    return container_runtime_unavailable_reason() is None or os.environ.get("CI") == "true"
+
+
 def test_up_status_down(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     up = cli("up", "--state-dir", str(state_dir), "--isvc", "demo", "--replicas", "2",
@@ -79,6 +83,11 @@ def test_up_status_down(tmp_path: Path) -> None:
         text = cli("status", "--state-dir", str(state_dir))
         assert text.returncode == 0 and "testbed: running" in text.stdout
         assert "kube-controller-manager: alive" in text.stdout
+        # The loop's pods run as containers of their image on the defaults where podman works
+        # (always under CI=true), else as processes; status says which.
+        runs = "containers" if containers_expected() else "processes"
+        assert report["loop_pods"] == runs, report["loop_pods"]
+        assert f"re-sync loop pods run as: {runs}" in text.stdout
         # The kubeconfig works for the real kubectl, from another process.
         kubectl = find_binary("kubectl").path
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}

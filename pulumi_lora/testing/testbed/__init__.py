@@ -28,6 +28,12 @@ from pulumi_lora.testing.testbed._binaries import (
     find_binary,
 )
 from pulumi_lora.testing.testbed._certs import CertificateError, StaticToken, new_token
+from pulumi_lora.testing.testbed._containers import (
+    ContainerRuntime,
+    container_runtime_unavailable_reason,
+    image_present,
+    loop_image,
+)
 from pulumi_lora.testing.testbed._crds import CrdNotEstablishedError
 from pulumi_lora.testing.testbed._llmkube import (
     LLMKUBE_CONTROLLER_USER,
@@ -93,6 +99,7 @@ __all__ = [
     "Binary",
     "BinaryNotFoundError",
     "CertificateError",
+    "ContainerRuntime",
     "CrdNotEstablishedError",
     "InferenceServiceHandle",
     "LLMKubeLoRAController",
@@ -106,8 +113,11 @@ __all__ = [
     "StaticToken",
     "Testbed",
     "TestbedError",
+    "container_runtime_unavailable_reason",
     "existing_namespaces",
     "find_binary",
+    "image_present",
+    "loop_image",
     "netns_available",
     "netns_unavailable_reason",
     "new_token",

@@ -146,6 +146,18 @@ _state_dir_option = click.option(
     help="Play LLMKube's own LoRA controller, as every LLMKube install runs it (hold it off "
     "pulumi-lora's CRs with `pulumi-lora coexistence-policy | kubectl apply -f -`).",
 )
+@click.option(
+    "--container-runtime",
+    type=click.Choice(["auto", "podman", "process"]),
+    default="auto",
+    show_default=True,
+    help="How the re-sync loop's pods (ResyncDeployment) run: `podman` runs their image as "
+    "real containers (only images in podman's local storage; build the loop's with `python3 "
+    "tools/image.py --local-base`, tag localhost/pulumi-lora:VERSION); `process` runs the "
+    "container's command as a local process; `auto` takes podman where it works. Either way "
+    "they run as root-made sandboxes in network namespaces of their own and reach the SGLang "
+    "pods on any --network.",
+)
 def up(  # noqa: PLR0917 - one parameter per click option
     state_dir: Path | None,
     isvcs: tuple[str, ...],
@@ -155,6 +167,7 @@ def up(  # noqa: PLR0917 - one parameter per click option
     startup_delay: float,
     timeout: float,
     llmkube_lora_controller: bool,
+    container_runtime: str,
 ) -> None:
     """Start a detached testbed and wait until it is ready."""
     state_dir = state_dir or default_state_dir()
@@ -174,6 +187,7 @@ def up(  # noqa: PLR0917 - one parameter per click option
         "startup_delay": startup_delay,
         "ready_timeout": timeout,
         "llmkube": llmkube_lora_controller,
+        "container_runtime": container_runtime,
     }
     log_path = state_dir / _LOG_FILE
     with log_path.open("ab") as log:
@@ -261,6 +275,7 @@ def status(state_dir: Path | None, output: str) -> None:
         "supervisor_pid": state.get("supervisor_pid"),
         "pids": state.get("pids"),
         "versions": state.get("versions"),
+        "loop_pods": state.get("loop_pods"),
         "health": health,
     }
     if output == "json":
@@ -272,6 +287,7 @@ def status(state_dir: Path | None, output: str) -> None:
         for name in ("supervisor", "etcd", "kube-apiserver", "kube-controller-manager"):
             click.echo(f"{name}: {'alive' if health.get(name) else 'DEAD'}")
         click.echo(f"apiserver /readyz: {'ok' if health['apiserver_ready'] else 'FAILING'}")
+        click.echo(f"re-sync loop pods run as: {state.get('loop_pods') or 'unknown'}")
         for pod in health["pods"]:
             click.echo(
                 f"pod {pod['namespace']}/{pod['name']} {pod['url']} "

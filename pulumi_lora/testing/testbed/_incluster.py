@@ -45,7 +45,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pulumi_lora.testing.testbed._netns import PodNetwork
 from pulumi_lora.testing.testbed._process import ManagedProcess
@@ -59,6 +59,7 @@ __all__ = [
     "in_cluster_unavailable_reason",
     "listen_in_netns",
     "pod_environment",
+    "pod_hostname",
     "request_token",
     "run_in_cluster_pod",
     "service_account_user",
@@ -215,6 +216,12 @@ def request_token(
 
 
 # --- the environment ----------------------------------------------------------------------------
+
+
+def pod_hostname(pod_name: str) -> str:
+    """The hostname the kubelet gives a pod's containers: its name cut to 63 characters, without
+    a trailing ``-`` or ``.`` (a longer one is refused by ``sethostname``)."""
+    return pod_name[:63].rstrip("-.")
 
 
 def pod_environment(
@@ -513,6 +520,18 @@ class Relay:
 # --- the pod's process --------------------------------------------------------------------------
 
 
+class PodRoutes(Protocol):
+    """Routes from a pod's network namespace to other pods (``_podnet.LoopbackRoutes``)."""
+
+    def join(self, netns: str, pid: int) -> object:
+        """Route into ``netns`` while ``pid`` lives; returns a handle for :meth:`leave`."""
+        ...
+
+    def leave(self, handle: object) -> None:
+        """Close the routes :meth:`join` opened."""
+        ...
+
+
 class InClusterProcess(ManagedProcess):
     """A pod's process in its sandbox, with its relay; stopping it stops the relay too.
 
@@ -530,12 +549,15 @@ class InClusterProcess(ManagedProcess):
         secrets: Sequence[str],
         network: PodNetwork,
         apiserver_port: int,
+        routes: PodRoutes | None = None,
     ) -> None:
         super().__init__(what, argv, log_path, secrets=secrets)
         self._env = dict(env)  # exactly the pod's environment: nothing of the test runner's
         self.network = network
         self.apiserver_port = apiserver_port
         self.relay: Relay | None = None
+        self._routes = routes
+        self._route: object | None = None
 
     def start(self) -> None:
         """Listen for the apiserver inside the pod's namespace, start the process, relay."""
@@ -551,6 +573,8 @@ class InClusterProcess(ManagedProcess):
                 raise
             target = ("127.0.0.1", self.apiserver_port)
             self.relay = Relay(listener, target, name=self.what, pid=self.pid).start()
+            if self._routes is not None and self.pid is not None:
+                self._route = self._routes.join(self.network.namespace, self.pid)
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """Stop the process (SIGTERM, then SIGKILL) and its relay."""
@@ -572,6 +596,9 @@ class InClusterProcess(ManagedProcess):
         relay, self.relay = self.relay, None
         if relay is not None:
             relay.close()
+        route, self._route = self._route, None
+        if route is not None and self._routes is not None:
+            self._routes.leave(route)
 
 
 def run_in_cluster_pod(
@@ -585,6 +612,7 @@ def run_in_cluster_pod(
     network: PodNetwork,
     log_path: Path,
     name: str,
+    routes: PodRoutes | None = None,
 ) -> InClusterProcess:
     """Start (not wait for) ``argv`` as the container of pod ``name`` would run.
 
@@ -599,7 +627,7 @@ def run_in_cluster_pod(
     if not (_NETNS_DIR / network.namespace).exists():
         raise InClusterError(f"network namespace {network.namespace} does not exist")
     program = _resolve_program(argv)
-    pod_env = pod_environment(env, apiserver_port=apiserver_port, hostname=name)
+    pod_env = pod_environment(env, apiserver_port=apiserver_port, hostname=pod_hostname(name))
     run = _run_dir()
     setup = {
         "PL_SOURCE": mount_source(),
@@ -610,7 +638,7 @@ def run_in_cluster_pod(
         "PL_TOKEN": service_account_token,
         "PL_CA": ca_pem.decode("ascii"),
         "PL_NAMESPACE": namespace,
-        "PL_HOSTNAME": name,
+        "PL_HOSTNAME": pod_hostname(name),
     }
     clash = sorted(set(setup) & set(pod_env))
     if clash:
@@ -628,6 +656,7 @@ def run_in_cluster_pod(
         secrets=[service_account_token],
         network=network,
         apiserver_port=apiserver_port,
+        routes=routes,
     )
     process.start()
     return process

@@ -23,14 +23,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 
+from pulumi_lora.testing.testbed._containers import ContainerRefusedError
 from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
+from pulumi_lora.testing.testbed._podnet import LoopbackRoutes
 from pulumi_lora.testing.testbed._process import ManagedProcess, free_loopback_address
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
 from pulumi_lora.testing.testbed._workloads import (
@@ -183,6 +185,7 @@ class KubeletContext:
     next_index: Callable[[], int]
     note_pod: Callable[[dict[str, Any]], None]
     start_resync: Callable[[PodRuntime], ManagedProcess]
+    routes: LoopbackRoutes = field(default_factory=LoopbackRoutes)
 
 
 class PodRuntime:
@@ -282,12 +285,20 @@ class PodRuntime:
             else:  # its own loopback address, at the port its spec declares
                 self.ip = free_loopback_address(self.port)
             self.process = self._make_process()
+        except (
+            ContainerRefusedError
+        ) as exc:  # the image or its security context: the kubelet's words
+            _log.warning("pod %s/%s not started: %s", self.namespace, self.name, exc.message)
+            self._waiting(exc.reason, exc.message)
+            return
         except Exception as exc:  # the sandbox may be missing or refuse: say so on the pod
             _log.warning("pod %s/%s cannot start: %s", self.namespace, self.name, exc)
             self._waiting("CreateContainerError", str(exc))
             return
         self.phase = "Running"
         self.start_container()
+        if self.kind == "emulator" and self.network == "loopback":
+            self.ctx.routes.add_port(self.port, self.ip)  # netns pods (the loop's) reach it too
         self.publish()
         self.start_prober()
 
@@ -448,6 +459,8 @@ class PodRuntime:
         process = self.process
         if process is not None:
             process.stop(_STOP_TIMEOUT)
+            if self.kind == "emulator" and self.network == "loopback":
+                self.ctx.routes.remove_port(self.port, self.ip)
         if self.net is not None:
             self.net.teardown()
 

@@ -253,7 +253,12 @@ def remove_testbed_networks(testbed_id: str) -> list[str]:
 
 # --- leftovers of testbeds that died hard ---------------------------------------------------------
 
-_OWNERS = Path(tempfile.gettempdir()) / "pulumi-lora-netns-owners"
+
+def _owners() -> Path:
+    """Where the testbeds of this host record that they are alive (one lock file each)."""
+    return Path(tempfile.gettempdir()) / "pulumi-lora-netns-owners"
+
+
 """One lock file per testbed id, held (``flock``) for as long as that testbed lives."""
 
 _OWNED_NAME = re.compile(rf"^(?:{re.escape(NETNS_PREFIX)}|v[hp])([0-9a-f]{{6}})-\d+$")
@@ -265,8 +270,8 @@ class NetworkClaim:
     leftovers."""
 
     def __init__(self, testbed_id: str) -> None:
-        _OWNERS.mkdir(mode=0o700, exist_ok=True)
-        self.path = _OWNERS / f"{testbed_id}.lock"
+        _owners().mkdir(mode=0o700, exist_ok=True)
+        self.path = _owners() / f"{testbed_id}.lock"
         self._file: IO[bytes] | None = self.path.open("wb")
         fcntl.flock(self._file, fcntl.LOCK_EX)
 
@@ -280,7 +285,7 @@ class NetworkClaim:
 
 
 def _owner_alive(testbed_id: str) -> bool:
-    path = _OWNERS / f"{testbed_id}.lock"
+    path = _owners() / f"{testbed_id}.lock"
     try:
         file = path.open("rb")
     except FileNotFoundError:

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
+from pulumi_lora.testing.testbed import _incluster
+from pulumi_lora.testing.testbed._containers import start_container
 from pulumi_lora.testing.testbed._kubelet import (
     EMULATOR_MODULE,
     PROBE_INTERVAL,
@@ -40,6 +42,7 @@ from pulumi_lora.testing.testbed._kubelet import (
     resolve_env,
 )
 from pulumi_lora.testing.testbed._played import Caches, ClusterPlay
+from pulumi_lora.testing.testbed._podnet import LoopbackRoutes
 from pulumi_lora.testing.testbed._process import ManagedProcess, tail
 from pulumi_lora.testing.testbed._rest import KubeRest
 from pulumi_lora.testing.testbed._workloads import (
@@ -342,6 +345,10 @@ class Sandbox:
 
     apiserver_port: int
     ca_pem: str
+    containers: bool = False
+    """Run the loop's pods as podman containers from their image (else as local processes)."""
+    state_dir: Path | None = None
+    """Where the kubelet keeps each pod's mounted files (ServiceAccount, emptyDir)."""
 
 
 class PodPlayer:
@@ -376,6 +383,7 @@ class PodPlayer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.caches = Caches(operator_rest or rest, self._wake.set)
+        self.routes = LoopbackRoutes()
         context = KubeletContext(
             rest=rest,
             log_dir=log_dir,
@@ -385,6 +393,7 @@ class PodPlayer:
             next_index=self.next_index,
             note_pod=self.caches.pods.note,
             start_resync=self.start_resync,
+            routes=self.routes,
         )
         self.manager = ClusterPlay(
             operator_rest or rest, self.caches, context, scheduler=scheduler_rest
@@ -543,6 +552,13 @@ class PodPlayer:
                 )
             return handle
 
+    def runtime_of(self, namespace: str, pod: str) -> PodRuntime:
+        """The kubelet's state of any pod on the node (raises :class:`PodNotFoundError`)."""
+        for runtime in list(self.manager.runtimes.values()):
+            if runtime.namespace == namespace and runtime.name == pod and not runtime.gone:
+                return runtime
+        raise PodNotFoundError(f"no pod {namespace}/{pod} runs on the testbed's node")
+
     def handle_of_pod(self, namespace: str, pod: str) -> InferenceServiceHandle:
         """The handle whose InferenceService runs a pod; :class:`PodNotFoundError` if none."""
         for runtime in list(self.manager.runtimes.values()):
@@ -596,19 +612,12 @@ class PodPlayer:
     # --- the re-sync loop's pods ---------------------------------------------------------------
 
     def start_resync(self, runtime: PodRuntime) -> ManagedProcess:
-        """The kubelet's hook for a ``pulumi-lora resync`` container: the in-cluster sandbox.
-
-        ``_incluster.py`` (a token bound to the pod, the ServiceAccount files, the apiserver at
-        ``KUBERNETES_SERVICE_HOST``) is another module's job; until it exists the pod stays
-        Pending with a message saying so.
+        """The kubelet's hook for a ``pulumi-lora resync`` container: a real container from the
+        pod's image (``_containers.py``) when the testbed runs containers, else the container's
+        command as a local process in the same sandbox (``_incluster.py``). Both get a token
+        bound to the pod, the ServiceAccount files and the apiserver at
+        ``KUBERNETES_SERVICE_HOST`` inside the pod's network namespace.
         """
-        try:
-            from pulumi_lora.testing.testbed import _incluster  # noqa: PLC0415
-        except ImportError as exc:
-            raise SandboxUnavailableError(
-                "the testbed's in-cluster sandbox (pulumi_lora/testing/testbed/_incluster.py) "
-                "is not available yet"
-            ) from exc
         if self.sandbox is None or runtime.net is None:
             raise SandboxUnavailableError("a re-sync pod needs a network namespace (root)")
         pod = runtime.pod
@@ -616,18 +625,35 @@ class PodPlayer:
         token = _incluster.request_token(
             self.rest, runtime.namespace, account, runtime.name, runtime.uid
         )
+        env = resolve_env(runtime.container, pod, runtime.ip)
+        log_path = self.log_dir / f"{runtime.namespace}_{runtime.name}.log"
+        if self.sandbox.containers:
+            state = self.sandbox.state_dir or self.log_dir
+            return start_container(
+                pod=pod,
+                container=runtime.container,
+                env=env,
+                token=None if pod["spec"].get("automountServiceAccountToken") is False else token,
+                ca_pem=self.sandbox.ca_pem,
+                network=runtime.net,
+                apiserver_port=self.sandbox.apiserver_port,
+                state_dir=state / runtime.uid,
+                log_path=log_path,
+                routes=self.routes,
+            )
         command = [str(a) for a in runtime.container.get("command", [])]
         argv = [*command, *[str(a) for a in runtime.container.get("args", []) or []]]
         process: ManagedProcess = _incluster.run_in_cluster_pod(
             name=runtime.name,
             argv=argv,
-            env=resolve_env(runtime.container, pod, runtime.ip),
+            env=env,
             namespace=runtime.namespace,
             service_account_token=token,
             ca_pem=self.sandbox.ca_pem.encode("ascii"),
             apiserver_port=self.sandbox.apiserver_port,
             network=runtime.net,
-            log_path=self.log_dir / f"{runtime.namespace}_{runtime.name}.log",
+            log_path=log_path,
+            routes=self.routes,
         )
         return process
 
@@ -648,3 +674,4 @@ class PodPlayer:
             informer.stop()
         with self.lock:
             self.manager.shutdown()
+        self.routes.close()

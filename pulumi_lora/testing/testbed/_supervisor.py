@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pulumi_lora.testing.testbed._containers import ContainerRuntime
 from pulumi_lora.testing.testbed._pods import InferenceServiceHandle, Network
 from pulumi_lora.testing.testbed._testbed import Testbed
 
@@ -55,6 +56,8 @@ class SupervisorSpec:
     """extraArgs override (empty: the testbed's LoRA defaults)."""
     llmkube: bool = True
     """Run LLMKube's own LoRA controller (played), as every LLMKube install does."""
+    container_runtime: ContainerRuntime = "auto"
+    """How the re-sync loop's pods run: podman containers of their image, or local processes."""
 
 
 def write_state(state_dir: Path, state: dict[str, Any]) -> None:
@@ -93,7 +96,9 @@ def run(state_dir: Path, spec: SupervisorSpec, stop: threading.Event) -> int:
         "spec": asdict(spec),
     }
     write_state(state_dir, state)
-    testbed = Testbed(llmkube_lora_controller=spec.llmkube)
+    testbed = Testbed(
+        llmkube_lora_controller=spec.llmkube, container_runtime=spec.container_runtime
+    )
     handles: list[InferenceServiceHandle] = []
     kubeconfig = state_dir / KUBECONFIG_FILE
     try:
@@ -108,6 +113,7 @@ def run(state_dir: Path, spec: SupervisorSpec, stop: threading.Event) -> int:
             pids=testbed.pids,
             versions=testbed.versions,
             audit_log=str(testbed.audit_log_path),
+            loop_pods="containers" if testbed.runs_containers else "processes",
         )
         write_state(state_dir, state)
         if spec.isvcs:

@@ -45,6 +45,11 @@ from pulumi_lora.testing.testbed._certs import (
     new_token,
     write_token_file,
 )
+from pulumi_lora.testing.testbed._containers import (
+    ContainerProcess,
+    ContainerRuntime,
+    container_runtime_unavailable_reason,
+)
 from pulumi_lora.testing.testbed._controller_manager import KCM_USER, ControllerManager
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
 from pulumi_lora.testing.testbed._identities import (
@@ -123,6 +128,7 @@ class Testbed:
         default_network: Network = "loopback",
         llmkube_lora_controller: bool = True,
         llmkube_time_scale: float = 1.0,
+        container_runtime: ContainerRuntime = "auto",
     ) -> None:
         """Prepare a testbed (nothing starts before :meth:`start`).
 
@@ -136,6 +142,10 @@ class Testbed:
         ``llmkube_lora_controller`` runs LLMKube's own LoRA controller, played from its source
         (``_llmkube.py``), as every LLMKube install runs it; ``False`` leaves it out.
         ``llmkube_time_scale`` shrinks its clocks (30 s requeues, 2 minute skip window).
+        ``container_runtime`` is how the kubelet runs the re-sync loop's pods: ``podman`` runs
+        their image as real containers (``_containers.py``), ``process`` runs the container's
+        command as a local process in the same sandbox; ``auto`` (the default) takes podman when
+        it works here, and under ``CI=true`` always (the pods then say what is missing).
         """
         self.id = secrets.token_hex(3)
         self._given_dir = directory
@@ -159,6 +169,11 @@ class Testbed:
         self._default_network: Network = default_network
         self._llmkube_wanted = llmkube_lora_controller
         self._llmkube_time_scale = llmkube_time_scale
+        if container_runtime not in ("auto", "podman", "process"):
+            raise ValueError(
+                f"container_runtime must be auto, podman or process, not {container_runtime!r}"
+            )
+        self._container_runtime: ContainerRuntime = container_runtime
         self._llmkube: LLMKubeLoRAController | None = None
         self._llmkube_rest: KubeRest | None = None
         self._kubelet_rest: KubeRest | None = None
@@ -261,7 +276,12 @@ class Testbed:
         (adapter_root / "adapters").mkdir(parents=True, exist_ok=True)
         self._grant_players()
         self._kubelet_rest = self._client_as(KUBELET_USER)
-        sandbox = Sandbox(self._apiserver.port, self.ca_path.read_text(encoding="utf-8"))
+        sandbox = Sandbox(
+            self._apiserver.port,
+            self.ca_path.read_text(encoding="utf-8"),
+            containers=self.runs_containers,
+            state_dir=directory / "kubelet",
+        )
         self._player = PodPlayer(
             self._kubelet_rest,
             self.id,
@@ -285,6 +305,17 @@ class Testbed:
         rest = KubeRest(apiserver.url, self._tokens[user], apiserver.ssl_context())
         self._played_rests.append(rest)
         return rest
+
+    @property
+    def runs_containers(self) -> bool:
+        """Whether the re-sync loop's pods run as podman containers (see ``container_runtime``)."""
+        if self._container_runtime != "auto":
+            return self._container_runtime == "podman"
+        reason = container_runtime_unavailable_reason()
+        if reason is None or os.environ.get("CI") == "true":
+            return True
+        _log.warning("testbed: %s; the loop's pods run as local processes instead", reason)
+        return False
 
     def _start_llmkube(self) -> None:
         """LLMKube's LoRA controller under its own ServiceAccount; kube-proxy as the controllers."""
@@ -627,6 +658,25 @@ class Testbed:
     def kill_pod_process(self, namespace: str, pod: str) -> None:
         """Crash a pod's emulator without restarting it (Ready becomes False)."""
         self._require_player().handle_of_pod(namespace, pod).kill_pod_process(pod)
+
+    def crash_pod(self, namespace: str, pod: str) -> None:
+        """SIGKILL any pod's container (the loop's too) as a crash would: no chance to clean up;
+        the kubelet restarts it after its back-off where it restarts crashed containers."""
+        runtime = self._require_player().runtime_of(namespace, pod)
+        runtime.stop_container(crash=True)
+        runtime.publish()
+
+    def pod_host_pid(self, namespace: str, pod: str) -> int | None:
+        """The host's pid of a pod's container process (for ``/proc``), ``None`` unless running.
+
+        For a container: its first process as podman reports it; for a local process: its pid.
+        """
+        process = self._require_player().runtime_of(namespace, pod).process
+        if process is None or not process.alive():
+            return None
+        if isinstance(process, ContainerProcess):
+            return process.host_pid()
+        return process.pid
 
     def scale(self, namespace: str, name: str, replicas: int) -> None:
         """Patch the InferenceService's ``spec.replicas``; return once the pods follow."""

@@ -1,0 +1,126 @@
+"""The testbed's kubelet runs the loop's pods as real containers of the image users deploy
+(built by ``python3 tools/image.py --local-base``, as the provisioner does): what a kubelet
+refuses it refuses with the kubelet's words, and a deleted pod's loop gets SIGTERM and leaves
+cleanly, releasing its Lease."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from pulumi_lora.deploy import resync_manifests
+from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.testbed import (
+    Testbed,
+    container_runtime_unavailable_reason,
+    image_present,
+    loop_image,
+    netns_unavailable_reason,
+)
+
+pytestmark = pytest.mark.full
+
+ROOT_IMAGE = "localhost/pulumi-lora-as-root:test"
+
+
+@pytest.fixture(scope="module")
+def runtime() -> None:
+    for reason in (netns_unavailable_reason(), container_runtime_unavailable_reason()):
+        if reason is not None:
+            missing_real_part(f"the loop's pods as containers: {reason}")
+    if not image_present(loop_image()):
+        missing_real_part(f"the loop's image {loop_image()} (python3 tools/image.py --local-base)")
+
+
+@pytest.fixture(scope="module")
+def root_image(runtime: None) -> Iterator[str]:
+    """The loop's image with ``USER 0``: what a user gets from a Dockerfile without ``USER``."""
+    build = subprocess.run(
+        ["podman", "build", "--quiet", "--network=none", "--tag", ROOT_IMAGE, "-"],
+        input=f"FROM {loop_image()}\nUSER 0\n",
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    yield ROOT_IMAGE
+    subprocess.run(["podman", "rmi", "--force", ROOT_IMAGE], capture_output=True, check=False)
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    pytest.fail(f"not within {timeout:.0f}s: {what}")
+
+
+def deploy_loop(testbed: Testbed, namespace: str, image: str) -> str:
+    """The loop's manifests with ``image``, watching ``namespace`` only; returns the pod's name."""
+    manifests = resync_manifests(
+        namespace, image, watch_namespace=namespace, name=f"loop-{namespace}"[:50]
+    )
+    testbed.apply_manifests(m for m in manifests if "AdmissionPolicy" not in m["kind"])
+    return str(wait_for(lambda: pod_names(testbed, namespace), "the loop's pod")[0])
+
+
+def pod_names(testbed: Testbed, namespace: str) -> list[str]:
+    done = testbed.kubectl("get", "pods", "-n", namespace, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    return [p["metadata"]["name"] for p in json.loads(done.stdout)["items"]]
+
+
+def waiting(testbed: Testbed, namespace: str, pod: str) -> dict[str, str]:
+    done = testbed.kubectl("get", "pod", pod, "-n", namespace, "-o", "json")
+    statuses = json.loads(done.stdout).get("status", {}).get("containerStatuses") or [{}]
+    found: dict[str, str] = statuses[0].get("state", {}).get("waiting") or {}
+    return found
+
+
+def test_run_as_non_root_refuses_an_image_that_runs_as_root(
+    testbed: Testbed, namespace: str, root_image: str
+) -> None:
+    pod = deploy_loop(testbed, namespace, root_image)
+    state = wait_for(lambda: waiting(testbed, namespace, pod).get("message"), "a refusal")
+    uid = json.loads(testbed.kubectl("get", "pod", pod, "-n", namespace, "-o", "json").stdout)[
+        "metadata"
+    ]["uid"]
+    assert waiting(testbed, namespace, pod)["reason"] == "CreateContainerConfigError"
+    assert state == (
+        "container has runAsNonRoot and image will run as root "
+        f'(pod: "{pod}_{namespace}({uid})", container: resync)'
+    )
+    listed = testbed.kubectl("get", "pods", "-n", namespace)
+    assert "CreateContainerConfigError" in listed.stdout  # what `kubectl get pods` shows a user
+    assert testbed.pod_host_pid(namespace, pod) is None  # nothing ran
+
+
+def test_an_image_the_node_lacks_names_how_to_build_it(
+    testbed: Testbed, namespace: str, runtime: None
+) -> None:
+    pod = deploy_loop(testbed, namespace, "ghcr.io/acme/pulumi-lora:9.9.9")
+    message = wait_for(lambda: waiting(testbed, namespace, pod).get("message"), "a refusal")
+    assert waiting(testbed, namespace, pod)["reason"] == "ErrImagePull"
+    assert '"ghcr.io/acme/pulumi-lora:9.9.9" is not in the node\'s local storage' in message
+    assert "python3 tools/image.py" in message
+
+
+def test_a_deleted_loop_pod_gets_sigterm_and_releases_its_lease(
+    testbed: Testbed, namespace: str, runtime: None
+) -> None:
+    pod = deploy_loop(testbed, namespace, loop_image())
+    log = testbed.directory / "pods" / f"{namespace}_{pod}.log"
+    wait_for(lambda: log.exists() and '"leadership_acquired"' in log.read_text(), "leadership")
+    pid = testbed.pod_host_pid(namespace, pod)
+    assert pid is not None
+    done = testbed.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: '"stopped"' in log.read_text(), "the loop's clean stop", timeout=30)
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    names = [e["event"] for e in events]
+    assert names.index("shutting_down") < names.index("lease_released") < names.index("stopped")

@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""Build the re-sync loop's image (``deploy/Dockerfile``) from this checkout, offline.
+
+    python3 tools/image.py                                  # localhost/pulumi-lora:VERSION
+    python3 tools/image.py --tag ghcr.io/acme/pulumi-lora:0.3.0       # then podman push it
+    python3 tools/image.py --local-base                      # what the tests run (below)
+
+Steps, each timed:
+
+1. **wheels** into ``build/wheels``: this checkout's wheel, and every dependency of
+   ``pulumi-lora[metrics]`` as a binary wheel for CPython 3.11 on manylinux of this machine's
+   architecture (whatever Python runs this script), pinned by ``tools/versions.toml``;
+2. **the base image**, with ``--local-base`` only: Debian bookworm (``python3``, ``python3-venv``)
+   made by ``mmdebstrap`` from Debian's packages and ``podman import``-ed, for machines that reach
+   Debian's mirror but no image registry (this one); its root file system is cached as a tarball
+   under ``${PULUMI_LORA_CACHE:-~/.cache/pulumi-lora}/images``. Without it the Dockerfile's default
+   base (``python:3.11-slim-bookworm``) is pulled as usual;
+3. **the image**: ``podman build`` (or ``docker build``) of ``deploy/Dockerfile`` with no network,
+   labelled with a hash of everything it is made from; an image of that tag with the same label
+   is kept as it is (``--force`` rebuilds).
+
+``--install-tools`` (what ``tools/provision.py`` passes) first installs podman, runc and
+mmdebstrap from Debian's packages when missing (``apt-get``, as root). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+WHEELS = ROOT / "build" / "wheels"
+INPUTS_LABEL = "dev.pulumi-lora.inputs"
+"""The image label holding the hash of what the image was built from."""
+
+LOCAL_BASE = "localhost/pulumi-lora-base:bookworm"
+"""The base image ``--local-base`` makes with mmdebstrap."""
+
+DEBIAN_SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-venv")
+# Documentation, manual pages and translations are left out of the base (copyright files stay).
+_DPKG_OPTIONS = (
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/locale/*",
+)
+CONTAINER_TOOLS = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap"}
+"""Program -> the Debian package that provides it."""
+
+PYTHON_VERSION = "3.11"
+"""The CPython of both bases (Debian bookworm's, and python:3.11-slim's)."""
+
+
+class ImageError(RuntimeError):
+    """A build step failed; the message names the command and the end of its output."""
+
+
+def log(message: str) -> None:
+    """Progress on stderr, prefixed like the provisioner's."""
+    print(f"[image] {message}", file=sys.stderr, flush=True)
+
+
+def run(cmd: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> str:
+    """Run a command; on failure raise with the command line and the tail of its output."""
+    argv = [str(c) for c in cmd]
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        raise ImageError(f"command failed with exit {proc.returncode}:\n  {' '.join(argv)}\n{tail}")
+    return proc.stdout
+
+
+def cache_dir() -> Path:
+    """Where the base image's root file system is kept (outside the repo)."""
+    root = Path(os.environ.get("PULUMI_LORA_CACHE", Path.home() / ".cache" / "pulumi-lora"))
+    return root / "images"
+
+
+def version() -> str:
+    """pulumi-lora's version, read from the source (no import of the package)."""
+    text = (ROOT / "pulumi_lora" / "_version.py").read_text()
+    match = re.search(r'__version__ = "([^"]+)"', text)
+    if match is None:
+        raise ImageError("pulumi_lora/_version.py has no __version__")
+    return match.group(1)
+
+
+def default_tag() -> str:
+    """The tag the tests and the local testbed use: ``localhost/pulumi-lora:VERSION``."""
+    return f"localhost/pulumi-lora:{version()}"
+
+
+def manylinux_platforms(machine: str) -> list[str]:
+    """pip ``--platform`` values for any manylinux wheel a bookworm (glibc 2.36) base runs (pure).
+
+    pip does not widen ``manylinux_2_36`` to older tags by itself, so every one is named.
+    """
+    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(36, 4, -1)]
+    return [*tags, *(f"manylinux{legacy}_{machine}" for legacy in ("2014", "2010", "1"))]
+
+
+# --- tools ----------------------------------------------------------------------------------------
+
+
+def missing_tools(engine: str, local_base: bool) -> list[str]:
+    """Programs this build needs that are not on ``PATH``."""
+    needed = [engine] + (["runc", "mmdebstrap"] if local_base and engine == "podman" else [])
+    if engine == "podman" and "runc" not in needed:
+        needed.append("runc")
+    return [tool for tool in needed if shutil.which(tool) is None]
+
+
+def install_tools(missing: Sequence[str]) -> None:
+    """Install ``missing`` from Debian's packages (root and apt-get needed)."""
+    packages = sorted({CONTAINER_TOOLS.get(tool, tool) for tool in missing})
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ImageError(
+            f"missing {', '.join(missing)}: install them as root with "
+            f"`apt-get install {' '.join(packages)}`"
+        )
+    log(f"installing {' '.join(packages)} from Debian's packages")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+    ):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+            raise ImageError(f"command failed with exit {proc.returncode}: {' '.join(cmd)}\n{tail}")
+
+
+def engine_argv(engine: str) -> list[str]:
+    """The engine's command, with runc for podman: crun refuses these VMs' hybrid cgroups."""
+    return [engine, "--runtime", "runc"] if engine == "podman" else [engine]
+
+
+# --- steps ----------------------------------------------------------------------------------------
+
+
+def build_wheels(python: str, pins: Path | None) -> list[Path]:
+    """This checkout's wheel and every dependency's binary wheel, into ``build/wheels``."""
+    if WHEELS.exists():
+        shutil.rmtree(WHEELS)
+    WHEELS.mkdir(parents=True)
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    run([*pip, "wheel", "--no-deps", "--wheel-dir", WHEELS, ROOT])
+    own = next(WHEELS.glob("pulumi_lora-*.whl"))
+    platforms = [f"--platform={p}" for p in manylinux_platforms(platform.machine())]
+    abi = "cp" + PYTHON_VERSION.replace(".", "")
+    run(
+        [
+            *pip,
+            "download",
+            "--dest",
+            WHEELS,
+            "--only-binary=:all:",
+            f"--python-version={PYTHON_VERSION}",
+            "--implementation=cp",
+            f"--abi={abi}",
+            "--abi=abi3",
+            "--abi=none",
+            *platforms,
+            *(["--constraint", str(pins)] if pins else []),
+            f"{own}[metrics]",
+        ]
+    )
+    return sorted(WHEELS.glob("*.whl"))
+
+
+def base_key() -> str:
+    """A hash of what the local base is made from."""
+    recipe = [DEBIAN_SUITE, "minbase", *BASE_PACKAGES, *_DPKG_OPTIONS]
+    return hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:16]
+
+
+def image_exists(engine: str, ref: str) -> bool:
+    """Whether ``ref`` is in the engine's local storage."""
+    proc = subprocess.run([engine, "image", "inspect", ref], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def ensure_local_base() -> str:
+    """The mmdebstrap-made base in podman's storage (imported from the cached tarball if any)."""
+    key = base_key()
+    ref = f"{LOCAL_BASE}-{key}"
+    if image_exists("podman", ref):
+        log(f"base {ref}: present")
+        return ref
+    tarball = cache_dir() / f"rootfs-{DEBIAN_SUITE}-{key}.tar"
+    if not tarball.exists():
+        tarball.parent.mkdir(parents=True, exist_ok=True)
+        log(f"mmdebstrap {DEBIAN_SUITE} (minbase + {', '.join(BASE_PACKAGES)}) -> {tarball}")
+        partial = tarball.with_suffix(".partial")
+        options = [f"--dpkgopt={option}" for option in _DPKG_OPTIONS]
+        run(
+            [
+                "mmdebstrap",
+                "--quiet",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                *options,
+                "--format=tar",
+                DEBIAN_SUITE,
+                partial,
+            ]
+        )
+        partial.rename(tarball)
+    run(["podman", "import", "--quiet", tarball, ref])
+    log(f"base {ref}: imported from {tarball}")
+    return ref
+
+
+def inputs_key(wheels: Sequence[Path], base: str) -> str:
+    """A hash of the Dockerfile, the ignore file, every wheel's bytes and the base's name."""
+    digest = hashlib.sha256()
+    for path in [DOCKERFILE, ROOT / ".dockerignore", *wheels]:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    digest.update(base.encode())
+    return digest.hexdigest()[:24]
+
+
+def built_key(engine: str, tag: str) -> str | None:
+    """The inputs label of the image ``tag`` (``None`` without such an image)."""
+    proc = subprocess.run(
+        [engine, "image", "inspect", tag, "--format", "{{json .Config.Labels}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    labels = json.loads(proc.stdout or "null") or {}
+    value = labels.get(INPUTS_LABEL)
+    return str(value) if value else None
+
+
+def build_image(engine: str, tag: str, base: str | None, key: str) -> None:
+    """``podman build`` / ``docker build`` of deploy/Dockerfile, with no network."""
+    cmd = [engine, "build", "--quiet", "--network=none"]
+    if engine == "podman":
+        cmd.append("--runtime=runc")  # RUN steps: crun refuses hybrid cgroups (see engine_argv)
+    cmd += ["--file", str(DOCKERFILE), "--label", f"{INPUTS_LABEL}={key}", "--tag", tag]
+    if base is not None:
+        cmd += ["--build-arg", f"BASE={base}"]
+    run([*cmd, str(ROOT)])
+
+
+def describe(engine: str, tag: str) -> dict[str, object]:
+    """Size, user, entrypoint and the Python distributions inside the image."""
+    info = json.loads(run([engine, "image", "inspect", tag]))[0]
+    config = info.get("Config", {})
+    listing = run(
+        [
+            *engine_argv(engine),
+            "run",
+            "--rm",
+            "--network=none",
+            *(
+                ["--ulimit=nofile=1024:1024", "--ulimit=nproc=1024:1024"]
+                if engine == "podman"
+                else []
+            ),
+            "--entrypoint=/opt/pulumi-lora/bin/python",
+            tag,
+            "-c",
+            "import importlib.metadata as m;"
+            "print(' '.join(sorted(f'{d.name}=={d.version}' for d in m.distributions())))",
+        ]
+    )
+    return {
+        "tag": tag,
+        "size_mb": round(int(info.get("Size", 0)) / 1e6, 1),
+        "user": config.get("User"),
+        "entrypoint": config.get("Entrypoint"),
+        "cmd": config.get("Cmd"),
+        "python_packages": listing.split(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Build (or keep) the image; print what it holds."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tag", default=None, help="default: localhost/pulumi-lora:VERSION")
+    parser.add_argument("--engine", choices=("podman", "docker"), default="podman")
+    parser.add_argument("--base", default=None, help="the Dockerfile's BASE (a registry image)")
+    parser.add_argument("--local-base", action="store_true", help="make BASE with mmdebstrap")
+    parser.add_argument("--python", default=sys.executable, help="the pip that fetches wheels")
+    parser.add_argument("--constraints", type=Path, default=None, help="pip constraints file")
+    parser.add_argument("--install-tools", action="store_true", help="apt-get what is missing")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--json", action="store_true", help="print the description as JSON")
+    args = parser.parse_args(argv)
+    tag = args.tag or default_tag()
+    started = time.monotonic()
+    timings: list[tuple[str, float]] = []
+
+    def step(name: str, began: float) -> None:
+        timings.append((name, time.monotonic() - began))
+        log(f"{name}: {timings[-1][1]:.1f}s")
+
+    try:
+        began = time.monotonic()
+        missing = missing_tools(args.engine, args.local_base)
+        if missing and args.install_tools:
+            install_tools(missing)
+        elif missing:
+            raise ImageError(f"missing {', '.join(missing)} (or pass --install-tools as root)")
+        step("container tools", began)
+        began = time.monotonic()
+        wheels = build_wheels(args.python, args.constraints)
+        step(f"wheels ({len(wheels)})", began)
+        base = args.base
+        if args.local_base:
+            began = time.monotonic()
+            base = ensure_local_base()
+            step("base image", began)
+        key = inputs_key(wheels, base or "")
+        began = time.monotonic()
+        if not args.force and built_key(args.engine, tag) == key:
+            log(f"{tag}: up to date ({INPUTS_LABEL}={key})")
+        else:
+            build_image(args.engine, tag, base, key)
+            log(f"{tag}: built")
+        step("image", began)
+        description = describe(args.engine, tag)
+    except (ImageError, OSError, StopIteration) as exc:
+        log(f"FAILED: {exc}")
+        return 1
+    log(
+        f"{tag}: {description['size_mb']} MB, user {description['user']}, entrypoint "
+        f"{description['entrypoint']} {description['cmd']}, "
+        f"{len(description['python_packages'])} Python distributions; "  # type: ignore[arg-type]
+        f"total {time.monotonic() - started:.1f}s"
+    )
+    if args.json:
+        print(json.dumps(description, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
