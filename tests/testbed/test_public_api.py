@@ -17,7 +17,8 @@ EXPECTED = {
     "LLMKUBE_CONTROLLER_USER", "SentRequest", "NetnsError", "Network", "PodInfo",
     "PodNotFoundError", "ProcessStartError", "StaticToken", "Testbed", "TestbedError",
     "existing_namespaces", "find_binary", "netns_available", "netns_unavailable_reason",
-    "new_token",
+    "new_token", "ContainerRuntime", "container_runtime_unavailable_reason", "image_present",
+    "loop_image",
 }  # fmt: skip
 
 
