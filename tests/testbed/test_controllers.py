@@ -355,8 +355,8 @@ def test_the_resync_deployment_runs_as_containers_of_its_image(
     if not image_present(loop_image()):
         missing_real_part(f"the loop's image {loop_image()} (python3 tools/image.py --local-base)")
     # Its own name: the coexistence policy it renders is cluster-scoped, and other tests on this
-    # testbed make one under the default name. Pod names here are over 63 characters: the
-    # container's hostname is cut as the kubelet cuts it.
+    # testbed make one under the default name. A long one: the real ReplicaSet controller's
+    # generateName keeps the pod name within 63 characters, so the hostname is the pod's name.
     manifests = resync_manifests(
         namespace, loop_image(), watch_namespace=namespace, name=f"loop-{namespace}"[:60]
     )
@@ -376,7 +376,7 @@ def test_the_resync_deployment_runs_as_containers_of_its_image(
     )
     assert controller(rs)["kind"] == "Deployment" and controller(rs)["name"] == name
     pod_name = pod["metadata"]["name"]
-    assert len(pod_name) > 63
+    assert len(pod_name) == 63  # the apiserver cut the generated name to fit
     pid = testbed.pod_host_pid(namespace, pod_name)
     assert pid is not None
     command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
