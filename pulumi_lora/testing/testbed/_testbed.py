@@ -364,12 +364,12 @@ class Testbed:
             llmkube, self._llmkube = self._llmkube, None
             if llmkube is not None:
                 llmkube.stop()
-            manager, self._controller_manager = self._controller_manager, None
-            if manager is not None:
-                manager.stop()
             player, self._player = self._player, None
             if player is not None:
                 player.close()
+            manager, self._controller_manager = self._controller_manager, None
+            if manager is not None:
+                manager.stop()
             for rest in (self._rest, self._llmkube_rest, *self._played_rests):
                 if rest is not None:
                     rest.close()
