@@ -378,7 +378,10 @@ def coexistence_policy(
             ],
             "validations": [
                 {
-                    "expression": "request.subResource != 'status'",
+                    # A request on the object itself has no subResource key at all: reading
+                    # it unguarded is an error, which failurePolicy Fail turns into a denial of
+                    # every update (the finalizer's removal too: deletion would wait forever).
+                    "expression": "!has(request.subResource) || request.subResource != 'status'",
                     "messageExpression": (
                         f"{subject} + ' is served by pulumi-lora: the LLMKube LoRA "
                         "controller may not write its status (pulumi-lora coexistence policy)'"

@@ -4,8 +4,8 @@
 One step, pinned by ``tools/versions.toml`` (the only place versions live):
 
 * the project venv (``.venv``) with the package and its test/dev extras, pinned by constraints;
-* the Pulumi CLI, built from ``tools/go/pulumi``; kube-apiserver and kubectl from
-  ``tools/go/kube``; etcd from ``tools/go/etcd``;
+* the Pulumi CLI, built from ``tools/go/pulumi``; kube-apiserver, kubectl and
+  kube-controller-manager from ``tools/go/kube``; etcd from ``tools/go/etcd``;
 * the language hosts a user's ``pulumi up`` runs: ``pulumi-language-python`` and
   ``pulumi-language-nodejs`` (the newest releases whose programs still live in the
   ``github.com/pulumi/pulumi/sdk/v3`` module; see ``tools/versions.toml``) and
@@ -310,6 +310,16 @@ def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
             "k8s.io/kubernetes/cmd/kubectl",
             kube,
             kubectl_version,
+            tags="selinux,notest,grpcnotrace",
+            ldflags=kube_ld,
+            cgo=False,
+        ),
+        GoTool(
+            "kube-controller-manager",
+            "kube",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            kube,
+            kube_apiserver_version,  # prints "Kubernetes v1.36.3" too
             tags="selinux,notest,grpcnotrace",
             ldflags=kube_ld,
             cgo=False,

@@ -184,8 +184,11 @@ def test_the_platform_stack_runs_and_heals_itself(project: Project, cluster: Tes
 
     runner.pulumi("destroy", "--yes", "--skip-preview")
     assert kubectl_json(testbed, "get", "loraadapters", "-n", models)["items"] == []
-    for kind, where in (("deployment", ops), ("serviceaccount", ops), ("inferenceservice", models)):
+    for kind, where in (("deployment", ops), ("inferenceservice", models)):
         assert testbed.kubectl("get", kind, "-n", where, "-o", "name").stdout.strip() == "", kind
+    # Only the ServiceAccount kube-controller-manager keeps in every namespace is left.
+    accounts = testbed.kubectl("get", "serviceaccount", "-n", ops, "-o", "name").stdout.split()
+    assert accounts == ["serviceaccount/default"], accounts
     for kind in ("clusterrole", "clusterrolebinding"):
         gone = testbed.kubectl("get", kind, DEFAULT_NAME)
         assert gone.returncode != 0 and "NotFound" in gone.stderr, kind

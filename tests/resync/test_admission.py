@@ -9,9 +9,11 @@ module's tag, so other tests sharing the testbed never meet them.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -28,14 +30,19 @@ from pulumi_lora.deploy import (
     ResyncDeployment,
     resync_manifests,
 )
-from pulumi_lora.testing import testbed as testbed_kit
-from pulumi_lora.testing.testbed import ADMIN_USER, Testbed
+from pulumi_lora.testing.testbed import CONTROLLER_USER, Testbed
 
 #: The label that puts a namespace under this module's bindings.
 POLICY_LABEL = "pulumi-lora.dev/admission-test"
-#: Who the pod policy lets create labelled pods: the testbed's admin (the tests' kubectl), and
-#: the testbed's controller identity where the testbed has one.
-CREATORS = [ADMIN_USER, *filter(None, [getattr(testbed_kit, "CONTROLLER_USER", None)])]
+#: Who the pod policy lets create labelled pods: exactly what docs/resync.md recommends.
+CREATORS = json.loads(
+    re.search(  # type: ignore[union-attr]
+        r'workload_creators=(\["[^\]]*\])',
+        (Path(__file__).parents[2] / "docs" / "resync.md").read_text(encoding="utf-8"),
+    ).group(1)
+)
+#: kubectl acting as the ReplicaSet controller (the admin may impersonate anyone).
+AS_REPLICASET_CONTROLLER = f"--as={CONTROLLER_USER}"
 MALLORY = ("--as=mallory", "--as-group=system:masters")
 DENIED = "denied request"
 
@@ -186,12 +193,15 @@ def test_only_replicaset_controlled_pods_may_carry_the_service_label(
     said = refused(testbed, pod(guarded, "loose", labels=labels, owner=False))
     assert "must be controlled by an apps/v1 ReplicaSet" in said
     # Controlled by a ReplicaSet, created by an allowed user: admitted.
-    admitted(testbed, pod(guarded, "workload", labels=labels, owner=True))
+    admitted(testbed, pod(guarded, "workload", labels=labels, owner=True), AS_REPLICASET_CONTROLLER)
+    # The same pod from the cluster admin, who is not the ReplicaSet controller: refused.
+    said = refused(testbed, pod(guarded, "by-admin", labels=labels, owner=True))
+    assert "user testbed-admin may not create a pod carrying, or set, the label" in said
     # The same pod from anyone else (even with every permission): refused, naming the user.
     said = refused(testbed, pod(guarded, "forged", labels=labels, owner=True), *MALLORY)
     assert "user mallory may not create a pod carrying, or set, the label" in said
     # Pods without the label are not this policy's business; setting it later is.
-    # (no owner: the testbed's garbage collector removes a pod whose owner does not exist)
+    # (no owner: the garbage collector removes a pod whose owner does not exist)
     admitted(testbed, pod(guarded, "plain", labels={"app": "x"}, owner=False), *MALLORY)
     done = testbed.kubectl(
         "label", "pod", "plain", f"{SERVICE_LABEL}=impostor", "-n", guarded, *MALLORY
@@ -278,6 +288,14 @@ class Recorder(pulumi.runtime.Mocks):
         return {}, []
 
 
+def test_the_docs_recommend_the_replicaset_controllers_user() -> None:
+    """The value docs/resync.md tells users to pass is who really creates workload pods: the
+    testbed's real kube-controller-manager's ReplicaSet controller (with
+    ``--use-service-account-credentials``, as kubeadm runs it)."""
+    assert CREATORS == [CONTROLLER_USER]
+    assert CONTROLLER_USER == "system:serviceaccount:kube-system:replicaset-controller"
+
+
 def test_admission_policies_are_opt_in() -> None:
     # By default only the LLMKube coexistence policy (tests/ops/test_coexistence.py) is rendered.
     assert [
@@ -335,9 +353,9 @@ def test_the_component_creates_the_admission_policies() -> pulumi.Output[Any]:
 def test_the_loop_loads_under_the_policies(
     testbed: Testbed, cluster: Cluster, loops: LoopFactory, tag: str
 ) -> None:
-    """An InferenceService whose pods the testbed's workload controllers create under the
-    policies, a CR in the same namespace applied as the provider applies it, and the loop loading
-    it and writing its status: nothing is refused."""
+    """An InferenceService whose pods the real ReplicaSet controller creates under the policies
+    (``workload_creators`` as the docs recommend), a CR in the same namespace applied as the
+    provider applies it, and the loop loading it and writing its status: nothing is refused."""
     guard(testbed, cluster.namespace, tag)
     bad = adapter(cluster.namespace, "probe", annotations={"pulumi-lora.dev/pinned": "maybe"})
     refused(testbed, bad)  # the namespace is under the policies now

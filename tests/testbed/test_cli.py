@@ -74,12 +74,15 @@ def test_up_status_down(tmp_path: Path) -> None:
         report = json.loads(status.stdout)
         assert report["running"] and report["healthy"] and report["phase"] == "ready"
         assert report["health"]["etcd"] and report["health"]["kube-apiserver"]
+        assert report["health"]["kube-controller-manager"]
+        assert report["pids"]["kube-controller-manager"]
         pods = report["health"]["pods"]
         assert len(pods) == 2 and all(p["alive"] and p["ready"] for p in pods)
         for pod in pods:
             assert httpx.get(f"{pod['url']}/health_generate", trust_env=False).status_code == 200
         text = cli("status", "--state-dir", str(state_dir))
         assert text.returncode == 0 and "testbed: running" in text.stdout
+        assert "kube-controller-manager: alive" in text.stdout
         # The loop's pods run as containers of their image on the defaults where podman works
         # (always under CI=true), else as processes; status says which.
         runs = "containers" if containers_expected() else "processes"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import ssl
 import time
 import tomllib
@@ -30,6 +32,7 @@ def test_versions_are_the_pinned_builds(testbed: Testbed) -> None:
     assert versions["etcd"] == VERSIONS["etcd"]["version"]
     assert versions["kube-apiserver"] == f"v{VERSIONS['kubernetes']['version']}"
     assert versions["kubectl"] == f"v{VERSIONS['kubernetes']['version']}"
+    assert versions["kube-controller-manager"] == f"v{VERSIONS['kubernetes']['version']}"
     out = testbed.kubectl("version", "-o", "json")
     assert out.returncode == 0, out.stderr
     server = json.loads(out.stdout)["serverVersion"]["gitVersion"]
@@ -140,7 +143,29 @@ def test_start_failure_reports_command_and_log(tmp_path: Path) -> None:
     assert "unknown flag" in message  # the log's tail, from the real binary
     assert bed.admin_token not in message
     # Nothing keeps running after a failed start.
-    assert bed.pids == {"etcd": None, "kube-apiserver": None}
+    assert bed.pids == {"etcd": None, "kube-apiserver": None, "kube-controller-manager": None}
+
+
+@pytest.mark.usefixtures("testbed_binaries")
+def test_a_crashed_controller_manager_is_reported_not_restarted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with Testbed(llmkube_lora_controller=False) as bed:
+        pid = bed.pids["kube-controller-manager"]
+        assert pid is not None and bed.controller_manager_exit is None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while bed.controller_manager_exit is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert bed.controller_manager_exit == -signal.SIGKILL
+        assert bed.pids["kube-controller-manager"] is None
+        deadline = time.monotonic() + 10
+        while "is not restarted" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "kube-controller-manager exited with status -9 and is not restarted" in caplog.text
+        assert str(bed.controller_manager_log_path) in caplog.text
+        time.sleep(1.0)  # the watchdog's period, twice: still nobody started it again
+        assert bed.pids["kube-controller-manager"] is None
 
 
 def test_pod_status_catches_up_after_apiserver_downtime(testbed: Testbed, namespace: str) -> None:
@@ -161,6 +186,9 @@ def test_pod_status_catches_up_after_apiserver_downtime(testbed: Testbed, namesp
                 break
             time.sleep(0.1)
         assert "terminated" in state, state
+        # The ReplicaSet, Deployment and InferenceService statuses follow once the real
+        # controller-manager's watches are back (client-go backs off while the apiserver is down).
+        deadline = time.monotonic() + 60
         cr = testbed.rest.get(
             f"/apis/inference.llmkube.dev/v1alpha1/namespaces/{namespace}/inferenceservices/patient"
         )
@@ -172,4 +200,9 @@ def test_pod_status_catches_up_after_apiserver_downtime(testbed: Testbed, namesp
             )
         assert cr["status"]["readyReplicas"] == 0
     finally:
-        testbed.delete_inference_service(namespace, "patient")
+        # In the foreground, so this waits for the garbage collector, however long its watches
+        # take to come back after the outage; then the testbed's own bookkeeping lets go.
+        testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "patient",
+                        "-n", namespace, "--cascade=foreground", "--timeout=120s",
+                        timeout=150)  # fmt: skip
+        testbed.release_namespace(namespace)

@@ -1,8 +1,10 @@
-"""The testbed plays the cluster's controllers for objects anyone creates (here: kubectl).
+"""The testbed's cluster acts on objects anyone creates (here: kubectl).
 
 InferenceService → Deployment → ReplicaSet → Pod, each owned by the one before (controller
-ownerReferences by UID), as LLMKube's operator, kube-controller-manager and a kubelet make them;
-edits followed, deletion collected, images it cannot run reported on the pod.
+ownerReferences by UID): the played LLMKube operator makes the Deployment, the real
+kube-controller-manager the ReplicaSets and Pods (as its controllers' own ServiceAccounts), the
+played scheduler binds them and the played kubelet runs them; edits roll out, deletion is the
+real garbage collector's, images the kubelet cannot run are reported on the pod.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import (
     CONTROLLER_USER,
     DEFAULT_EXTRA_ARGS,
+    KUBELET_USER,
+    OPERATOR_USER,
+    SCHEDULER_USER,
     Testbed,
     container_runtime_unavailable_reason,
     image_present,
@@ -28,7 +33,6 @@ from pulumi_lora.testing.testbed import (
 from pulumi_lora.testing.testbed._incluster import in_cluster_unavailable_reason
 from pulumi_lora.testing.testbed._kubelet import container_kind, emulator_args, resolve_env
 from pulumi_lora.testing.testbed._process import alive
-from pulumi_lora.testing.testbed._workloads import rollout_scale, template_hash
 
 ISVCS = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices"
 APPS = "/apis/apps/v1/namespaces/{ns}/{plural}"
@@ -125,18 +129,31 @@ def test_kubectl_inference_service_gets_the_whole_chain(testbed: Testbed, namesp
         answer = httpx.get(f"{info.url}/v1/models", trust_env=False, timeout=5.0)
         assert answer.status_code == 200
 
-    # The controllers act as kube-controller-manager: the audit log names who created the pods.
+    # Each part acts as itself: the audit log names who wrote what.
+    assert writers(testbed, namespace, "create", "deployments") == {OPERATOR_USER}
+    assert writers(testbed, namespace, "create", "replicasets") == {
+        "system:serviceaccount:kube-system:deployment-controller"
+    }
+    assert writers(testbed, namespace, "create", "pods") == {CONTROLLER_USER}
+    assert CONTROLLER_USER == "system:serviceaccount:kube-system:replicaset-controller"
+    assert writers(testbed, namespace, "create", "pods", "binding") == {SCHEDULER_USER}
+    assert writers(testbed, namespace, "patch", "pods", "status") == {KUBELET_USER}
+
+
+def writers(
+    testbed: Testbed, namespace: str, verb: str, resource: str, subresource: str | None = None
+) -> set[str]:
+    """Users the audit log shows sending ``verb`` on ``resource`` in ``namespace``."""
     audit = testbed.audit_log_path
     assert audit is not None
-    creators = {
+    return {
         event["user"]["username"]
         for event in map(json.loads, audit.read_text().splitlines())
-        if event.get("verb") == "create"
-        and event.get("objectRef", {}).get("resource") == "pods"
+        if event.get("verb") == verb
+        and event.get("objectRef", {}).get("resource") == resource
         and event.get("objectRef", {}).get("namespace") == namespace
-        and not event.get("objectRef", {}).get("subresource")
+        and event.get("objectRef", {}).get("subresource") == subresource
     }
-    assert creators == {CONTROLLER_USER}
 
 
 def _handle(testbed: Testbed, namespace: str, name: str) -> Any:
@@ -203,6 +220,44 @@ def test_deleting_the_inference_service_collects_everything(
         lambda: testbed.rest.get(f"{ISVCS.format(ns=namespace)}/doomed", allow=(404,)) is None,
         what="the InferenceService gone once its dependents are",
     )
+
+
+def test_background_deletion_collects_the_chain(testbed: Testbed, namespace: str) -> None:
+    apply(testbed, isvc_yaml(namespace, "gone", 2, []))
+    handle = wait_for(lambda: _handle(testbed, namespace, "gone"))
+    pids = [i.pid for i in handle.wait_ready(30)]
+    done = testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "gone",
+                           "-n", namespace, "--cascade=background")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # The owner goes at once; the real garbage collector then deletes its dependents.
+    assert testbed.rest.get(f"{ISVCS.format(ns=namespace)}/gone", allow=(404,)) is None
+    for plural in ("deployments", "replicasets"):
+        wait_for(
+            lambda plural=plural: not items(testbed, APPS.format(ns=namespace, plural=plural)),
+            what=f"{plural} collected",
+        )
+    wait_for(lambda: not items(testbed, PODS.format(ns=namespace)), what="pods collected")
+    wait_for(lambda: not any(pid and alive(pid) for pid in pids), what="emulators stopped")
+    collector = "system:serviceaccount:kube-system:generic-garbage-collector"
+    assert writers(testbed, namespace, "delete", "deployments") == {collector}
+    assert writers(testbed, namespace, "delete", "replicasets") == {collector}
+
+
+def test_orphaning_keeps_the_dependents(testbed: Testbed, namespace: str) -> None:
+    apply(testbed, isvc_yaml(namespace, "kept", 1, []))
+    handle = wait_for(lambda: _handle(testbed, namespace, "kept"))
+    handle.wait_ready(30)
+    done = testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "kept",
+                           "-n", namespace, "--cascade=orphan", "--timeout=60s")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (deployment,) = items(testbed, APPS.format(ns=namespace, plural="deployments"))
+    assert not deployment["metadata"].get("ownerReferences")  # un-owned by the collector
+    (pod,) = items(testbed, PODS.format(ns=namespace))
+    assert "deletionTimestamp" not in pod["metadata"]
+    assert handle.pods() and handle.pods()[0].pid is not None and alive(handle.pods()[0].pid)
+    done = testbed.kubectl("delete", "deployment", "kept", "-n", namespace, "--timeout=60s")
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: not items(testbed, PODS.format(ns=namespace)), what="pods collected")
 
 
 def test_an_image_the_testbed_cannot_run_stays_pending(testbed: Testbed, namespace: str) -> None:
@@ -291,20 +346,6 @@ def test_an_idle_cluster_costs_no_request(testbed: Testbed, namespace: str) -> N
     assert after == before, (before, after)
 
 
-def test_rollout_keeps_old_pods_until_new_ones_are_available() -> None:
-    assert rollout_scale(3, 0, [("old", 3)]) == {"old": 3}
-    assert rollout_scale(3, 2, [("old", 3)]) == {"old": 1}
-    assert rollout_scale(3, 3, [("b", 2), ("a", 1)]) == {"b": 0, "a": 0}
-    assert rollout_scale(3, 1, [("b", 1), ("a", 3)]) == {"b": 1, "a": 1}
-
-
-def test_template_hash_is_stable_and_follows_the_template() -> None:
-    template = {"spec": {"containers": [{"name": "x", "image": "y"}]}}
-    assert template_hash(template) == template_hash(json.loads(json.dumps(template)))
-    assert template_hash(template) != template_hash({"spec": {"containers": []}})
-    assert len(template_hash(template)) <= 10
-
-
 def test_the_resync_deployment_runs_as_containers_of_its_image(
     testbed: Testbed, namespace: str
 ) -> None:
@@ -314,8 +355,8 @@ def test_the_resync_deployment_runs_as_containers_of_its_image(
     if not image_present(loop_image()):
         missing_real_part(f"the loop's image {loop_image()} (python3 tools/image.py --local-base)")
     # Its own name: the coexistence policy it renders is cluster-scoped, and other tests on this
-    # testbed make one under the default name. Pod names here are over 63 characters: the
-    # container's hostname is cut as the kubelet cuts it.
+    # testbed make one under the default name. A long one: the real ReplicaSet controller's
+    # generateName keeps the pod name within 63 characters, so the hostname is the pod's name.
     manifests = resync_manifests(
         namespace, loop_image(), watch_namespace=namespace, name=f"loop-{namespace}"[:60]
     )
@@ -335,7 +376,7 @@ def test_the_resync_deployment_runs_as_containers_of_its_image(
     )
     assert controller(rs)["kind"] == "Deployment" and controller(rs)["name"] == name
     pod_name = pod["metadata"]["name"]
-    assert len(pod_name) > 63
+    assert len(pod_name) == 63  # the apiserver cut the generated name to fit
     pid = testbed.pod_host_pid(namespace, pod_name)
     assert pid is not None
     command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()

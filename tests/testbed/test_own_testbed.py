@@ -123,8 +123,9 @@ def test_teardown_leaves_nothing_behind(own: Testbed) -> None:
         assert f"vh{own.id}-" in _links()
     directory = own.directory
     component_pids = [p for p in own.pids.values() if p]
-    assert len(component_pids) == 2 and all(pids)
-    assert live_descendants() - before  # the emulators (and etcd, apiserver) are our children
+    assert len(component_pids) == 3 and all(pids)
+    # the emulators (and etcd, apiserver, controller-manager) are our children
+    assert live_descendants() - before
 
     own.stop()
 

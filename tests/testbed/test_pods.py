@@ -92,13 +92,13 @@ def test_pods_look_like_an_llmkube_deployment(
     testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
 ) -> None:
     infos = isvc.pods()
-    assert len(infos) == 2 and len({i.port for i in infos}) == 2
+    assert len(infos) == 2 and len({i.ip for i in infos}) == 2  # each its own address
     listing = testbed.rest.get(
         f"/api/v1/namespaces/{namespace}/pods?labelSelector=inference.llmkube.dev/service=llama"
     )
     assert {p["metadata"]["name"] for p in listing["items"]} == {i.name for i in infos}
     for info in infos:
-        assert re.fullmatch(r"llama-[a-z0-9]{10}-[a-z0-9]{5}", info.name)
+        assert re.fullmatch(r"llama-[a-z0-9]{1,10}-[a-z0-9]{5}", info.name)
         pod = pod_object(testbed, namespace, info.name)
         assert pod["metadata"]["uid"] == info.uid
         labels = pod["metadata"]["labels"]
@@ -115,7 +115,8 @@ def test_pods_look_like_an_llmkube_deployment(
         assert "--enable-lora" in container["args"]
         status = pod["status"]
         assert status["phase"] == "Running"
-        assert status["podIP"] == "127.0.0.1" and status["podIPs"] == [{"ip": "127.0.0.1"}]
+        assert status["podIP"] == info.ip and status["podIPs"] == [{"ip": info.ip}]
+        assert info.ip.startswith("127.") and info.ip != "127.0.0.1" and info.port == 30000
         assert status["startTime"]
         for kind in ("Ready", "ContainersReady", "PodScheduled", "Initialized"):
             assert condition(pod, kind) == "True"
@@ -288,7 +289,7 @@ def test_replace_pod_makes_a_new_pod(
     assert gone.value.status == 404
     isvc.wait_ready(30)
     new = isvc.pod(new_name)
-    assert new.uid != old.uid and new.restart_count == 0 and new.port != old.port
+    assert new.uid != old.uid and new.restart_count == 0 and new.ip != old.ip
     assert {i.name for i in isvc.pods()} == {keep.name, new_name}
     assert pod_object(testbed, namespace, new_name)["metadata"]["uid"] == new.uid
     assert _health(old.url) is None  # the old process is gone

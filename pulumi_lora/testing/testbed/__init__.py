@@ -1,10 +1,11 @@
-"""The local testbed cluster: real etcd + kube-apiserver, LLMKube's CRDs, emulated SGLang pods.
+"""The local testbed cluster: real etcd, kube-apiserver and kube-controller-manager, LLMKube's
+CRDs, emulated SGLang pods.
 
 ::
 
     from pulumi_lora.testing.testbed import Testbed
 
-    with Testbed() as tb:                      # etcd + kube-apiserver, CRDs Established
+    with Testbed() as tb:                      # etcd, apiserver, controller-manager, CRDs
         ns = tb.create_namespace("demo")
         isvc = tb.deploy_inference_service(ns, "llama", replicas=2, network="loopback")
         for pod in isvc.wait_ready(timeout=30):
@@ -67,6 +68,9 @@ from pulumi_lora.testing.testbed._rest import ApiRequestError
 from pulumi_lora.testing.testbed._testbed import (
     ADMIN_USER,
     CONTROLLER_USER,
+    KUBELET_USER,
+    OPERATOR_USER,
+    SCHEDULER_USER,
     Testbed,
     TestbedError,
 )
@@ -83,11 +87,14 @@ __all__ = [
     "CONTAINER_NAME",
     "CONTROLLER_USER",
     "DEFAULT_EXTRA_ARGS",
+    "KUBELET_USER",
     "LLMKUBE_CONTROLLER_USER",
     "NETNS_PORT",
     "NETNS_PREFIX",
     "NODE_NAME",
+    "OPERATOR_USER",
     "PROVISION_COMMAND",
+    "SCHEDULER_USER",
     "ApiRequestError",
     "Binary",
     "BinaryNotFoundError",

@@ -1,8 +1,8 @@
 """etcd and kube-apiserver, launched the way controller-runtime's envtest launches them.
 
-No kubelet, scheduler or controller-manager runs: the apiserver alone serves CRDs, validation,
-status subresources, server-side apply, watches and the pod proxy, which is what the project's
-tests need; the testbed plays the controllers it needs itself (see ``_pods.py``).
+The apiserver serves CRDs, validation, status subresources, server-side apply, watches and the
+pod proxy; the real kube-controller-manager runs beside it (``_controller_manager.py``), and the
+testbed plays the scheduler's bind, a kubelet and LLMKube's operator (``_pods.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Finding the real etcd, kube-apiserver and kubectl binaries, and asking them their versions.
+"""Finding the real etcd, kube-apiserver, kube-controller-manager and kubectl binaries, and
+asking them their versions.
 
 The testbed never mocks these programs: they are built from source by ``tools/provision.py`` into
 the project's cache. Lookup order, first hit wins:
@@ -27,7 +28,7 @@ __all__ = [
     "search_dirs",
 ]
 
-BINARIES = ("etcd", "kube-apiserver", "kubectl")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 """The programs a testbed runs, in start order."""
 
 PROVISION_COMMAND = "python3 tools/provision.py"
@@ -90,7 +91,8 @@ def _locate(name: str) -> Path:
 
 
 def _version(name: str, path: Path) -> str:
-    """Ask the program for its version (etcd: first line; kube-apiserver; kubectl: JSON)."""
+    """Ask the program for its version (etcd, kube-apiserver, kube-controller-manager: the first
+    line; kubectl: JSON)."""
     if name == "kubectl":
         argv = [str(path), "version", "--client", "-o", "json"]
     else:

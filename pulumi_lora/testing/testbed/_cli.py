@@ -261,7 +261,8 @@ def status(state_dir: Path | None, output: str) -> None:
     health = _health(state)
     running = bool(health["supervisor"]) and state.get("phase") == "ready"
     healthy = running and all(
-        health.get(name) for name in ("etcd", "kube-apiserver", "apiserver_ready")
+        health.get(name)
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager", "apiserver_ready")
     )
     report = {
         "running": running,
@@ -283,7 +284,7 @@ def status(state_dir: Path | None, output: str) -> None:
         click.echo(f"testbed: {'running' if running else 'not running'} ({state.get('phase')})")
         click.echo(f"server: {state.get('server')}")
         click.echo(f"kubeconfig: {state.get('kubeconfig')}")
-        for name in ("supervisor", "etcd", "kube-apiserver"):
+        for name in ("supervisor", "etcd", "kube-apiserver", "kube-controller-manager"):
             click.echo(f"{name}: {'alive' if health.get(name) else 'DEAD'}")
         click.echo(f"apiserver /readyz: {'ok' if health['apiserver_ready'] else 'FAILING'}")
         click.echo(f"re-sync loop pods run as: {state.get('loop_pods') or 'unknown'}")

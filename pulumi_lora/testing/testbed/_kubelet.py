@@ -33,7 +33,7 @@ import httpx
 from pulumi_lora.testing.testbed._containers import ContainerRefusedError
 from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
 from pulumi_lora.testing.testbed._podnet import LoopbackRoutes
-from pulumi_lora.testing.testbed._process import ManagedProcess
+from pulumi_lora.testing.testbed._process import ManagedProcess, free_loopback_address
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
 from pulumi_lora.testing.testbed._workloads import (
     ANNOTATION_EMULATOR_ARGS,
@@ -58,7 +58,7 @@ __all__ = [
 _log = logging.getLogger("pulumi_lora.testing.testbed")
 
 Network = Literal["loopback", "netns"]
-"""How a pod is reached: ``loopback`` (127.0.0.1, own port) or ``netns`` (own IP, port 30000)."""
+"""How a pod is reached: ``loopback`` (its own 127.x.y.z) or ``netns`` (its own 198.18.x.y)."""
 
 ContainerKind = Literal["emulator", "resync", "unsupported"]
 """What the testbed's kubelet does with a container."""
@@ -282,6 +282,8 @@ class PodRuntime:
             if self.network == "netns":
                 self.net = allocate_pod_network(self.ctx.testbed_id, self.ctx.next_index())
                 self.ip = self.net.pod_ip
+            else:  # its own loopback address, at the port its spec declares
+                self.ip = free_loopback_address(self.port)
             self.process = self._make_process()
         except (
             ContainerRefusedError
@@ -296,7 +298,7 @@ class PodRuntime:
         self.phase = "Running"
         self.start_container()
         if self.kind == "emulator" and self.network == "loopback":
-            self.ctx.routes.add_port(self.port)  # netns pods (the loop's) reach it too
+            self.ctx.routes.add_port(self.port, self.ip)  # netns pods (the loop's) reach it too
         self.publish()
         self.start_prober()
 
@@ -458,7 +460,7 @@ class PodRuntime:
         if process is not None:
             process.stop(_STOP_TIMEOUT)
             if self.kind == "emulator" and self.network == "loopback":
-                self.ctx.routes.remove_port(self.port)
+                self.ctx.routes.remove_port(self.port, self.ip)
         if self.net is not None:
             self.net.teardown()
 

@@ -16,11 +16,7 @@ from urllib.parse import quote
 import httpx
 
 from pulumi_lora.testing.testbed._rest import KubeRest
-from pulumi_lora.testing.testbed._workloads import (
-    ANNOTATION_DECLARED_PORT,
-    CONTAINER_NAME,
-    pod_ready,
-)
+from pulumi_lora.testing.testbed._workloads import CONTAINER_NAME, pod_ready
 
 __all__ = ["HTTP_TIMEOUT_SECONDS", "ServiceProxy"]
 
@@ -32,10 +28,9 @@ class ServiceProxy:
     """DNS and kube-proxy for ``http://<svc>.<ns>.svc:<port>``: one Ready pod behind the Service.
 
     Reads Services and pods as the kube-proxy would (``rest``), picks a Ready pod matching the
-    Service's selector at random, and sends to its IP at the Service's numeric ``targetPort``.
-    Loopback pods listen on the port the testbed gave each (:data:`ANNOTATION_DECLARED_PORT`
-    keeps the one their spec declared): a ``targetPort`` equal to that declared port reaches the
-    pod's own; any other port has nothing listening and is refused, without a packet sent.
+    Service's selector at random, and sends to its IP at the Service's ``targetPort`` (a number,
+    or the name of a container port); a port the container does not declare has nothing
+    listening and is refused, without a packet sent.
     """
 
     def __init__(self, rest: KubeRest, rng: random.Random | None = None) -> None:
@@ -97,13 +92,11 @@ def _service_host(host: str) -> tuple[str, str]:
 def _backend(pod: dict[str, Any], target: int | str) -> str | None:
     """``ip:port`` a pod answers on for a Service's ``targetPort``, or None (nothing listens)."""
     ip = pod["status"]["podIP"]
-    declared = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_DECLARED_PORT)
     for container in pod.get("spec", {}).get("containers", []) or []:
         if container.get("name") != CONTAINER_NAME:
             continue
         for port in container.get("ports", []) or []:
             actual = int(port["containerPort"])
-            names = {port.get("name"), str(actual), declared if port.get("name") == "http" else ""}
-            if str(target) in names:
+            if str(target) in {port.get("name"), str(actual)}:
                 return f"{ip}:{actual}"
     return None

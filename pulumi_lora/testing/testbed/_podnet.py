@@ -1,13 +1,13 @@
 """Pod-to-pod routes to loopback pods, for pods in network namespaces.
 
-A testbed's loopback pods (the default: no root needed) all listen on the host's ``127.0.0.1``,
-each on a port of its own, and publish ``127.0.0.1`` as their IP. A pod in a network namespace of
-its own (the re-sync loop's) has a ``127.0.0.1`` of its own, where nothing of theirs listens. This
-module plays the route a CNI plugin would give it: for every loopback pod's port ``P``, a
-listener on ``127.0.0.1:P`` inside the joining pod's namespace, relayed to the host's
-``127.0.0.1:P`` (the same :class:`~pulumi_lora.testing.testbed._relay.Relay` that plays
-kube-proxy for the apiserver). Ports come and go with the loopback pods; a pod that joins later
-gets every port known then. A port the joining pod already uses itself is left to it.
+A testbed's loopback pods (the default: no root needed) each listen on a loopback address of
+their own (``127.x.y.z``, the port their spec declares) on the host, and publish it as their IP.
+A pod in a network namespace of its own (the re-sync loop's) has a loopback of its own, where
+nothing of theirs listens. This module plays the route a CNI plugin would give it: for every
+loopback pod's ``IP:P``, a listener on ``IP:P`` inside the joining pod's namespace, relayed to
+the host's ``IP:P`` (the same :class:`~pulumi_lora.testing.testbed._relay.Relay` that plays
+kube-proxy for the apiserver). Addresses come and go with the loopback pods; a pod that joins
+later gets every one known then. One the joining pod already uses itself is left to it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class _Member:
 
     netns: str
     pid: int
-    relays: dict[int, Relay] = field(default_factory=dict)
+    relays: dict[tuple[str, int], Relay] = field(default_factory=dict)
 
 
 class LoopbackRoutes:
@@ -38,30 +38,32 @@ class LoopbackRoutes:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ports: set[int] = set()
+        self._ports: set[tuple[str, int]] = set()
         self._members: list[_Member] = []
 
     @property
-    def ports(self) -> set[int]:
-        """The loopback pods' ports routed now."""
+    def ports(self) -> set[tuple[str, int]]:
+        """The loopback pods' ``(address, port)`` routed now."""
         with self._lock:
             return set(self._ports)
 
-    def add_port(self, port: int) -> None:
-        """A loopback pod listens on ``port``: route it for every joined pod."""
+    def add_port(self, port: int, host: str = "127.0.0.1") -> None:
+        """A loopback pod listens on ``host:port``: route it for every joined pod."""
+        endpoint = (host, port)
         with self._lock:
-            if port in self._ports:
+            if endpoint in self._ports:
                 return
-            self._ports.add(port)
+            self._ports.add(endpoint)
             for member in self._members:
-                self._open(member, port)
+                self._open(member, endpoint)
 
-    def remove_port(self, port: int) -> None:
-        """The loopback pod of ``port`` is gone: its route goes (connections are refused)."""
+    def remove_port(self, port: int, host: str = "127.0.0.1") -> None:
+        """The loopback pod of ``host:port`` is gone: its route goes (connections are refused)."""
+        endpoint = (host, port)
         with self._lock:
-            self._ports.discard(port)
+            self._ports.discard(endpoint)
             for member in self._members:
-                relay = member.relays.pop(port, None)
+                relay = member.relays.pop(endpoint, None)
                 if relay is not None:
                     relay.close()
 
@@ -71,8 +73,8 @@ class LoopbackRoutes:
         member = _Member(netns, pid)
         with self._lock:
             self._members.append(member)
-            for port in sorted(self._ports):
-                self._open(member, port)
+            for endpoint in sorted(self._ports):
+                self._open(member, endpoint)
         return member
 
     def leave(self, handle: object) -> None:
@@ -93,13 +95,12 @@ class LoopbackRoutes:
         for member in members:
             self.leave(member)
 
-    def _open(self, member: _Member, port: int) -> None:
+    def _open(self, member: _Member, endpoint: tuple[str, int]) -> None:
+        host, port = endpoint
         try:
-            listener = listen_in_netns(member.netns, "127.0.0.1", port)
+            listener = listen_in_netns(member.netns, host, port)
         except NetnsError as exc:  # the pod listens there itself, or is gone
-            _log.info("no route to loopback port %d in %s: %s", port, member.netns, exc)
+            _log.info("no route to loopback %s:%d in %s: %s", host, port, member.netns, exc)
             return
-        name = f"{member.netns}-lo{port}"
-        member.relays[port] = Relay(
-            listener, ("127.0.0.1", port), name=name, pid=member.pid
-        ).start()
+        name = f"{member.netns}-lo{host}:{port}"
+        member.relays[endpoint] = Relay(listener, endpoint, name=name, pid=member.pid).start()

@@ -1,24 +1,18 @@
-"""The cluster's controllers for a testbed, and handles on the InferenceServices they run.
+"""What the testbed plays of a cluster, and handles on the InferenceServices it runs.
 
-The testbed runs no kube-controller-manager, kubelet or LLMKube operator. :class:`PodPlayer`
-plays them for every object in the cluster, whoever created it (kubectl, pulumi-kubernetes, a
-test), with the real chain of objects in the apiserver:
+The Deployment and ReplicaSet controllers and the garbage collector are the real
+kube-controller-manager's (``_controller_manager.py``). :class:`PodPlayer` plays the rest for
+every object in the cluster, whoever created it (kubectl, pulumi-kubernetes, a test), with the
+real chain of objects in the apiserver:
 
 - LLMKube's operator: a Deployment per InferenceService (ownerReference → the service), updated
-  when its spec changes, and the service's ``status``;
-- the Deployment controller: ReplicaSets ``{deployment}-{pod-template-hash}``, revisions, rolling
-  updates and the Deployment status pulumi-kubernetes' await logic reads;
-- the ReplicaSet controller: Pods ``{replicaset}-{xxxxx}`` bound to the testbed node;
-- the garbage collector, for objects whose controller owner is gone;
+  when its spec changes, its Service, and the service's ``status``;
+- the scheduler's bind (``_scheduler.py``): every new pod to the testbed node;
 - the kubelet (``_kubelet.py``): one process per Pod it can run, readiness from its probes.
 
-It reads the cluster through four watches (``_informer.py``) and acts on each change, so an idle
-testbed sends no request; the controllers' decisions are pure functions (``_workloads.py``).
-Measured (3 InferenceServices of 2 pods, 20 s idle, audit log): the former loop sent 78 LISTs
-(3.9/s, each returning every InferenceService or every labelled pod of the cluster); these
-controllers send none (each watch is renewed every 4 minutes: 4 requests, plus one LIST per
-collection after an apiserver restart). Writes happen only when an object's desired state or
-status differs from the cache.
+It reads the cluster through watches (``_informer.py``) and acts on each change, so an idle
+testbed sends no request; the operator's decisions are pure functions (``_workloads.py``).
+Writes happen only when an object's desired state or status differs from the cache.
 Per-service test knobs travel as annotations (:data:`ANNOTATION_NETWORK`, ...).
 :class:`InferenceServiceHandle` is a view of one service's pods with the operations tests use.
 """
@@ -39,7 +33,6 @@ from typing import Any
 from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed import _incluster
 from pulumi_lora.testing.testbed._containers import start_container
-from pulumi_lora.testing.testbed._controllers import Caches, ControllerManager
 from pulumi_lora.testing.testbed._kubelet import (
     EMULATOR_MODULE,
     PROBE_INTERVAL,
@@ -48,6 +41,7 @@ from pulumi_lora.testing.testbed._kubelet import (
     PodRuntime,
     resolve_env,
 )
+from pulumi_lora.testing.testbed._played import Caches, ClusterPlay
 from pulumi_lora.testing.testbed._podnet import LoopbackRoutes
 from pulumi_lora.testing.testbed._process import ManagedProcess, tail
 from pulumi_lora.testing.testbed._rest import KubeRest
@@ -60,9 +54,9 @@ from pulumi_lora.testing.testbed._workloads import (
     DEFAULT_PORT,
     HASH_LABEL,
     NODE_NAME,
+    REVISION,
     SERVICE_LABEL,
     controller_uid,
-    template_hash,
 )
 
 __all__ = [
@@ -92,8 +86,12 @@ NETNS_PORT = DEFAULT_PORT
 RECONCILE_INTERVAL = 0.5
 """Seconds between two controller passes when no watch event wakes them earlier."""
 
-CONVERGE_TIMEOUT = 30.0
-"""How long the synchronous operations (deploy, scale, replace, delete) wait for the cluster."""
+CONVERGE_TIMEOUT = 60.0
+"""How long the synchronous operations (deploy, scale, replace, delete) wait for the cluster.
+
+A deletion is the real garbage collector's, one owner at a time (InferenceService, Deployment,
+ReplicaSet, pods): seconds, but on a loaded two-core machine running two testbeds it took over
+30."""
 
 DEFAULT_EXTRA_ARGS = ("--enable-lora", "--max-lora-rank", "64", "--lora-target-modules", "all")
 """The ``extraArgs`` a dynamic-LoRA SGLang InferenceService needs."""
@@ -329,7 +327,10 @@ class InferenceServiceHandle:
         self.player.user.delete(self.path)
         if isvc is not None:
             self.player.caches.isvcs.note_deleted(isvc)
-        self.player.converge(lambda: not self._runtimes(), f"{self.name}'s pods to stop")
+        self.player.converge(
+            lambda: not self._runtimes() and not self.player.pod_objects(self.namespace, self.name),
+            f"{self.name}'s pods to stop",
+        )
         _log.info("InferenceService %s/%s deleted", self.namespace, self.name)
 
     def close(self) -> None:
@@ -351,7 +352,7 @@ class Sandbox:
 
 
 class PodPlayer:
-    """Plays the operator, the controllers and the kubelet for every object of one testbed."""
+    """Plays the operator, the scheduler's bind and the kubelet for every object of a testbed."""
 
     def __init__(
         self,
@@ -363,10 +364,13 @@ class PodPlayer:
         default_network: Network = "loopback",
         sandbox: Sandbox | None = None,
         user_rest: KubeRest | None = None,
+        operator_rest: KubeRest | None = None,
+        scheduler_rest: KubeRest | None = None,
     ) -> None:
-        """``rest`` acts as the controllers' identity, ``user_rest`` (default: the same) as the
-        test's for the helper operations (create, scale, delete); nothing runs before
-        :meth:`start`."""
+        """``rest`` acts as the kubelet, ``operator_rest`` as LLMKube's operator (and reads the
+        caches), ``scheduler_rest`` binds pods (both default to ``rest``), ``user_rest``
+        (default: ``rest``) as the test for the helper operations (create, scale, delete);
+        nothing runs before :meth:`start`."""
         self.rest = rest
         self.user = user_rest or rest
         self.testbed_id = testbed_id
@@ -378,7 +382,7 @@ class PodPlayer:
         self.lock = threading.RLock()  # held by a controller pass and by next_index
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.caches = Caches(rest, self._wake.set)
+        self.caches = Caches(operator_rest or rest, self._wake.set)
         self.routes = LoopbackRoutes()
         context = KubeletContext(
             rest=rest,
@@ -391,7 +395,9 @@ class PodPlayer:
             start_resync=self.start_resync,
             routes=self.routes,
         )
-        self.manager = ControllerManager(rest, self.caches, context)
+        self.manager = ClusterPlay(
+            operator_rest or rest, self.caches, context, scheduler=scheduler_rest
+        )
         self._handles: dict[tuple[str, str], InferenceServiceHandle] = {}
         self._loop: threading.Thread | None = None
         self.passes = 0
@@ -470,9 +476,25 @@ class PodPlayer:
         return uid
 
     def current_hash(self, namespace: str, name: str) -> str | None:
-        """pod-template-hash of the Deployment named like the service, as cached."""
+        """pod-template-hash of the newest ReplicaSet of the Deployment named like the service,
+        once the Deployment controller has seen the Deployment's latest spec (as cached)."""
         deployment = self.caches.deployments.get(namespace, name)
-        return None if deployment is None else template_hash(deployment["spec"]["template"])
+        if deployment is None:
+            return None
+        meta = deployment["metadata"]
+        if deployment.get("status", {}).get("observedGeneration", 0) < meta.get("generation", 1):
+            return None  # an edit the Deployment controller has not rolled out yet
+        revision = (meta.get("annotations") or {}).get(REVISION)
+        for rs in self.caches.replicasets.items():
+            rs_meta = rs["metadata"]
+            if (
+                rs_meta.get("namespace") == namespace
+                and controller_uid(rs) == meta["uid"]
+                and (rs_meta.get("annotations") or {}).get(REVISION) == revision
+            ):
+                found: str | None = (rs_meta.get("labels") or {}).get(HASH_LABEL)
+                return found
+        return None
 
     # --- the helper's operations ---------------------------------------------------------------
 
@@ -562,9 +584,25 @@ class PodPlayer:
                 self.user.delete(runtime.path)
         with contextlib.suppress(TimeoutError):
             self.converge(
-                lambda: not any(r.namespace == namespace for r in self.manager.runtimes.values()),
+                lambda: (
+                    not any(r.namespace == namespace for r in self.manager.runtimes.values())
+                    and not self.pod_objects(namespace)
+                ),
                 f"pods left in {namespace}",
             )
+
+    def pod_objects(self, namespace: str, service: str | None = None) -> list[dict[str, Any]]:
+        """Pod objects in ``namespace`` (of InferenceService ``service``), as cached: the ones the
+        ReplicaSet controller made that the kubelet has not started yet count too."""
+        return [
+            pod
+            for pod in self.caches.pods.items()
+            if pod["metadata"].get("namespace") == namespace
+            and (
+                service is None
+                or (pod["metadata"].get("labels") or {}).get(SERVICE_LABEL) == service
+            )
+        ]
 
     def emulator_pids(self) -> list[int]:
         """Process ids of the emulators running now, over every pod."""

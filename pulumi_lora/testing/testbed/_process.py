@@ -18,7 +18,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ManagedProcess", "ProcessStartError", "alive", "free_port", "tail"]
+__all__ = [
+    "ManagedProcess",
+    "ProcessStartError",
+    "alive",
+    "free_loopback_address",
+    "free_port",
+    "tail",
+]
 
 _log = logging.getLogger("pulumi_lora.testing.testbed")
 
@@ -67,6 +74,22 @@ def free_port() -> int:
         return picked
 
 
+def free_loopback_address(port: int) -> str:
+    """An address of 127.0.0.0/8 (not 127.0.0.1) where ``port`` can be bound right now.
+
+    Every loopback pod gets its own, as every pod of a cluster has its own IP: the pods of one
+    template then all listen on the port their spec declares (the ReplicaSet controller's pods
+    are copies of one template, so no port can be rewritten per pod), and two testbeds on one
+    machine do not collide (16 million addresses, each checked before use).
+    """
+    for _ in range(100):
+        octets = (1 + secrets.randbelow(254), secrets.randbelow(256), 1 + secrets.randbelow(254))
+        address = "127.{}.{}.{}".format(*octets)
+        if _bindable(port, address):
+            return address
+    raise OSError(f"no loopback address with port {port} free after 100 tries")
+
+
 def _ephemeral_range_start() -> int:
     """The first port of the kernel's ephemeral range (Linux default 32768)."""
     try:
@@ -75,11 +98,11 @@ def _ephemeral_range_start() -> int:
         return 32768
 
 
-def _bindable(port: int) -> bool:
-    """Whether a listening socket could bind ``127.0.0.1:port`` now."""
+def _bindable(port: int, address: str = "127.0.0.1") -> bool:
+    """Whether a listening socket could bind ``address:port`` now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((address, port))
         except OSError:
             return False
         return True

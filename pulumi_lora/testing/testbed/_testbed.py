@@ -1,4 +1,5 @@
-"""``Testbed``: a real etcd and kube-apiserver with LLMKube's CRDs, and emulated SGLang pods.
+"""``Testbed``: a real etcd, kube-apiserver and kube-controller-manager with LLMKube's CRDs, and
+emulated SGLang pods.
 
 ::
 
@@ -8,9 +9,9 @@
         pods = isvc.wait_ready(timeout=30)
         tb.kubectl("get", "pods", "-n", ns)
 
-Everything a testbed starts (etcd, the apiserver, one emulator per pod, network namespaces and
-veths, its temporary directory) is removed again by :meth:`Testbed.stop`, which also runs on
-``with`` exit, at interpreter exit and on SIGTERM.
+Everything a testbed starts (etcd, the apiserver, the controller-manager, one emulator per pod,
+network namespaces and veths, its temporary directory) is removed again by
+:meth:`Testbed.stop`, which also runs on ``with`` exit, at interpreter exit and on SIGTERM.
 """
 
 from __future__ import annotations
@@ -37,20 +38,29 @@ import yaml
 from lightkube import Client, KubeConfig
 
 from pulumi_lora.testing.testbed._apiserver import AUDIT_POLICY, ApiServer, ApiServerFiles, Etcd
-from pulumi_lora.testing.testbed._binaries import Binary, find_binary
+from pulumi_lora.testing.testbed._binaries import BINARIES, Binary, find_binary
 from pulumi_lora.testing.testbed._certs import (
     StaticToken,
     generate_key_material,
     new_token,
     write_token_file,
 )
-from pulumi_lora.testing.testbed._collector import FinalizerCollector
 from pulumi_lora.testing.testbed._containers import (
     ContainerProcess,
     ContainerRuntime,
     container_runtime_unavailable_reason,
 )
+from pulumi_lora.testing.testbed._controller_manager import KCM_USER, ControllerManager
 from pulumi_lora.testing.testbed._crds import FIELD_MANAGER, install_crds
+from pulumi_lora.testing.testbed._identities import (
+    CONTROLLER_USER,
+    KUBELET_USER,
+    OPERATOR_USER,
+    PLAYER_USERS,
+    SCHEDULER_USER,
+    grant_players,
+    player_tokens,
+)
 from pulumi_lora.testing.testbed._kubeproxy import ServiceProxy
 from pulumi_lora.testing.testbed._llmkube import LLMKubeLoRAController, held_off
 from pulumi_lora.testing.testbed._llmkube import (
@@ -69,56 +79,22 @@ from pulumi_lora.testing.testbed._pods import (
     PodPlayer,
     Sandbox,
 )
-from pulumi_lora.testing.testbed._rest import KubeRest, grant_cluster_role
+from pulumi_lora.testing.testbed._rest import KubeRest
 
-__all__ = ["ADMIN_USER", "CONTROLLER_USER", "Testbed", "TestbedError"]
+__all__ = [
+    "ADMIN_USER",
+    "CONTROLLER_USER",
+    "KUBELET_USER",
+    "OPERATOR_USER",
+    "SCHEDULER_USER",
+    "Testbed",
+    "TestbedError",
+]
 
 _log = logging.getLogger("pulumi_lora.testing.testbed")
 
 ADMIN_USER = "testbed-admin"
 """User name of the testbed's ``system:masters`` token."""
-
-CONTROLLER_USER = "system:kube-controller-manager"
-"""User name the testbed's controllers and kubelet act as (a static token, RBAC below).
-
-Admission policies can tell the ReplicaSet controller's pods from anyone else's by it.
-"""
-
-CONTROLLER_ROLE = "testbed:controllers"
-"""ClusterRole (and binding) granting :data:`CONTROLLER_USER` what the controllers write."""
-
-_CONTROLLER_RULES = [
-    {
-        "apiGroups": [""],
-        "resources": ["pods", "pods/status"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-    {
-        "apiGroups": ["apps"],
-        "resources": ["deployments", "deployments/status", "replicasets", "replicasets/status"],
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    },
-    {
-        "apiGroups": ["inference.llmkube.dev"],
-        "resources": ["inferenceservices"],
-        "verbs": ["get", "list", "watch", "patch", "update"],
-    },
-    {
-        "apiGroups": ["inference.llmkube.dev"],
-        "resources": ["inferenceservices/status"],
-        "verbs": ["get", "patch", "update"],
-    },
-    # The garbage collector's (system:controller:generic-garbage-collector): every kind, to
-    # serve the foregroundDeletion and orphan finalizers (_collector.py).
-    {
-        "apiGroups": ["*"],
-        "resources": ["*"],
-        "verbs": ["get", "list", "watch", "patch", "update", "delete"],
-    },
-]
 
 _DIR_PREFIX = "pulumi-lora-testbed-"
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
@@ -185,11 +161,11 @@ class Testbed:
         self._apiserver: ApiServer | None = None
         self._rest: KubeRest | None = None
         self._player: PodPlayer | None = None
-        self._collector: FinalizerCollector | None = None
+        self._controller_manager: ControllerManager | None = None
         self._network_claim: NetworkClaim | None = None
         self._binaries: dict[str, Binary] = {}
         self._admin_token = new_token()
-        self._controller_token = new_token()
+        self._tokens = {user: new_token() for user in PLAYER_USERS}
         self._default_network: Network = default_network
         self._llmkube_wanted = llmkube_lora_controller
         self._llmkube_time_scale = llmkube_time_scale
@@ -200,7 +176,8 @@ class Testbed:
         self._container_runtime: ContainerRuntime = container_runtime
         self._llmkube: LLMKubeLoRAController | None = None
         self._llmkube_rest: KubeRest | None = None
-        self._controller_rest: KubeRest | None = None
+        self._kubelet_rest: KubeRest | None = None
+        self._played_rests: list[KubeRest] = []
         self._kubeconfig: Path | None = None
         self._audit_log: Path | None = None
         self._started = False
@@ -220,7 +197,8 @@ class Testbed:
         self.stop()
 
     def start(self) -> Testbed:
-        """Start etcd and the apiserver, install the CRDs, write the kubeconfig; return self.
+        """Start etcd, the apiserver and the controller-manager, install the CRDs, write the
+        kubeconfig; return self.
 
         Raises :class:`~pulumi_lora.testing.testbed.BinaryNotFoundError` when a program is
         missing and :class:`~pulumi_lora.testing.testbed.ProcessStartError` (with the command
@@ -229,8 +207,7 @@ class Testbed:
         with self._lock:
             if self._started:
                 return self
-            self._binaries = {name: find_binary(name) for name in ("etcd", "kube-apiserver")}
-            self._binaries["kubectl"] = find_binary("kubectl")
+            self._binaries = {name: find_binary(name) for name in BINARIES}
             _register(self)
             try:
                 self._start()
@@ -254,8 +231,8 @@ class Testbed:
         keys = generate_key_material(directory)
         token_file = directory / "tokens.csv"
         admin = StaticToken(self._admin_token, ADMIN_USER, groups=("system:masters",))
-        controllers = StaticToken(self._controller_token, CONTROLLER_USER)
-        write_token_file(token_file, [admin, controllers, *self._extra_tokens])
+        players = player_tokens(self._tokens)
+        write_token_file(token_file, [admin, *players, *self._extra_tokens])
         audit_policy = None
         if self._audit:
             audit_policy = directory / "audit-policy.yaml"
@@ -266,7 +243,7 @@ class Testbed:
         files = ApiServerFiles(keys, token_file, audit_policy, self._audit_log)
         secrets_ = [
             self._admin_token,
-            self._controller_token,
+            *self._tokens.values(),
             *(t.token for t in self._extra_tokens),
         ]
         self._apiserver = ApiServer(
@@ -281,15 +258,24 @@ class Testbed:
         self._apiserver.start(self._start_timeout)
         self._rest = KubeRest(self._apiserver.url, self._admin_token, self._apiserver.ssl_context())
         self._kubeconfig = self.write_kubeconfig(directory / "kubeconfig")
+        # The controller-manager starts its controllers while the rest is set up.
+        self._controller_manager = ControllerManager(
+            self._binaries["kube-controller-manager"].path,
+            directory,
+            kubeconfig=self.write_kubeconfig(
+                directory / "kube-controller-manager.kubeconfig", self._tokens[KCM_USER], KCM_USER
+            ),
+            sa_key=keys.sa_key,
+            ca_cert=keys.ca_cert,
+        )
+        self._controller_manager.launch()
         if self._install_crds:
             install_crds(self._rest)
         self._create_node()
         adapter_root = directory / "fsroot"
         (adapter_root / "adapters").mkdir(parents=True, exist_ok=True)
-        self._grant_controllers()
-        self._controller_rest = KubeRest(
-            self._apiserver.url, self._controller_token, self._apiserver.ssl_context()
-        )
+        self._grant_players()
+        self._kubelet_rest = self._client_as(KUBELET_USER)
         sandbox = Sandbox(
             self._apiserver.port,
             self.ca_path.read_text(encoding="utf-8"),
@@ -297,20 +283,28 @@ class Testbed:
             state_dir=directory / "kubelet",
         )
         self._player = PodPlayer(
-            self._controller_rest,
+            self._kubelet_rest,
             self.id,
             directory / "pods",
             adapter_root,
             default_network=self._default_network,
             sandbox=sandbox,
             user_rest=self._rest,
+            operator_rest=self._client_as(OPERATOR_USER),
+            scheduler_rest=self._client_as(SCHEDULER_USER),
         )
         self._player.start()
-        self._collector = FinalizerCollector(self._controller_rest)
-        self._collector.start()
         if self._llmkube_wanted:
             self._start_llmkube()
+        self._controller_manager.wait_ready(self._rest, self._start_timeout)
         _log.info("testbed %s ready at %s", self.id, self._apiserver.url)
+
+    def _client_as(self, user: str) -> KubeRest:
+        """A REST client with the static token of one of the played components."""
+        apiserver = self._require_apiserver()
+        rest = KubeRest(apiserver.url, self._tokens[user], apiserver.ssl_context())
+        self._played_rests.append(rest)
+        return rest
 
     @property
     def runs_containers(self) -> bool:
@@ -328,7 +322,7 @@ class Testbed:
         token = grant_llmkube_identity(self._require_rest())
         context = self._require_apiserver().ssl_context()
         self._llmkube_rest = KubeRest(self._require_apiserver().url, token, context)
-        proxy = ServiceProxy(self._require_controller_rest())
+        proxy = ServiceProxy(self._require_kubelet_rest())  # kube-proxy runs on the node
         self._llmkube = LLMKubeLoRAController(
             self._llmkube_rest, proxy, time_scale=self._llmkube_time_scale
         )
@@ -339,17 +333,14 @@ class Testbed:
         """LLMKube's played LoRA controller (None when left out or stopped)."""
         return self._llmkube
 
-    def _require_controller_rest(self) -> KubeRest:
-        if self._controller_rest is None:
+    def _require_kubelet_rest(self) -> KubeRest:
+        if self._kubelet_rest is None:
             raise TestbedError("the testbed is not started")
-        return self._controller_rest
+        return self._kubelet_rest
 
-    def _grant_controllers(self) -> None:
-        """The ClusterRole and binding that let :data:`CONTROLLER_USER` play the controllers."""
-        user = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": CONTROLLER_USER}
-        grant_cluster_role(
-            self._require_rest(), CONTROLLER_ROLE, _CONTROLLER_RULES, user, FIELD_MANAGER
-        )
+    def _grant_players(self) -> None:
+        """RBAC for what the testbed plays (``_identities.grant_players``)."""
+        grant_players(self._require_rest(), FIELD_MANAGER)
 
     def _create_node(self) -> None:
         rest = self._require_rest()
@@ -373,16 +364,17 @@ class Testbed:
             llmkube, self._llmkube = self._llmkube, None
             if llmkube is not None:
                 llmkube.stop()
-            collector, self._collector = self._collector, None
-            if collector is not None:
-                collector.stop()
             player, self._player = self._player, None
             if player is not None:
                 player.close()
-            for rest in (self._rest, self._controller_rest, self._llmkube_rest):
+            manager, self._controller_manager = self._controller_manager, None
+            if manager is not None:
+                manager.stop()
+            for rest in (self._rest, self._llmkube_rest, *self._played_rests):
                 if rest is not None:
                     rest.close()
-            self._rest = self._controller_rest = self._llmkube_rest = None
+            self._rest = self._kubelet_rest = self._llmkube_rest = None
+            self._played_rests = []
             apiserver, self._apiserver = self._apiserver, None
             if apiserver is not None:
                 apiserver.kill()  # nothing to drain at the end: see ApiServer.kill
@@ -468,14 +460,32 @@ class Testbed:
 
     @property
     def pids(self) -> dict[str, int | None]:
-        """Process ids of etcd and the apiserver (``None`` when stopped)."""
-        etcd, apiserver = self._etcd, self._apiserver
+        """Process ids of etcd, the apiserver and the controller-manager (``None`` when stopped
+        or exited)."""
+        etcd, apiserver, manager = self._etcd, self._apiserver, self._controller_manager
         return {
             "etcd": etcd.process.pid if etcd and etcd.process.alive() else None,
             "kube-apiserver": (
                 apiserver.process.pid if apiserver and apiserver.process.alive() else None
             ),
+            "kube-controller-manager": (
+                manager.process.pid if manager and manager.process.alive() else None
+            ),
         }
+
+    @property
+    def controller_manager_exit(self) -> int | None:
+        """The status kube-controller-manager exited with, or ``None`` while it runs.
+
+        A crashed controller-manager is reported here, in :attr:`pids` and in an error log
+        with its log's tail; it is not restarted (nothing would roll out or be collected)."""
+        manager = self._controller_manager
+        return None if manager is None else manager.exit_status()
+
+    @property
+    def controller_manager_log_path(self) -> Path:
+        """kube-controller-manager's own log (klog lines)."""
+        return self.directory / "kube-controller-manager.log"
 
     @property
     def rest(self) -> KubeRest:
@@ -546,8 +556,9 @@ class Testbed:
     def create_namespace(self, prefix: str = "test") -> str:
         """Create a namespace with a unique name starting with ``prefix``; return its name.
 
-        Namespace deletion never finishes without a controller-manager, so tests use a fresh one
-        each instead of cleaning one up; :meth:`release_namespace` frees what runs in it.
+        Tests use a fresh one each; :meth:`release_namespace` frees what runs in it, and
+        ``kubectl delete namespace`` deletes it with all it holds (the real namespace
+        controller and garbage collector).
         """
         base = _DNS_LABEL.sub("-", prefix.lower()).strip("-")[:50] or "test"
         name = f"{base}-{secrets.token_hex(3)}"

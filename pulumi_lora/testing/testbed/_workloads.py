@@ -1,23 +1,20 @@
-"""What the cluster's controllers would write, as pure functions of what they read.
+"""What LLMKube's operator would write, as pure functions of what it reads.
 
-The LLMKube operator's Deployment for an InferenceService, the Deployment controller's
-ReplicaSets, revisions and status, the ReplicaSet controller's Pods and status: each is computed
+The operator's Deployment and Service for an InferenceService and the service's status, computed
 here from plain dicts (the objects as the apiserver returns them), so the rules can be read and
-tested apart from the threads and requests of ``_controllers.py``.
+tested apart from the threads and requests of ``_played.py``; and the names the real
+Deployment controller uses (``pod-template-hash``, the revision annotation).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from pulumi_lora._crd import GROUP, VERSION
 
 __all__ = [
-    "ANNOTATION_DECLARED_PORT",
     "ANNOTATION_EMULATOR_ARGS",
     "ANNOTATION_NETWORK",
     "ANNOTATION_PROBE_TIME_SCALE",
@@ -29,17 +26,11 @@ __all__ = [
     "REVISION",
     "SERVICE_LABEL",
     "controller_uid",
-    "deployment_status",
     "isvc_status",
     "owner_reference",
-    "pod_for_replicaset",
     "render_deployment",
     "render_service",
-    "replicaset_for",
-    "replicaset_status",
-    "rollout_scale",
     "service_is_current",
-    "template_hash",
 ]
 
 CONTAINER_NAME = "sglang"
@@ -72,10 +63,6 @@ ANNOTATION_EMULATOR_ARGS = "testbed.pulumi-lora.dev/emulator-args"
 ANNOTATION_PROBE_TIME_SCALE = "testbed.pulumi-lora.dev/probe-time-scale"
 """Test knob: the factor on the readiness probe's periods (the kubelet's default when absent)."""
 
-ANNOTATION_DECLARED_PORT = "testbed.pulumi-lora.dev/declared-port"
-"""On a loopback pod: the ``http`` port its spec declared before the testbed gave it its own
-(what a Service's numeric ``targetPort`` names; see ``_llmkube.ServiceProxy``)."""
-
 SERVICE_PORT_DEFAULT = 8080
 """The Service port LLMKube's operator uses when ``spec.endpoint.port`` is unset."""
 
@@ -87,7 +74,6 @@ _TESTBED_ANNOTATIONS = (
     ANNOTATION_PROBE_TIME_SCALE,
 )
 _IMAGE = "lmsysorg/sglang:testbed-emulator"
-_SAFE = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' SafeEncodeString alphabet
 
 
 # --- ownership --------------------------------------------------------------------------------
@@ -286,180 +272,8 @@ def isvc_status(
     }
 
 
-# --- the Deployment controller ------------------------------------------------------------------
-
-
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _safe_encode(text: str) -> str:
-    return "".join(_SAFE[ord(ch) % len(_SAFE)] for ch in text)
-
-
-def template_hash(template: dict[str, Any]) -> str:
-    """``pod-template-hash``: FNV-32a of the template, encoded as Kubernetes encodes it."""
-    value = 0x811C9DC5
-    for byte in json.dumps(template, sort_keys=True).encode():
-        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return _safe_encode(str(value))[:10]
-
-
-def replicaset_for(
-    deployment: dict[str, Any], pod_hash: str, revision: int, replicas: int
-) -> dict[str, Any]:
-    """The ReplicaSet the Deployment controller creates for the current template (pure)."""
-    meta, spec = deployment["metadata"], deployment["spec"]
-    template = copy.deepcopy(spec["template"])
-    template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = pod_hash
-    selector = copy.deepcopy(spec.get("selector", {}))
-    selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash
-    desired = int(spec.get("replicas", 1))
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {
-            "name": f"{meta['name']}-{pod_hash}",
-            "namespace": meta["namespace"],
-            "labels": dict(template["metadata"]["labels"]),
-            "annotations": {
-                REVISION: str(revision),
-                "deployment.kubernetes.io/desired-replicas": str(desired),
-                "deployment.kubernetes.io/max-replicas": str(desired + _max_surge(desired)),
-            },
-            "ownerReferences": [owner_reference(deployment)],
-        },
-        "spec": {"replicas": replicas, "selector": selector, "template": template},
-    }
-
-
-def _max_surge(replicas: int) -> int:
-    return -(-replicas * 25 // 100)  # 25%, rounded up (the RollingUpdate default)
-
-
-def _max_unavailable(replicas: int) -> int:
-    return replicas * 25 // 100  # 25%, rounded down
-
-
-def rollout_scale(
-    desired: int, new_available: int, olds: Sequence[tuple[str, int]]
-) -> dict[str, int]:
-    """Replicas each old ReplicaSet keeps while the new one (already at ``desired``) comes up.
-
-    ``olds`` is ``(name, spec.replicas)``, newest first. Old pods go as new ones become
-    available, so the service never has fewer available pods than before the rollout.
-    """
-    left = max(0, desired - new_available)
-    scaled = {}
-    for name, replicas in olds:
-        keep = min(replicas, left)
-        scaled[name] = keep
-        left -= keep
-    return scaled
-
-
-def _condition(
-    previous: list[dict[str, Any]], kind: str, verdict: tuple[str, str, str], now: str
-) -> dict[str, Any]:
-    """A Deployment condition; its times move only when it changes (``verdict``: status,
-    reason, message)."""
-    status, reason, message = verdict
-    old: dict[str, Any] = next((c for c in previous if c.get("type") == kind), {})
-    changed = not old or (old.get("reason"), old.get("message")) != (reason, message)
-    flipped = not old or old.get("status") != status
-    return {
-        "type": kind,
-        "status": status,
-        "lastUpdateTime": now if changed or flipped else old.get("lastUpdateTime", now),
-        "lastTransitionTime": now if flipped else old.get("lastTransitionTime", now),
-        "reason": reason,
-        "message": message,
-    }
-
-
-def deployment_status(
-    deployment: dict[str, Any],
-    new_rs: dict[str, Any],
-    all_rs: Sequence[dict[str, Any]],
-    *,
-    created_new: bool,
-    now: str,
-) -> dict[str, Any]:
-    """The Deployment status kube-controller-manager writes (pure).
-
-    What pulumi-kubernetes' await logic reads: ``observedGeneration`` equal to the generation,
-    ``Available`` and ``Progressing`` (reason ``NewReplicaSetAvailable`` once the rollout is
-    complete), the replica counts.
-    """
-    desired = int(deployment["spec"].get("replicas", 1))
-
-    def total(field: str) -> int:
-        return sum(int(rs.get("status", {}).get(field, 0)) for rs in all_rs)
-
-    replicas, ready, available = (
-        total("replicas"),
-        total("readyReplicas"),
-        total("availableReplicas"),
-    )
-    updated = int(new_rs.get("status", {}).get("replicas", 0))
-    new_available = int(new_rs.get("status", {}).get("availableReplicas", 0))
-    previous = deployment.get("status", {}).get("conditions", []) or []
-    rs_name = new_rs["metadata"]["name"]
-    if available >= desired - _max_unavailable(desired):
-        avail = ("True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
-    else:
-        avail = (
-            "False",
-            "MinimumReplicasUnavailable",
-            "Deployment does not have minimum availability.",
-        )
-    complete = updated == desired and replicas == desired and new_available >= desired
-    if complete:
-        progress = (
-            "NewReplicaSetAvailable",
-            f'ReplicaSet "{rs_name}" has successfully progressed.',
-        )
-    elif created_new:
-        progress = ("NewReplicaSetCreated", f'Created new replica set "{rs_name}"')
-    else:
-        progress = ("ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.')
-    status: dict[str, Any] = {
-        "observedGeneration": int(deployment["metadata"].get("generation", 1)),
-        "replicas": replicas,
-        "updatedReplicas": updated,
-        "readyReplicas": ready,
-        "availableReplicas": available,
-        "unavailableReplicas": max(0, desired - available),
-        "conditions": [
-            _condition(previous, "Available", avail, now),
-            _condition(previous, "Progressing", ("True", *progress), now),
-        ],
-    }
-    return {k: v for k, v in status.items() if v != 0 or k in ("observedGeneration",)}
-
-
-# --- the ReplicaSet controller ------------------------------------------------------------------
-
-
-def pod_for_replicaset(rs: dict[str, Any], name: str) -> dict[str, Any]:
-    """A Pod the ReplicaSet controller creates from its template, bound to the testbed node."""
-    template = copy.deepcopy(rs["spec"]["template"])
-    meta = template.get("metadata", {})
-    spec = template["spec"]
-    spec["nodeName"] = NODE_NAME
-    spec.setdefault("restartPolicy", "Always")
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": rs["metadata"]["namespace"],
-            "labels": meta.get("labels", {}) or {},
-            "annotations": meta.get("annotations", {}) or {},
-            "ownerReferences": [owner_reference(rs)],
-        },
-        "spec": spec,
-    }
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:
@@ -468,19 +282,6 @@ def pod_ready(pod: dict[str, Any]) -> bool:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") == "True")
     return False
-
-
-def replicaset_status(rs: dict[str, Any], pods: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The ReplicaSet status the ReplicaSet controller writes, from its active pods (pure)."""
-    ready = sum(1 for pod in pods if pod_ready(pod))
-    status = {
-        "replicas": len(pods),
-        "fullyLabeledReplicas": len(pods),
-        "readyReplicas": ready,
-        "availableReplicas": ready,
-        "observedGeneration": int(rs["metadata"].get("generation", 1)),
-    }
-    return {k: v for k, v in status.items() if v != 0 or k in ("replicas", "observedGeneration")}
 
 
 def isvc_path(namespace: str, name: str) -> str:
