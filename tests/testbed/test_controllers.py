@@ -275,7 +275,11 @@ def test_orphaning_keeps_the_dependents(testbed: Testbed, namespace: str) -> Non
     assert handle.pods() and handle.pods()[0].pid is not None and alive(handle.pods()[0].pid)
     done = testbed.kubectl("delete", "deployment", "kept", "-n", namespace, "--timeout=60s")
     assert done.returncode == 0, done.stderr
-    wait_for(lambda: not items(testbed, PODS.format(ns=namespace)), what="pods collected")
+    wait_for(
+        lambda: not items(testbed, PODS.format(ns=namespace)),
+        timeout=GC_TIMEOUT,
+        what="pods collected",
+    )
 
 
 def test_an_image_the_testbed_cannot_run_stays_pending(testbed: Testbed, namespace: str) -> None:
