@@ -16,22 +16,19 @@ network namespaces and veths, its temporary directory) is removed again by
 
 from __future__ import annotations
 
-import atexit
 import base64
-import contextlib
 import json
 import logging
 import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 import yaml
@@ -46,7 +43,6 @@ from pulumi_lora.testing.testbed._certs import (
     write_token_file,
 )
 from pulumi_lora.testing.testbed._containers import (
-    ContainerProcess,
     ContainerRuntime,
     container_runtime_unavailable_reason,
 )
@@ -72,14 +68,14 @@ from pulumi_lora.testing.testbed._netns import (
     sweep_stale_networks,
 )
 from pulumi_lora.testing.testbed._pods import (
-    DEFAULT_EXTRA_ARGS,
     NODE_NAME,
-    InferenceServiceHandle,
     Network,
     PodPlayer,
     Sandbox,
 )
 from pulumi_lora.testing.testbed._rest import KubeRest
+from pulumi_lora.testing.testbed._teardown import register, unregister
+from pulumi_lora.testing.testbed._testbed_pods import PodHelpers, TestbedError
 
 __all__ = [
     "ADMIN_USER",
@@ -100,13 +96,7 @@ _DIR_PREFIX = "pulumi-lora-testbed-"
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
-class TestbedError(RuntimeError):
-    """The testbed was used wrongly (not started, already stopped, ...)."""
-
-    __test__ = False  # not a pytest test class
-
-
-class Testbed:
+class Testbed(PodHelpers):
     """A local Kubernetes control plane for tests: real etcd + kube-apiserver, TLS verified.
 
     Use it as a context manager or call :meth:`start` / :meth:`stop`. Safe to use from several
@@ -208,7 +198,7 @@ class Testbed:
             if self._started:
                 return self
             self._binaries = {name: find_binary(name) for name in BINARIES}
-            _register(self)
+            register(self)
             try:
                 self._start()
             except BaseException:
@@ -390,7 +380,7 @@ class Testbed:
             if self._started:
                 _log.info("testbed %s stopped", self.id)
             self._started = False
-            _unregister(self)
+            unregister(self)
 
     # --- apiserver chaos ---------------------------------------------------------------------
 
@@ -592,127 +582,6 @@ class Testbed:
         player = self._player
         return [] if player is None else player.emulator_pids()
 
-    # --- pods --------------------------------------------------------------------------------
-
-    def deploy_inference_service(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        replicas: int = 2,
-        runtime: str = "sglang",
-        extra_args: Sequence[str] = DEFAULT_EXTRA_ARGS,
-        network: Network = "loopback",
-        startup_delay: float = 0.0,
-        emulator_args: Sequence[str] = (),
-        model: str = "llama-8b",
-        probe_time_scale: float | None = None,
-        endpoint_port: int | None = None,
-    ) -> InferenceServiceHandle:
-        """Create an InferenceService CR; return the handle on what the controllers run for it.
-
-        A thin helper: the testbed's operator and controllers act on any InferenceService, this
-        one only carries the test knobs (``network``, ``startup_delay``, ``emulator_args``,
-        ``probe_time_scale``) as ``testbed.pulumi-lora.dev/`` annotations. ``probe_time_scale``
-        is the factor on the readiness probe's periods (default 0.1, ten probes a second per
-        pod; benchmarks pass 1.0 so that the probes cost what a real kubelet's would). Returns
-        once the pods exist and their emulators were started (not yet Ready: use
-        :meth:`InferenceServiceHandle.wait_ready`). ``network="netns"`` needs root; see
-        :func:`netns_available`. ``endpoint_port`` sets ``spec.endpoint.port``: the port of the
-        Service LLMKube's operator creates (8080 without it, which the pods do not serve).
-        """
-        if network == "netns":
-            reason = netns_unavailable_reason()
-            if reason is not None:
-                raise TestbedError(f"netns pods are unavailable here: {reason}")
-        return self._require_player().deploy(
-            namespace,
-            name,
-            replicas=replicas,
-            runtime=runtime,
-            extra_args=extra_args,
-            network=network,
-            startup_delay=startup_delay,
-            emulator_args=emulator_args,
-            model=model,
-            probe_time_scale=probe_time_scale,
-            endpoint_port=endpoint_port,
-        )
-
-    def inference_service(self, namespace: str, name: str) -> InferenceServiceHandle:
-        """The handle of an InferenceService in the cluster (whoever made it); KeyError if none."""
-        return self._require_player().handle(namespace, name)
-
-    def delete_inference_service(self, namespace: str, name: str) -> None:
-        """Stop an InferenceService's pods and delete them and its CR (frees their processes)."""
-        self.inference_service(namespace, name).delete()
-
-    def restart_pod(self, namespace: str, pod: str) -> None:
-        """Restart a pod's emulator in place (state lost, restartCount+1, same address)."""
-        self._require_player().handle_of_pod(namespace, pod).restart_pod(pod)
-
-    def replace_pod(self, namespace: str, pod: str) -> str:
-        """Delete a pod and create its replacement; returns the new pod's name."""
-        return self._require_player().handle_of_pod(namespace, pod).replace_pod(pod).name
-
-    def kill_pod_process(self, namespace: str, pod: str) -> None:
-        """Crash a pod's emulator without restarting it (Ready becomes False)."""
-        self._require_player().handle_of_pod(namespace, pod).kill_pod_process(pod)
-
-    def crash_pod(self, namespace: str, pod: str) -> None:
-        """SIGKILL any pod's container (the loop's too) as a crash would: no chance to clean up;
-        the kubelet restarts it after its back-off where it restarts crashed containers."""
-        runtime = self._require_player().runtime_of(namespace, pod)
-        runtime.stop_container(crash=True)
-        runtime.publish()
-
-    def pod_host_pid(self, namespace: str, pod: str) -> int | None:
-        """The host's pid of a pod's container process (for ``/proc``), ``None`` unless running.
-
-        For a container: its first process as podman reports it; for a local process: its pid.
-        """
-        process = self._require_player().runtime_of(namespace, pod).process
-        if process is None or not process.alive():
-            return None
-        if isinstance(process, ContainerProcess):
-            return process.host_pid()
-        return process.pid
-
-    def scale(self, namespace: str, name: str, replicas: int) -> None:
-        """Patch the InferenceService's ``spec.replicas``; return once the pods follow."""
-        self.inference_service(namespace, name).scale(replicas)
-
-    def emulator_url(self, namespace: str, pod: str) -> str:
-        """Base URL of a pod's emulator (``http://IP:PORT``)."""
-        return self._require_player().handle_of_pod(namespace, pod).pod(pod).url
-
-    def make_adapter(
-        self,
-        name: str,
-        rank: int = 8,
-        target_modules: Sequence[str] = ("q_proj", "v_proj"),
-    ) -> str:
-        """Write ``adapters/<name>/adapter_config.json`` under the adapter root.
-
-        Returns the path a pod sees, ``/adapters/<name>`` (what a LoRAAdapter's ``spec.path``
-        holds).
-        """
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-            raise ValueError(f"adapter name {name!r} is not a safe directory name")
-        folder = self.adapter_root / "adapters" / name
-        folder.mkdir(parents=True, exist_ok=True)
-        config = {
-            "peft_type": "LORA",
-            "task_type": "CAUSAL_LM",
-            "r": rank,
-            "lora_alpha": 2 * rank,
-            "lora_dropout": 0.0,
-            "target_modules": list(target_modules),
-            "base_model_name_or_path": "llama-8b",
-        }
-        (folder / "adapter_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        return f"/adapters/{name}"
-
     # --- internals ---------------------------------------------------------------------------
 
     def _require_apiserver(self) -> ApiServer:
@@ -729,53 +598,3 @@ class Testbed:
         if self._player is None:
             raise TestbedError("the testbed is not started")
         return self._player
-
-
-# --- process-wide teardown -------------------------------------------------------------------
-
-_live: set[Testbed] = set()
-_live_lock = threading.RLock()  # re-entered by the SIGTERM handler on the main thread
-_hooks_installed = False
-
-
-def _register(testbed: Testbed) -> None:
-    global _hooks_installed  # noqa: PLW0603 - install the process-wide hooks once
-    with _live_lock:
-        _live.add(testbed)
-        if _hooks_installed:
-            return
-        _hooks_installed = True
-    atexit.register(_stop_all)
-    if threading.current_thread() is threading.main_thread():
-        with contextlib.suppress(ValueError, OSError):
-            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-                signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def _unregister(testbed: Testbed) -> None:
-    with _live_lock:
-        _live.discard(testbed)
-
-
-def _stop_all() -> None:
-    with _live_lock:
-        live = list(_live)
-    for testbed in live:
-        try:
-            testbed.stop()
-        except Exception:  # teardown of one must not keep the others alive
-            _log.exception("stopping testbed %s failed", testbed.id)
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM: stop every testbed, then die of SIGTERM as if no handler had been installed.
-
-    Dying by the signal (rather than raising ``SystemExit``) keeps the default meaning of SIGTERM
-    for the host program: pytest, for one, would report a ``SystemExit`` as a failed test and
-    carry on. The locks the teardown takes are re-entrant, so interrupting the main thread inside
-    the testbed's own code cannot deadlock it.
-    """
-    _log.warning("SIGTERM: stopping %d testbed(s)", len(_live))
-    _stop_all()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
