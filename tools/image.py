@@ -336,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             build_image(args.engine, tag, base, key)
             log(f"{tag}: built")
+            # The images this tool built before, now untagged: nobody else's are touched.
+            run([args.engine, "image", "prune", "--force", "--filter", f"label={INPUTS_LABEL}"])
         step("image", began)
         description = describe(args.engine, tag)
     except (ImageError, OSError, StopIteration) as exc:

@@ -124,3 +124,20 @@ def test_a_deleted_loop_pod_gets_sigterm_and_releases_its_lease(
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert names.index("shutting_down") < names.index("lease_released") < names.index("stopped")
+
+
+def test_a_stopped_testbed_leaves_no_container_behind(runtime: None) -> None:
+    """Stopped while its loop pods were still being created (a ``podman run`` cut short leaves
+    a container in ``Created``, which ``--rm`` never removes): none of its containers remain."""
+    with Testbed(llmkube_lora_controller=False) as bed:
+        namespace = bed.create_namespace("leak")
+        manifests = resync_manifests(
+            namespace, loop_image(), watch_namespace=namespace, replicas=2, name="leak"
+        )
+        bed.apply_manifests(m for m in manifests if "AdmissionPolicy" not in m["kind"])
+        wait_for(lambda: len(pod_names(bed, namespace)) == 2, "the loop's two pods")
+    left = subprocess.run(
+        ["podman", "ps", "--all", "--format", "{{.Names}}", "--filter", f"name=_{namespace}_"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert left.stdout.strip() == ""

@@ -374,14 +374,23 @@ class ContainerProcess(InClusterProcess):
                 self._runtime(
                     "stop", "--time", str(grace), self.container_name, timeout=grace + _STOP_SLACK
                 )
-            return super().stop(max(timeout, _STOP_SLACK))
+            code = super().stop(max(timeout, _STOP_SLACK))
+            self._remove()
+            return code
 
     def kill(self) -> int | None:
         """SIGKILL the container at once (a crash), and reap ``podman run``."""
         with self._lock:
             if self.alive():
                 self._runtime("kill", "--signal", "KILL", self.container_name, timeout=_STOP_SLACK)
-            return super().stop(_STOP_SLACK)
+            code = super().stop(_STOP_SLACK)
+            self._remove()
+            return code
+
+    def _remove(self) -> None:
+        """Remove the container even if it never started (``--rm`` acts only on an exit): a
+        ``podman run`` stopped while it was still creating leaves one in ``Created``."""
+        self._runtime("rm", "--force", "--ignore", self.container_name, timeout=_STOP_SLACK)
 
 
 def _write_service_account(directory: Path, token: str, ca_pem: str, namespace: str) -> None:
