@@ -220,6 +220,7 @@ def test_played_controller_loads_one_random_pod_through_the_service(
     wait_for(
         "the serving pods to be those LLMKube loaded", lambda: serving() == loaded_by_llmkube()
     )
+    starts = {pod.name: pod.restart_count for pod in handle.pods()}
     cr = kubectl_cr(bed, namespace, "played")
     assert cr is not None and cr["metadata"]["finalizers"] == [LLMKUBE_FINALIZER]
     reasons = {"FinalizerAdded", "ReconcileSuccess", "AlreadyLoaded", "LoadUnsuccessful"}
@@ -232,7 +233,11 @@ def test_played_controller_loads_one_random_pod_through_the_service(
     assert bed.kubectl("delete", "lora", "played", "-n", namespace, "--wait=true").returncode == 0
     unloads = [r for r in llmkube.requests("/unload_lora_adapter") if r.lora_name == "played"]
     assert len(unloads) == 1, unloads
-    had = loaded_by_llmkube()  # final: nothing loads a deleted CR
+    # A container the kubelet restarted since (its liveness probe, on a starved machine) lost
+    # its adapters as SGLang does: what LLMKube loaded there is no longer served.
+    now = {pod.name: pod.restart_count for pod in handle.pods()}
+    restarted = {name for name, count in starts.items() if now.get(name, count + 1) != count}
+    had = [pod for pod in loaded_by_llmkube() if pod not in restarted]  # nothing loads it now
     if unloads[0].pod in had:
         assert unloads[0].status == 200
         assert serving() == [p for p in had if p != unloads[0].pod]
