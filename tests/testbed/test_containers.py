@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.loop import wait_until
 from pulumi_lora.testing.testbed import (
     Testbed,
     container_runtime_unavailable_reason,
@@ -50,23 +49,13 @@ def root_image(runtime: None) -> Iterator[str]:
     subprocess.run(["podman", "rmi", "--force", ROOT_IMAGE], capture_output=True, check=False)
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    pytest.fail(f"not within {timeout:.0f}s: {what}")
-
-
 def deploy_loop(testbed: Testbed, namespace: str, image: str) -> str:
     """The loop's manifests with ``image``, watching ``namespace`` only; returns the pod's name."""
     manifests = resync_manifests(
         namespace, image, watch_namespace=namespace, name=f"loop-{namespace}"[:50]
     )
     testbed.apply_manifests(m for m in manifests if "AdmissionPolicy" not in m["kind"])
-    return str(wait_for(lambda: pod_names(testbed, namespace), "the loop's pod")[0])
+    return str(wait_until(lambda: pod_names(testbed, namespace), 60, what="the loop's pod")[0])
 
 
 def pod_names(testbed: Testbed, namespace: str) -> list[str]:
@@ -86,7 +75,9 @@ def test_run_as_non_root_refuses_an_image_that_runs_as_root(
     testbed: Testbed, namespace: str, root_image: str
 ) -> None:
     pod = deploy_loop(testbed, namespace, root_image)
-    state = wait_for(lambda: waiting(testbed, namespace, pod).get("message"), "a refusal")
+    state = wait_until(
+        lambda: waiting(testbed, namespace, pod).get("message"), 60, what="a refusal"
+    )
     uid = json.loads(testbed.kubectl("get", "pod", pod, "-n", namespace, "-o", "json").stdout)[
         "metadata"
     ]["uid"]
@@ -104,7 +95,9 @@ def test_an_image_the_node_lacks_names_how_to_build_it(
     testbed: Testbed, namespace: str, runtime: None
 ) -> None:
     pod = deploy_loop(testbed, namespace, "ghcr.io/acme/pulumi-lora:9.9.9")
-    message = wait_for(lambda: waiting(testbed, namespace, pod).get("message"), "a refusal")
+    message = wait_until(
+        lambda: waiting(testbed, namespace, pod).get("message"), 60, what="a refusal"
+    )
     assert waiting(testbed, namespace, pod)["reason"] == "ErrImagePull"
     assert '"ghcr.io/acme/pulumi-lora:9.9.9" is not in the node\'s local storage' in message
     assert "python3 tools/image.py" in message
@@ -115,12 +108,14 @@ def test_a_deleted_loop_pod_gets_sigterm_and_releases_its_lease(
 ) -> None:
     pod = deploy_loop(testbed, namespace, loop_image())
     log = testbed.directory / "pods" / f"{namespace}_{pod}.log"
-    wait_for(lambda: log.exists() and '"leadership_acquired"' in log.read_text(), "leadership")
+    wait_until(
+        lambda: log.exists() and '"leadership_acquired"' in log.read_text(), 60, what="leadership"
+    )
     pid = testbed.pod_host_pid(namespace, pod)
     assert pid is not None
     done = testbed.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
     assert done.returncode == 0, done.stderr
-    wait_for(lambda: '"stopped"' in log.read_text(), "the loop's clean stop", timeout=30)
+    wait_until(lambda: '"stopped"' in log.read_text(), 30, what="the loop's clean stop")
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert names.index("shutting_down") < names.index("lease_released") < names.index("stopped")
@@ -135,7 +130,7 @@ def test_a_stopped_testbed_leaves_no_container_behind(runtime: None) -> None:
             namespace, loop_image(), watch_namespace=namespace, replicas=2, name="leak"
         )
         bed.apply_manifests(m for m in manifests if "AdmissionPolicy" not in m["kind"])
-        wait_for(lambda: len(pod_names(bed, namespace)) == 2, "the loop's two pods")
+        wait_until(lambda: len(pod_names(bed, namespace)) == 2, 60, what="the loop's two pods")
     left = subprocess.run(
         ["podman", "ps", "--all", "--format", "{{.Names}}", "--filter", f"name=_{namespace}_"],
         capture_output=True, text=True, check=True,

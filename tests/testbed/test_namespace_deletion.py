@@ -10,7 +10,6 @@ own Namespace could be destroyed.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,21 +17,11 @@ import pytest
 
 from pulumi_lora._models import LLMKUBE_FINALIZER
 from pulumi_lora.deploy import resync_manifests
+from pulumi_lora.testing.loop import wait_until
 from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, Testbed
 from pulumi_lora.testing.testbed._process import alive
 
 CRS = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/{plural}"
-
-
-def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def apply(testbed: Testbed, *manifests: dict[str, Any]) -> None:
@@ -80,7 +69,7 @@ def test_a_namespace_holding_the_platform_deletes_completely(testbed: Testbed) -
     cluster_wide = [m for m in loop if m["metadata"].get("namespace") != ns]
     apply(testbed, isvc, *adapters, *loop)
     try:
-        handle = wait_for(lambda: _handle(testbed, ns), what="the operator's Deployment")
+        handle = wait_until(lambda: _handle(testbed, ns), 30, what="the operator's Deployment")
         pids = [info.pid for info in handle.wait_ready(30)]
         listed = testbed.kubectl("get", "all,loraadapters,serviceaccounts,roles,rolebindings",
                                  "-n", ns, "-o", "name")  # fmt: skip
@@ -89,11 +78,12 @@ def test_a_namespace_holding_the_platform_deletes_completely(testbed: Testbed) -
                 "loraadapter.inference.llmkube.dev/sql"} <= held, held  # fmt: skip
         assert len([h for h in held if h.startswith("pod/llama-")]) == 2
         # LLMKube's LoRA controller put its finalizer on each: it must take it off again.
-        wait_for(
+        wait_until(
             lambda: all(
                 LLMKUBE_FINALIZER in (cr["metadata"].get("finalizers") or [])
                 for cr in testbed.rest.get(CRS.format(ns=ns, plural="loraadapters"))["items"]
             ),
+            30,
             what="LLMKube's finalizer on the LoRAAdapters",
         )
 
