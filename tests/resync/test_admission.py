@@ -324,27 +324,31 @@ def test_admission_policies_are_opt_in() -> None:
     assert "replicaset-controller" in policies[2]["spec"]["validations"][-1]["expression"]
 
 
-@pulumi.runtime.test
-def test_the_component_creates_the_admission_policies() -> pulumi.Output[Any]:
+def test_the_component_creates_the_admission_policies() -> None:
     recorder = Recorder()
-    pulumi.runtime.set_mocks(recorder, preview=False)
-    loop = ResyncDeployment("guarded", namespace="ops", image="img:1", admission_policies=True)
-    expected = resync_manifests("ops", "img:1", admission_policies=True)[-6:]
 
-    def check(_: Any) -> None:
-        registered = {r.name: r for r in recorder.resources}
-        for manifest in expected:
-            suffix = manifest["metadata"]["name"].removeprefix(DEFAULT_NAME + "-")
-            args = registered[f"guarded-{manifest['kind'].lower()}-{suffix}"]
-            assert args.typ == f"kubernetes:admissionregistration.k8s.io/v1:{manifest['kind']}"
-            assert json.loads(json.dumps(args.inputs)) == manifest
+    @pulumi.runtime.test
+    def declare() -> pulumi.Output[Any]:
+        pulumi.runtime.set_mocks(recorder, preview=False)
+        loop = ResyncDeployment("guarded", namespace="ops", image="img:1", admission_policies=True)
 
-    def outputs(values: list[Any]) -> None:
-        # Every output names its own object, whatever follows the Deployment in the manifests.
-        assert values == [DEFAULT_NAME, DEFAULT_NAME, "ops"]
-        check(values)
+        def outputs(values: list[Any]) -> None:
+            # Every output names its own object, whatever follows the Deployment in the manifests.
+            assert values == [DEFAULT_NAME, DEFAULT_NAME, "ops"]
 
-    return pulumi.Output.all(loop.deployment, loop.service_account, loop.namespace).apply(outputs)
+        return pulumi.Output.all(loop.deployment, loop.service_account, loop.namespace).apply(
+            outputs
+        )
+
+    # The mocked program returns only once every registration has finished (the outputs above may
+    # resolve before the policies are registered), so the recorder is complete here.
+    declare()
+    registered = {r.name: r for r in recorder.resources}
+    for manifest in resync_manifests("ops", "img:1", admission_policies=True)[-6:]:
+        suffix = manifest["metadata"]["name"].removeprefix(DEFAULT_NAME + "-")
+        args = registered[f"guarded-{manifest['kind'].lower()}-{suffix}"]
+        assert args.typ == f"kubernetes:admissionregistration.k8s.io/v1:{manifest['kind']}"
+        assert json.loads(json.dumps(args.inputs)) == manifest
 
 
 # --- the project under the policies -------------------------------------------------------------
