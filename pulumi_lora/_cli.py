@@ -7,6 +7,8 @@ optional dependency only affects the subcommand that needs it.
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 from typing import Any
 
 import click
@@ -77,4 +79,17 @@ def emulate(ctx: click.Context) -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    _die_on_sigterm_as_pid_one()
     cli()
+
+
+def _die_on_sigterm_as_pid_one() -> None:
+    """As a container's first process, end on SIGTERM as any other process would.
+
+    The kernel drops a signal sent to a PID namespace's init that has no handler for it, so a
+    ``pulumi-lora resync`` told to stop while still importing (a pod deleted right after it was
+    replaced, a rollout) would sit out the whole grace period until the kubelet's SIGKILL. The
+    loop installs its own graceful handler once it runs; until then there is nothing to drain.
+    """
+    if os.getpid() == 1:
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(128 + signal.SIGTERM))

@@ -121,6 +121,25 @@ def test_a_deleted_loop_pod_gets_sigterm_and_releases_its_lease(
     assert names.index("shutting_down") < names.index("lease_released") < names.index("stopped")
 
 
+def test_a_loop_pod_deleted_as_it_starts_stops_at_once(
+    testbed: Testbed, namespace: str, runtime: None
+) -> None:
+    """Deleted while the loop is still importing (as a container's PID 1 without a handler a
+    SIGTERM would be dropped by the kernel) or before its container even started (the kubelet
+    must still finish the deletion): either way it goes at once, not after its 30 s grace."""
+    pod = deploy_loop(testbed, namespace, loop_image())
+    wait_until(lambda: testbed.pod_host_pid(namespace, pod), 60, interval=0.01, what="a process")
+    done = testbed.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
+    assert done.returncode == 0, done.stderr
+    wait_until(lambda: pod not in pod_names(testbed, namespace), 15, what="the pod to go")
+    (replacement,) = wait_until(lambda: pod_names(testbed, namespace), 30, interval=0.01)
+    done = testbed.kubectl("delete", "pod", replacement, "-n", namespace, "--wait=false")
+    assert done.returncode == 0, done.stderr
+    wait_until(
+        lambda: replacement not in pod_names(testbed, namespace), 15, what="the replacement to go"
+    )
+
+
 def test_a_stopped_testbed_leaves_no_container_behind(runtime: None) -> None:
     """Stopped while its loop pods were still being created (a ``podman run`` cut short leaves
     a container in ``Created``, which ``--rm`` never removes): none of its containers remain."""

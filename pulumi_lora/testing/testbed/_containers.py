@@ -37,6 +37,7 @@ import resource
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -353,6 +354,20 @@ class ContainerProcess(InClusterProcess):
         pid = done.stdout.strip()
         return int(pid) if done.returncode == 0 and pid.isdigit() and int(pid) > 0 else None
 
+    def _started(self) -> bool:
+        """Wait until the container's process runs, as the kubelet's pod worker finishes a
+        container's start before it stops it; whether it runs.
+
+        A signal sent while the runtime is still creating the container reaches ``runc init``
+        and is lost at the ``exec``: the container would then run out its whole grace period.
+        """
+        deadline = time.monotonic() + _STOP_SLACK
+        while self.alive() and time.monotonic() < deadline:
+            if self.host_pid() is not None:
+                return True
+            time.sleep(0.05)
+        return self.alive()
+
     def _runtime(self, *args: str, timeout: float) -> None:
         done = subprocess.run(
             ["podman", *args], capture_output=True, text=True, timeout=timeout, check=False
@@ -361,15 +376,15 @@ class ContainerProcess(InClusterProcess):
             _log.warning("podman %s: %s", " ".join(args), done.stderr.strip()[-300:])
 
     def terminate(self) -> None:
-        """SIGTERM the container without waiting."""
-        if self.alive():
+        """SIGTERM the container without waiting (once it has started)."""
+        if self._started():
             self._runtime("kill", "--signal", "TERM", self.container_name, timeout=_STOP_SLACK)
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after the pod's ``terminationGracePeriodSeconds``, by the
         runtime (``timeout`` is the caller's wait for a process; a container gets its grace)."""
         with self._lock:
-            if self.alive():
+            if self._started():
                 grace = max(0, round(self.grace))
                 self._runtime(
                     "stop", "--time", str(grace), self.container_name, timeout=grace + _STOP_SLACK

@@ -570,12 +570,13 @@ def http_probe(host: str, port: int, path: str) -> bool:
     return 200 <= status < 400
 
 
-def delete_now(rest: KubeRest, runtime: PodRuntime) -> None:
+def delete_now(rest: KubeRest, pod: dict[str, Any]) -> None:
     """Remove the Pod object at once (what the kubelet does once its containers stopped)."""
+    meta = pod["metadata"]
     with contextlib.suppress(*_API_ERRORS):
         rest.request(
             "DELETE",
-            runtime.path,
-            body={"gracePeriodSeconds": 0, "preconditions": {"uid": runtime.uid}},
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
             allow=(404, 409),
         )

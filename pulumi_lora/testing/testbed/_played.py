@@ -202,7 +202,15 @@ class ClusterPlay:
             if pod is None or _terminating(pod):
                 self._stop(runtime)
         for uid, pod in bound.items():
-            if uid not in self.runtimes and not _terminating(pod):
+            if uid in self.runtimes:
+                continue
+            if _terminating(pod):
+                # Deleted before its containers started: nothing to stop, so the kubelet
+                # finishes the deletion at once (else it stays Terminating for good).
+                self.writes += 1
+                delete_now(self.kubelet.rest, pod)
+                self.caches.pods.note_deleted(pod)
+            else:
                 self._start(pod)
 
     def _start(self, pod: dict[str, Any]) -> None:
@@ -228,7 +236,7 @@ class ClusterPlay:
         runtime.stop_container()
         runtime.publish()
         runtime.shutdown()
-        delete_now(self.kubelet.rest, runtime)
+        delete_now(self.kubelet.rest, runtime.pod)
         self.caches.pods.note_deleted(runtime.pod)
         self.runtimes = {k: v for k, v in self.runtimes.items() if k != runtime.uid}
         _log.info("pod %s/%s removed", runtime.namespace, runtime.name)
