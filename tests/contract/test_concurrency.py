@@ -36,6 +36,29 @@ def test_concurrent_loads_are_serialized_and_none_is_lost(
     assert emulator.models() == paths
 
 
+def test_waiting_loads_are_served_in_arrival_order(
+    start: StartEmulator, make_adapter: AdapterFactory
+) -> None:
+    """SGLang's ``lora_update_lock`` is an ``asyncio.Lock``: waiters go first come, first served.
+    Every load arrives while the first still holds the lock; each sees exactly those before it."""
+    emulator = start(**LORA, latency={"/load_lora_adapter": 0.2})
+    names = [f"q{index}" for index in range(5)]
+    paths = {name: make_adapter(name) for name in names}
+    url = emulator.server.url
+
+    def load(index: int) -> list[str]:
+        time.sleep(0.025 * index)
+        with client(url) as own:
+            body = {"lora_name": names[index], "lora_path": paths[names[index]]}
+            response = own.post("/load_lora_adapter", json=body)
+        assert response.status_code == 200, response.text
+        return sorted(response.json()["loaded_adapters"])
+
+    with ThreadPoolExecutor(len(names)) as pool:
+        seen = list(pool.map(load, range(len(names))))
+    assert seen == [sorted(names[: index + 1]) for index in range(len(names))]
+
+
 def test_concurrent_loads_of_one_name_succeed_once(
     start: StartEmulator, make_adapter: AdapterFactory
 ) -> None:

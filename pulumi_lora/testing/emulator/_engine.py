@@ -1,9 +1,10 @@
 """The state machine made safe for a threaded server, and the launch that builds it.
 
-Loads and unloads (explicit, implicit reloads and evictions) are serialized by one lock, as in
-SGLang; every other request only takes the short state lock, so ``/v1/models`` and inference stay
-concurrent with a slow load. Waiting for an adapter's in-flight requests uses a condition on the
-state lock, so an unload answers only after they finish.
+Loads and unloads (explicit, implicit reloads and evictions) are serialized by one lock taken in
+arrival order, as SGLang's ``lora_update_lock`` (an ``asyncio.Lock``, whose waiters are woken
+first come, first served); every other request only takes the short state lock, so
+``/v1/models`` and inference stay concurrent with a slow load. Waiting for an adapter's in-flight
+requests uses a condition on the state lock, so an unload answers only after they finish.
 """
 
 from __future__ import annotations
@@ -35,6 +36,31 @@ class EmulatorLaunchError(RuntimeError):
     """The server cannot start: a ``--lora-paths`` adapter is unreadable or refused."""
 
 
+class FifoLock:
+    """A lock granted in the order it was asked for (``threading.Lock`` promises no order)."""
+
+    def __init__(self) -> None:
+        self._turns = threading.Condition()
+        self._issued = 0  # tickets handed out
+        self._serving = 0  # the ticket that holds the lock
+
+    def __enter__(self) -> None:
+        with self._turns:
+            ticket = self._issued
+            self._issued += 1
+            self._turns.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._turns:
+            self._serving += 1
+            self._turns.notify_all()
+
+    def locked(self) -> bool:
+        """Whether someone holds it."""
+        with self._turns:
+            return self._serving != self._issued
+
+
 class Engine:
     """One server's LoRA state behind its locks; every method may be called from any thread."""
 
@@ -42,7 +68,7 @@ class Engine:
         self._state = state
         self._read = read
         self._sleep = sleep
-        self._update_lock = threading.Lock()
+        self._update_lock = FifoLock()
         self._changed = threading.Condition()
 
     def load(

@@ -10,8 +10,10 @@ Played step for step from ``internal/controller/loraadapter_controller.go``:
 
 * controller-runtime's queue: one worker; every watch event of a LoRAAdapter (its own writes
   included: the controller sets no predicate) queues the key at once; an error requeues it
-  rate-limited (5 ms doubling per failure up to 1000 s, the default item limiter); a
-  ``RequeueAfter`` forgets the failures and requeues after the delay; success forgets them.
+  rate-limited by controller-runtime's default limiter (``SetupWithManager`` sets none): the
+  larger of the per-item back-off (5 ms doubling per failure up to 1000 s) and the overall
+  bucket's wait (10 per second, a burst of 100, shared by every key); a ``RequeueAfter``
+  forgets the failures and requeues after the delay; success forgets them.
 * Reconcile: a CR being deleted that carries the finalizer is unloaded through the Service when
   the InferenceService is sglang and has ``status.endpoint`` (errors only noted in status, whose
   write's error is ignored), then the finalizer is removed (a plain Update). A CR without the
@@ -108,7 +110,28 @@ REQUEUE_SECONDS = 30.0
 SKIP_WINDOW_SECONDS = 120.0
 BACKOFF_BASE_SECONDS = 0.005
 BACKOFF_MAX_SECONDS = 1000.0
+BUCKET_RATE = 10.0
+BUCKET_BURST = 100
 _ADAPTERS = f"/apis/{GROUP}/{VERSION}"
+
+
+class Bucket:
+    """``golang.org/x/time/rate``'s limiter as workqueue's ``BucketRateLimiter`` uses it: every
+    rate-limited requeue reserves a token, and waits until the bucket would have held it."""
+
+    def __init__(self, rate: float = BUCKET_RATE, burst: int = BUCKET_BURST) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)
+        self._at: float | None = None
+
+    def reserve(self, now: float) -> float:
+        """Take a token at ``now`` (seconds); how long to wait for it."""
+        if self._at is not None:
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        self._tokens -= 1
+        return max(0.0, -self._tokens / self.rate)
 
 
 @dataclass(frozen=True)
@@ -159,6 +182,7 @@ class LLMKubeLoRAController:
         self.informer = Informer(rest, f"{_ADAPTERS}/{PLURAL}", self._wake.set)
         self._seen: dict[tuple[str, str], str] = {}
         self._failures: dict[tuple[str, str], int] = {}
+        self._bucket = Bucket()
         self._waiting: list[tuple[float, tuple[str, str]]] = []  # heap of (due, key)
         self._ready: list[tuple[str, str]] = []
         self._thread: threading.Thread | None = None
@@ -201,7 +225,10 @@ class LLMKubeLoRAController:
             except Exception as exc:  # what controller-runtime does with a returned error
                 failures = self._failures.get(key, 0)
                 self._failures[key] = failures + 1
-                delay = min(BACKOFF_BASE_SECONDS * 2**failures, BACKOFF_MAX_SECONDS)
+                delay = max(
+                    min(BACKOFF_BASE_SECONDS * 2**failures, BACKOFF_MAX_SECONDS),
+                    self._bucket.reserve(time.monotonic() / self.time_scale),
+                )
                 with self._lock:
                     self.stats.errors += 1
                 _log.debug("llmkube: reconcile %s/%s failed: %s", *key, exc)
