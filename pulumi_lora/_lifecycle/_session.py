@@ -3,6 +3,7 @@ and the parallel execution of a plan on every pod."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -179,6 +180,20 @@ class Session:
                 crs[(namespace, name)] = cr
         return list(crs.values())
 
+    def shared_cr(self) -> Mapping[str, Any] | None:
+        """This resource's CR as the shared listing has it (see ``adapters``), or None.
+
+        Only its presence is taken from the listing: a CR the listing lacks (deleted, or made
+        since the listing started) is read afresh before it is called gone, and so is every CR
+        when the cluster-wide listing can't be had (RBAC that grants only the namespace).
+        """
+        key = (self.args.namespace, self.args.cr_name)
+        with contextlib.suppress(ClusterError):
+            found = next((cr for cr in self.adapters() if cr_key(cr) == key), None)
+            if found is not None:
+                return found
+        return k8s.get_adapter(self.kube, *key)
+
     def _list_adapters(self) -> CrListing:
         started = time.monotonic()
         return CrListing(started, tuple(k8s.list_adapters(self.kube)))
@@ -332,9 +347,10 @@ class Session:
             loaded_path=self.args.path if loaded else stored.loaded_path,
             last_loaded_at=now if did_load else stored.last_loaded_at,
         )
-        k8s.apply_adapter_status(
+        written = k8s.apply_adapter_status(
             self.kube, meta["namespace"], meta["name"], status.wire(), STATUS_MANAGER
         )
+        OWN_CRS.record((self.source, meta["namespace"], meta["name"]), written)
         pods = reports(outcomes or [], now) + untrusted_reports(untrusted or {})
         return state_from_cr({**cr, "status": status.wire()}, pods)
 

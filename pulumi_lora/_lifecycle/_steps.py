@@ -161,8 +161,11 @@ def observe(
 ) -> AdapterState | None:
     """What the cluster says now (refresh): None when the CR is gone.
 
-    The CR is always read afresh; the target's pods are looked at afresh, or through ``looks``
-    (``LOOKS``: shared with this process's other operations, at most its max age old).
+    Without ``looks`` the CR and the target's pods are read afresh. With them (``LOOKS``: the
+    provider's reads and diffs) both are shared with this process's other operations, at most
+    their max age old: the pods through ``looks``, the CR through the cluster's CR listing with
+    this process's own writes laid over it (``Session.shared_cr``); a delegated adapter's CR,
+    whose status is the loop's verdict, is always read afresh.
 
     The pods are the truth: the conditions are this project's verdict on what the pods serve
     now (``observed_conditions``), not what the CR's status says, which another writer (LLMKube's
@@ -170,7 +173,11 @@ def observe(
     ``previous`` (the conditions last reported) keeps each unchanged condition's ``since``.
     """
     session = Session(args, config)
-    cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    cr = (
+        session.shared_cr()
+        if looks is not None and args.transport is not Transport.DELEGATED
+        else k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    )
     if cr is None:
         return None
     spec = cr.get("spec") or {}

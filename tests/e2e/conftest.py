@@ -118,8 +118,9 @@ class AuditCounter:
         self.log, self.namespace = log, namespace
         self.offset = log.stat().st_size
 
-    def count(self, verb: str, resource: str) -> int:
-        """How many ``verb`` requests on ``resource`` in the namespace since construction."""
+    def count(self, verb: str, resource: str, *, cluster_wide: bool = False) -> int:
+        """How many ``verb`` requests on ``resource`` in the namespace (``cluster_wide``: across
+        every namespace, as a cluster-wide LIST) since construction."""
         found = 0
         with self.log.open("rb") as lines:
             lines.seek(self.offset)
@@ -130,7 +131,7 @@ class AuditCounter:
                     event.get("stage") == "ResponseComplete"
                     and event.get("verb") == verb
                     and ref.get("resource") == resource
-                    and ref.get("namespace") == self.namespace
+                    and ref.get("namespace") == (None if cluster_wide else self.namespace)
                     # LLMKube's LoRA controller (played by every testbed) is not ours to count
                     and (event.get("user") or {}).get("username") != LLMKUBE_CONTROLLER_USER
                 )

@@ -12,6 +12,7 @@ import pytest
 
 from pulumi_lora import _cluster as k8s
 from pulumi_lora import _lifecycle as lifecycle
+from pulumi_lora._errors import ClusterError
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora._shared_views import OwnWrites, SharedViews
 
@@ -199,44 +200,46 @@ def cr(namespace: str, name: str, adapter: str, target: str = "llama") -> dict[s
     }
 
 
+@pytest.fixture
+def listed(monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
+    """What the cluster lists, one entry per LIST request made."""
+    calls: list[list[dict[str, Any]]] = []
+    stored = [cr("models", "other", "chat-lora")]
+
+    def list_adapters(_client: object, _namespace: str | None = None) -> list[dict[str, Any]]:
+        calls.append(list(stored))
+        return list(stored)
+
+    monkeypatch.setattr(k8s, "list_adapters", list_adapters)
+    monkeypatch.setattr(lifecycle.Session, "kube", property(lambda _self: None))
+    return calls
+
+
+def session(adapter: str, name: str, kubeconfig: str = "/bench") -> lifecycle.Session:
+    """A session for ``models/name`` declaring ``adapter`` on ``llama`` (cluster ``kubeconfig``)."""
+    args = AdapterArgs(
+        adapter_name=adapter,
+        path="/a",
+        inference_service="llama",
+        namespace="models",
+        resource_name=name,
+    )
+    return lifecycle.Session(args, lifecycle.ProviderConfig(kubeconfig=kubeconfig))
+
+
 class TestCollisionChecksShareOneListing:
     """N creates list the cluster's CRs once per max age, and still see their own writes."""
-
-    @pytest.fixture
-    def listed(self, monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
-        """What the cluster lists, one entry per LIST request made."""
-        calls: list[list[dict[str, Any]]] = []
-        stored = [cr("models", "other", "chat-lora")]
-
-        def list_adapters(_client: object, _namespace: str | None = None) -> list[dict[str, Any]]:
-            calls.append(list(stored))
-            return list(stored)
-
-        monkeypatch.setattr(k8s, "list_adapters", list_adapters)
-        monkeypatch.setattr(lifecycle.Session, "kube", property(lambda _self: None))
-        return calls
-
-    @staticmethod
-    def session(adapter: str, name: str, kubeconfig: str = "/bench") -> lifecycle.Session:
-        args = AdapterArgs(
-            adapter_name=adapter,
-            path="/a",
-            inference_service="llama",
-            namespace="models",
-            resource_name=name,
-        )
-        return lifecycle.Session(args, lifecycle.ProviderConfig(kubeconfig=kubeconfig))
 
     def test_one_listing_serves_many_checks_and_own_writes_are_seen(
         self, listed: list[list[dict[str, Any]]]
     ) -> None:
         target = k8s.Target("models", "llama", "sglang", 1)
-        first = self.session("sql-lora", "first", kubeconfig="/own-writes")
+        first = session("sql-lora", "first", kubeconfig="/own-writes")
         assert first.claims(target, None, shared=True) == []
         lifecycle.OWN_CRS.record(
             (first.source, "models", "first"), cr("models", "first", "sql-lora")
         )
-        second = self.session("sql-lora", "second", kubeconfig="/own-writes")
+        second = session("sql-lora", "second", kubeconfig="/own-writes")
         claimed = second.claims(target, None, shared=True)
         assert [c["metadata"]["name"] for c in claimed] == ["first"]
         lifecycle.OWN_CRS.record((first.source, "models", "first"), None)
@@ -247,19 +250,71 @@ class TestCollisionChecksShareOneListing:
         self, listed: list[list[dict[str, Any]]]
     ) -> None:
         target = k8s.Target("models", "llama", "sglang", 1)
-        elsewhere = self.session("sql-lora", "first", kubeconfig="/elsewhere")
+        elsewhere = session("sql-lora", "first", kubeconfig="/elsewhere")
         lifecycle.OWN_CRS.record(
             (elsewhere.source, "models", "first"), cr("models", "first", "sql-lora")
         )
-        here = self.session("sql-lora", "second", kubeconfig="/here")
+        here = session("sql-lora", "second", kubeconfig="/here")
         assert here.claims(target, None, shared=True) == []
 
     def test_a_fresh_check_lists_every_time(self, listed: list[list[dict[str, Any]]]) -> None:
         target = k8s.Target("models", "llama", "sglang", 1)
-        session = self.session("chat-lora", "mine", kubeconfig="/fresh")
-        assert len(session.claims(target, None)) == 1
-        assert len(session.claims(target, None)) == 1
+        fresh = session("chat-lora", "mine", kubeconfig="/fresh")
+        assert len(fresh.claims(target, None)) == 1
+        assert len(fresh.claims(target, None)) == 1
         assert len(listed) == 2
+
+
+class TestReadsShareOneListing:
+    """A refresh's reads take their CR from the shared listing, not a GET each."""
+
+    def test_many_reads_one_listing_and_own_writes_laid_over(
+        self, listed: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        got: list[tuple[str, str]] = []
+
+        def get_adapter(_client: object, namespace: str, name: str) -> dict[str, Any] | None:
+            got.append((namespace, name))
+            return None
+
+        monkeypatch.setattr(k8s, "get_adapter", get_adapter)
+        other = session("chat-lora", "other", kubeconfig="/reads")
+        assert other.shared_cr() == cr("models", "other", "chat-lora")
+        mine = session("sql-lora", "mine", kubeconfig="/reads")
+        assert mine.shared_cr() is None  # absent from the listing and from the cluster
+        written = {**cr("models", "mine", "sql-lora"), "status": {"loadedPath": "/a"}}
+        lifecycle.OWN_CRS.record((mine.source, "models", "mine"), written)
+        assert mine.shared_cr() == written  # a status this process wrote is what it reads
+        assert len(listed) == 1
+        assert got == [("models", "mine")]  # only an absence is confirmed by a read
+
+    def test_a_cr_made_since_the_listing_is_read_not_called_gone(
+        self, listed: list[list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        made = cr("models", "new", "sql-lora")
+        monkeypatch.setattr(k8s, "get_adapter", lambda _client, _ns, _name: made)
+        assert session("chat-lora", "other", kubeconfig="/late").shared_cr() is not None
+        assert session("sql-lora", "new", kubeconfig="/late").shared_cr() == made
+        assert len(listed) == 1
+
+    def test_without_the_cluster_wide_listing_a_read_gets_its_cr(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def forbidden(_client: object, _namespace: str | None = None) -> list[dict[str, Any]]:
+            raise ClusterError("listing LoRAAdapters: forbidden")
+
+        got: list[tuple[str, str]] = []
+
+        def get_adapter(_client: object, namespace: str, name: str) -> dict[str, Any]:
+            got.append((namespace, name))
+            return cr(namespace, name, "sql-lora")
+
+        monkeypatch.setattr(k8s, "list_adapters", forbidden)
+        monkeypatch.setattr(k8s, "get_adapter", get_adapter)
+        monkeypatch.setattr(lifecycle.Session, "kube", property(lambda _self: None))
+        reader = session("sql-lora", "mine", "/rbac")
+        assert reader.shared_cr() == cr("models", "mine", "sql-lora")
+        assert got == [("models", "mine")]
 
 
 def _wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
