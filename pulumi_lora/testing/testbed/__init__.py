@@ -35,6 +35,13 @@ from pulumi_lora.testing.testbed._containers import (
     loop_image,
 )
 from pulumi_lora.testing.testbed._crds import CrdNotEstablishedError
+from pulumi_lora.testing.testbed._handles import (
+    DEFAULT_EXTRA_ARGS,
+    NETNS_PORT,
+    InferenceServiceHandle,
+    PodInfo,
+    PodNotFoundError,
+)
 from pulumi_lora.testing.testbed._llmkube import (
     LLMKUBE_CONTROLLER_USER,
     LLMKubeLoRAController,
@@ -55,13 +62,8 @@ from pulumi_lora.testing.testbed._pods import (
     ANNOTATION_PROBE_TIME_SCALE,
     ANNOTATION_STARTUP_DELAY,
     CONTAINER_NAME,
-    DEFAULT_EXTRA_ARGS,
-    NETNS_PORT,
     NODE_NAME,
-    InferenceServiceHandle,
     Network,
-    PodInfo,
-    PodNotFoundError,
 )
 from pulumi_lora.testing.testbed._process import ProcessStartError
 from pulumi_lora.testing.testbed._rest import ApiRequestError

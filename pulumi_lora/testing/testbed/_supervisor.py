@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pulumi_lora.testing.testbed._containers import ContainerRuntime
-from pulumi_lora.testing.testbed._pods import InferenceServiceHandle, Network
+from pulumi_lora.testing.testbed._handles import InferenceServiceHandle
+from pulumi_lora.testing.testbed._pods import Network
 from pulumi_lora.testing.testbed._testbed import Testbed
 
 __all__ = ["STATE_FILE", "SupervisorSpec", "main", "read_state", "write_state"]

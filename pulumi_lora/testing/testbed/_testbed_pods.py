@@ -12,13 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pulumi_lora.testing.testbed._containers import ContainerProcess
+from pulumi_lora.testing.testbed._handles import DEFAULT_EXTRA_ARGS, InferenceServiceHandle
 from pulumi_lora.testing.testbed._netns import netns_unavailable_reason
-from pulumi_lora.testing.testbed._pods import (
-    DEFAULT_EXTRA_ARGS,
-    InferenceServiceHandle,
-    Network,
-    PodPlayer,
-)
+from pulumi_lora.testing.testbed._pods import Network, PodPlayer
 
 __all__ = ["PodHelpers", "TestbedError"]
 
