@@ -41,13 +41,13 @@ def test_waiting_loads_are_served_in_arrival_order(
 ) -> None:
     """SGLang's ``lora_update_lock`` is an ``asyncio.Lock``: waiters go first come, first served.
     Every load arrives while the first still holds the lock; each sees exactly those before it."""
-    emulator = start(**LORA, latency={"/load_lora_adapter": 0.2})
-    names = [f"q{index}" for index in range(5)]
+    emulator = start(**LORA, latency={"/load_lora_adapter": 0.4})
+    names = [f"q{index}" for index in range(4)]
     paths = {name: make_adapter(name) for name in names}
     url = emulator.server.url
 
     def load(index: int) -> list[str]:
-        time.sleep(0.025 * index)
+        time.sleep(0.08 * index)  # all arrive while the first load holds the lock
         with client(url) as own:
             body = {"lora_name": names[index], "lora_path": paths[names[index]]}
             response = own.post("/load_lora_adapter", json=body)
