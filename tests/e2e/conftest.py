@@ -63,6 +63,20 @@ def served(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
     return result
 
 
+def served_by_every_running_pod(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
+    """Every running pod's adapters, Ready or not (a starved machine fails readiness probes,
+    and a pod that is not Ready still holds what it loaded); a pod that does not answer is left
+    out."""
+    result = {}
+    for pod in handle.pods():
+        try:
+            body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=5).json()
+        except httpx.HTTPError:
+            continue
+        result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
+    return result
+
+
 def emulator_post(url: str, route: str, body: dict[str, Any]) -> httpx.Response:
     """Talk to one emulator directly (out-of-band changes in tests)."""
     return httpx.post(f"{url}{route}", json=body, timeout=10)

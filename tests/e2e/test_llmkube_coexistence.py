@@ -37,7 +37,7 @@ from pulumi_lora.testing.testbed import (
     LLMKubeLoRAController,
     Testbed,
 )
-from tests.e2e.conftest import adapter_props, provider_for, served
+from tests.e2e.conftest import adapter_props, provider_for, served, served_by_every_running_pod
 
 SCALE = 0.02
 """The played controller's clocks: 30 s → 0.6 s, 2 minutes → 2.4 s."""
@@ -214,7 +214,8 @@ def test_played_controller_loads_one_random_pod_through_the_service(
         )
 
     def serving() -> list[str]:
-        return sorted(p for p, adapters in served(handle).items() if "played" in adapters)
+        found = served_by_every_running_pod(handle)
+        return sorted(p for p, adapters in found.items() if "played" in adapters)
 
     wait_for("LLMKube's first load", loaded_by_llmkube)
     wait_for(
@@ -242,7 +243,8 @@ def test_played_controller_loads_one_random_pod_through_the_service(
         assert unloads[0].status == 200
         assert serving() == [p for p in had if p != unloads[0].pod]
     else:  # the Service picked a pod without it: 400, finalizer dropped anyway, the adapter leaks
-        assert (unloads[0].status, serving()) == (400, had)
+        pods = [(p.name, p.ready, p.restart_count) for p in handle.pods()]
+        assert (unloads[0].status, serving()) == (400, had), (starts, pods)
     assert kubectl_cr(bed, namespace, "played") is None
 
 

@@ -8,12 +8,12 @@ LLMKube's identity (:data:`LLMKUBE_CONTROLLER_USER`, a real ServiceAccount token
 
 Played step for step from ``internal/controller/loraadapter_controller.go``:
 
-* controller-runtime's queue: one worker; every watch event of a LoRAAdapter (its own writes
-  included: the controller sets no predicate) queues the key at once; an error requeues it
-  rate-limited by controller-runtime's default limiter (``SetupWithManager`` sets none): the
-  larger of the per-item back-off (5 ms doubling per failure up to 1000 s) and the overall
-  bucket's wait (10 per second, a burst of 100, shared by every key); a ``RequeueAfter``
-  forgets the failures and requeues after the delay; success forgets them.
+* controller-runtime's queue (``_workqueue.py``): one worker; every watch event of a LoRAAdapter
+  (its own writes included: the controller sets no predicate) queues the key at once; an error
+  requeues it rate-limited by controller-runtime's default limiter (``SetupWithManager`` sets
+  none): the larger of the per-item back-off (5 ms doubling per failure up to 1000 s) and the
+  overall bucket's wait (10 per second, a burst of 100, shared by every key); a
+  ``RequeueAfter`` forgets the failures and requeues after the delay; success forgets them.
 * Reconcile: a CR being deleted that carries the finalizer is unloaded through the Service when
   the InferenceService is sglang and has ``status.endpoint`` (errors only noted in status, whose
   write's error is ignored), then the finalizer is removed (a plain Update). A CR without the
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import heapq
 import logging
 import secrets
 import threading
@@ -61,6 +60,7 @@ from pulumi_lora.testing.testbed._informer import Informer, object_key
 from pulumi_lora.testing.testbed._kubeproxy import ServiceProxy
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest, grant_cluster_role
 from pulumi_lora.testing.testbed._workloads import service_name
+from pulumi_lora.testing.testbed._workqueue import WorkQueue
 
 __all__ = [
     "LLMKUBE_CONTROLLER_USER",
@@ -108,30 +108,7 @@ controller and its Service lookups use."""
 
 REQUEUE_SECONDS = 30.0
 SKIP_WINDOW_SECONDS = 120.0
-BACKOFF_BASE_SECONDS = 0.005
-BACKOFF_MAX_SECONDS = 1000.0
-BUCKET_RATE = 10.0
-BUCKET_BURST = 100
 _ADAPTERS = f"/apis/{GROUP}/{VERSION}"
-
-
-class Bucket:
-    """``golang.org/x/time/rate``'s limiter as workqueue's ``BucketRateLimiter`` uses it: every
-    rate-limited requeue reserves a token, and waits until the bucket would have held it."""
-
-    def __init__(self, rate: float = BUCKET_RATE, burst: int = BUCKET_BURST) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._at: float | None = None
-
-    def reserve(self, now: float) -> float:
-        """Take a token at ``now`` (seconds); how long to wait for it."""
-        if self._at is not None:
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        self._tokens -= 1
-        return max(0.0, -self._tokens / self.rate)
 
 
 @dataclass(frozen=True)
@@ -181,10 +158,7 @@ class LLMKubeLoRAController:
         self._stop = threading.Event()
         self.informer = Informer(rest, f"{_ADAPTERS}/{PLURAL}", self._wake.set)
         self._seen: dict[tuple[str, str], str] = {}
-        self._failures: dict[tuple[str, str], int] = {}
-        self._bucket = Bucket()
-        self._waiting: list[tuple[float, tuple[str, str]]] = []  # heap of (due, key)
-        self._ready: list[tuple[str, str]] = []
+        self.queue = WorkQueue(time_scale)
         self._thread: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -214,29 +188,22 @@ class LLMKubeLoRAController:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._collect_events()
-            key = self._next_key()
+            key = self.queue.get()
             if key is None:
-                due = self._waiting[0][0] - time.monotonic() if self._waiting else 1.0
-                self._wake.wait(max(0.0, min(due, 1.0)))
+                self._wake.wait(self.queue.idle_for(1.0))
                 self._wake.clear()
                 continue
             try:
                 requeue = self._reconcile(key)
             except Exception as exc:  # what controller-runtime does with a returned error
-                failures = self._failures.get(key, 0)
-                self._failures[key] = failures + 1
-                delay = max(
-                    min(BACKOFF_BASE_SECONDS * 2**failures, BACKOFF_MAX_SECONDS),
-                    self._bucket.reserve(time.monotonic() / self.time_scale),
-                )
                 with self._lock:
                     self.stats.errors += 1
                 _log.debug("llmkube: reconcile %s/%s failed: %s", *key, exc)
-                self._add_after(key, delay * self.time_scale)
+                self.queue.add_rate_limited(key)
                 continue
-            self._failures.pop(key, None)
+            self.queue.forget(key)
             if requeue:
-                self._add_after(key, requeue * self.time_scale)
+                self.queue.add_after(key, requeue)
 
     def _collect_events(self) -> None:
         """Queue every CR whose resourceVersion changed since last seen (a watch event)."""
@@ -245,19 +212,7 @@ class LLMKubeLoRAController:
             version = str(obj["metadata"].get("resourceVersion", ""))
             if self._seen.get(key) != version:
                 self._seen[key] = version
-                if key not in self._ready:
-                    self._ready.append(key)
-
-    def _add_after(self, key: tuple[str, str], delay: float) -> None:
-        heapq.heappush(self._waiting, (time.monotonic() + delay, key))
-
-    def _next_key(self) -> tuple[str, str] | None:
-        now = time.monotonic()
-        while self._waiting and self._waiting[0][0] <= now:
-            _, key = heapq.heappop(self._waiting)
-            if key not in self._ready:
-                self._ready.append(key)
-        return self._ready.pop(0) if self._ready else None
+                self.queue.add(key)
 
     # --- Reconcile -------------------------------------------------------------------------
 
