@@ -245,6 +245,21 @@ class NoopComponent(pulumi.ComponentResource):
         self.register_outputs({"observed": probe.observed})
 
 
+def deploy_target(tb: Testbed, prefix: str, size: Size) -> tuple[str, Meter]:
+    """A namespace with InferenceService ``llama`` of ``size.pods`` pods loading in
+    ``size.latency``, Ready; the namespace and a meter of its pods."""
+    ns = tb.create_namespace(prefix)
+    handle = tb.deploy_inference_service(
+        ns,
+        "llama",
+        replicas=size.pods,
+        emulator_args=("--emulator-latency", f"/load_lora_adapter={size.latency}"),
+        probe_time_scale=1.0,  # a real kubelet's pace, not the tests' ten probes a second a pod
+    )
+    handle.wait_ready(timeout=120)
+    return ns, Meter(tb, ns, tb.emulator_pids())
+
+
 def run_fleet(
     tb: Testbed,
     engine: LocalEngine,
@@ -260,16 +275,7 @@ def run_fleet(
     stacks (each step on each, side by side; ``peer`` adds the pulumi-kubernetes stack of the
     same CRs, ``shaped`` no-op components, for where the engine's time goes); return wall times
     by step. Nothing is destroyed: the testbed and the engine's home are thrown away whole."""
-    ns = tb.create_namespace(f"bench-{name}")
-    handle = tb.deploy_inference_service(
-        ns,
-        "llama",
-        replicas=size.pods,
-        emulator_args=("--emulator-latency", f"/load_lora_adapter={size.latency}"),
-        probe_time_scale=1.0,  # a real kubelet's pace, not the tests' ten probes a second a pod
-    )
-    handle.wait_ready(timeout=120)
-    meter = Meter(tb, ns, tb.emulator_pids())
+    ns, meter = deploy_target(tb, f"bench-{name}", size)
     paths = [tb.make_adapter(f"{name}-{i}") for i in range(size.adapters)]
 
     def noop_program() -> None:
@@ -402,16 +408,7 @@ def yaml_program(size: Size, namespace: str, name: str) -> str:
 def run_yaml_fleet(tb: Testbed, tmp: Path, *, name: str, size: Size) -> dict[str, float]:
     """``pulumi up`` of the fleet from Pulumi YAML, on an InferenceService of its own of the
     same size (``provider/`` run by the CLI with this Python); returns its wall time."""
-    ns = tb.create_namespace(f"bench-{name}-yaml")
-    handle = tb.deploy_inference_service(
-        ns,
-        "llama",
-        replicas=size.pods,
-        emulator_args=("--emulator-latency", f"/load_lora_adapter={size.latency}"),
-        probe_time_scale=1.0,
-    )
-    handle.wait_ready(timeout=120)
-    meter = Meter(tb, ns, tb.emulator_pids())
+    ns, meter = deploy_target(tb, f"bench-{name}-yaml", size)
     for i in range(size.adapters):
         tb.make_adapter(f"{name}-yaml-{i}")
     folder = tmp / f"{name}-yaml"
