@@ -88,25 +88,29 @@ def test_package_name_token_and_sdk_names(schema: dict[str, Any]) -> None:
     assert schema["dependencies"] == []  # no provider SDK behind it
 
 
+INPUT_TYPES = {
+    "adapterName": "string",
+    "path": "string",
+    "inferenceService": "string",
+    "inferenceServiceNamespace": "string",
+    "namespace": "string",
+    "resourceName": "string",
+    "pinned": "boolean",
+    "readinessPolicy": "string",
+    "readyTimeoutSeconds": "number",
+    "transport": "string",
+    "apiKeySecretName": "string",
+    "apiKeySecretKey": "string",
+    "kubeContext": "string",
+    "kubeconfigPath": "string",
+    "adopt": "boolean",
+}
+"""Every input of the Python resource, camelCase, with its schema type."""
+
+
 def test_every_input_with_its_type_and_requiredness(resource: dict[str, Any]) -> None:
     inputs = {key: spec["type"] for key, spec in resource["inputProperties"].items()}
-    assert inputs == {
-        "adapterName": "string",
-        "path": "string",
-        "inferenceService": "string",
-        "inferenceServiceNamespace": "string",
-        "namespace": "string",
-        "resourceName": "string",
-        "pinned": "boolean",
-        "readinessPolicy": "string",
-        "readyTimeoutSeconds": "number",
-        "transport": "string",
-        "apiKeySecretName": "string",
-        "apiKeySecretKey": "string",
-        "kubeContext": "string",
-        "kubeconfigPath": "string",
-        "adopt": "boolean",
-    }
+    assert inputs == INPUT_TYPES
     assert sorted(resource["requiredInputs"]) == ["adapterName", "inferenceService", "path"]
     # ... and exactly AdapterInputs (what LoRAAdapterArgs takes): a new argument can't be
     # forgotten in the schema.
@@ -120,21 +124,7 @@ def test_every_output(resource: dict[str, Any]) -> None:
     and what the cluster reports."""
     outputs = {key: spec.get("type") for key, spec in resource["properties"].items()}
     assert outputs == {
-        "adapterName": "string",
-        "path": "string",
-        "inferenceService": "string",
-        "inferenceServiceNamespace": "string",
-        "namespace": "string",
-        "resourceName": "string",
-        "pinned": "boolean",
-        "readinessPolicy": "string",
-        "readyTimeoutSeconds": "number",
-        "transport": "string",
-        "apiKeySecretName": "string",
-        "apiKeySecretKey": "string",
-        "kubeContext": "string",
-        "kubeconfigPath": "string",
-        "adopt": "boolean",
+        **INPUT_TYPES,
         "crName": "string",
         "crUid": "string",
         "generation": "integer",
