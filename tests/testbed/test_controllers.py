@@ -213,8 +213,20 @@ def test_deleting_the_inference_service_collects_everything(
     done = testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "doomed",
                            "-n", namespace, "--cascade=foreground", "--wait=false")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    # The real collector works through a shared testbed's whole graph: under a full test
-    # session it once took over 30 s to reach these pods (alone: under a second).
+    wait_collected(testbed, namespace, pids)
+    wait_for(
+        lambda: testbed.rest.get(f"{ISVCS.format(ns=namespace)}/doomed", allow=(404,)) is None,
+        what="the InferenceService gone once its dependents are",
+    )
+
+
+def wait_collected(testbed: Testbed, namespace: str, pids: list[int | None]) -> None:
+    """Wait for the real garbage collector to delete the Deployments, ReplicaSets and pods of
+    ``namespace``, and for the kubelet to stop their emulators (``pids``).
+
+    The collector works through a shared testbed's whole graph: under a full test session it
+    once took over 30 s to reach these pods (alone: under a second).
+    """
     for plural in ("deployments", "replicasets"):
         wait_for(
             lambda plural=plural: not items(testbed, APPS.format(ns=namespace, plural=plural)),
@@ -227,10 +239,6 @@ def test_deleting_the_inference_service_collects_everything(
         what="pods collected",
     )
     wait_for(lambda: not any(pid and alive(pid) for pid in pids), what="emulators stopped")
-    wait_for(
-        lambda: testbed.rest.get(f"{ISVCS.format(ns=namespace)}/doomed", allow=(404,)) is None,
-        what="the InferenceService gone once its dependents are",
-    )
 
 
 def test_background_deletion_collects_the_chain(testbed: Testbed, namespace: str) -> None:
@@ -242,20 +250,7 @@ def test_background_deletion_collects_the_chain(testbed: Testbed, namespace: str
     assert done.returncode == 0, done.stderr
     # The owner goes at once; the real garbage collector then deletes its dependents.
     assert testbed.rest.get(f"{ISVCS.format(ns=namespace)}/gone", allow=(404,)) is None
-    # The real collector works through a shared testbed's whole graph: under a full test
-    # session it once took over 30 s to reach these pods (alone: under a second).
-    for plural in ("deployments", "replicasets"):
-        wait_for(
-            lambda plural=plural: not items(testbed, APPS.format(ns=namespace, plural=plural)),
-            timeout=GC_TIMEOUT,
-            what=f"{plural} collected",
-        )
-    wait_for(
-        lambda: not items(testbed, PODS.format(ns=namespace)),
-        timeout=GC_TIMEOUT,
-        what="pods collected",
-    )
-    wait_for(lambda: not any(pid and alive(pid) for pid in pids), what="emulators stopped")
+    wait_collected(testbed, namespace, pids)
     collector = "system:serviceaccount:kube-system:generic-garbage-collector"
     assert writers(testbed, namespace, "delete", "deployments") == {collector}
     assert writers(testbed, namespace, "delete", "replicasets") == {collector}
