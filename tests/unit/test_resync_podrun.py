@@ -85,6 +85,7 @@ def run(
     key: str | Exception = "k",
     allowed: bool = True,
     on_result: Any = None,
+    settled: Any = None,
 ) -> PodRun:
     async def read_key(ref: SecretRef) -> str:
         if isinstance(key, Exception):
@@ -98,6 +99,7 @@ def run(
             read_key=read_key,
             timeouts=ClientTimeouts(),
             still_permitted=lambda t: allowed,
+            settled=settled,
             on_result=on_result,
         )
     )
@@ -213,31 +215,9 @@ def test_a_pod_left_as_the_last_clean_run_left_it_is_not_worked_again(start: Any
     plan = work(task("a"), task("b"))
     first = run(server, plan)
     assert first.settled is not None and not first.untouched
-    again = asyncio.run(
-        run_pod(
-            facts(server),
-            plan,
-            read_key=_no_key,
-            timeouts=ClientTimeouts(),
-            still_permitted=lambda t: True,
-            settled=first.settled,
-        )
-    )
+    again = run(server, plan, key=AssertionError("no key expected"), settled=first.settled)
     assert again.untouched and again.results == [] and again.settled == first.settled
     httpx.post(f"{server.url}/unload_lora_adapter", json={"lora_name": "b"}, timeout=5)
-    healed = asyncio.run(
-        run_pod(
-            facts(server),
-            plan,
-            read_key=_no_key,
-            timeouts=ClientTimeouts(),
-            still_permitted=lambda t: True,
-            settled=first.settled,
-        )
-    )
+    healed = run(server, plan, key=AssertionError("no key expected"), settled=first.settled)
     assert not healed.untouched and [o.did_load for _, o in healed.results] == [False, True]
     assert healed.settled == first.settled  # the same state again once healed
-
-
-async def _no_key(ref: SecretRef) -> str:
-    raise AssertionError("no key expected")
