@@ -90,6 +90,7 @@ def _die_on_sigterm_as_pid_one() -> None:
     ``pulumi-lora resync`` told to stop while still importing (a pod deleted right after it was
     replaced, a rollout) would sit out the whole grace period until the kubelet's SIGKILL. The
     loop installs its own graceful handler once it runs; until then there is nothing to drain.
+    (A SIGTERM during the interpreter's own start, before this line, is still dropped.)
     """
     if os.getpid() == 1:
         signal.signal(signal.SIGTERM, lambda *_: os._exit(128 + signal.SIGTERM))

@@ -6,6 +6,8 @@ cleanly, releasing its Lease."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 
@@ -121,23 +123,51 @@ def test_a_deleted_loop_pod_gets_sigterm_and_releases_its_lease(
     assert names.index("shutting_down") < names.index("lease_released") < names.index("stopped")
 
 
-def test_a_loop_pod_deleted_as_it_starts_stops_at_once(
+def test_the_loop_image_as_pid_one_ends_on_sigterm(runtime: None) -> None:
+    """The kernel drops a signal sent to a PID namespace's init that has no handler for it. The
+    CLI's first act, as PID 1 of the image's container, is to end on SIGTERM, so a loop told to
+    stop while it still imports goes at once instead of sitting out its grace period."""
+    name = f"pulumi-lora-pid-one-{os.getpid()}"
+    code = (
+        "import time; from pulumi_lora._cli import _die_on_sigterm_as_pid_one as arm; arm(); "
+        "print('armed', flush=True); time.sleep(60)"
+    )
+    argv = [
+        "podman", "--runtime", "runc", "run", "--rm", "--name", name, "--network", "none",
+        "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+        "--entrypoint", "/opt/pulumi-lora/bin/python", loop_image(), "-c", code,
+    ]  # fmt: skip
+    container = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert container.stdout is not None
+        assert container.stdout.readline().strip() == "armed"
+        subprocess.run(["podman", "kill", "--signal", "TERM", name], check=True, timeout=30)
+        assert container.wait(timeout=20) == 128 + signal.SIGTERM  # not the 60 s sleep
+    finally:
+        subprocess.run(["podman", "rm", "--force", "--ignore", name], check=False, timeout=60)
+        container.kill()
+        container.wait()
+
+
+def test_a_loop_pod_deleted_as_it_appears_is_not_left_terminating(
     testbed: Testbed, namespace: str, runtime: None
 ) -> None:
-    """Deleted while the loop is still importing (as a container's PID 1 without a handler a
-    SIGTERM would be dropped by the kernel) or before its container even started (the kubelet
-    must still finish the deletion): either way it goes at once, not after its 30 s grace."""
+    """Deleted before or while its container starts, a pod still goes: the kubelet finishes
+    the deletion of a pod it never started (such a pod stayed Terminating for good), and stops
+    a container only once it runs (a signal sent while it is being created is lost). Within its
+    grace period: a SIGTERM that lands before the loop's first line is dropped, as it would be
+    on any cluster."""
     pod = deploy_loop(testbed, namespace, loop_image())
-    wait_until(lambda: testbed.pod_host_pid(namespace, pod), 60, interval=0.01, what="a process")
     done = testbed.kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")
     assert done.returncode == 0, done.stderr
-    wait_until(lambda: pod not in pod_names(testbed, namespace), 15, what="the pod to go")
-    (replacement,) = wait_until(lambda: pod_names(testbed, namespace), 30, interval=0.01)
+    (replacement,) = wait_until(
+        lambda: [p for p in pod_names(testbed, namespace) if p != pod], 30, interval=0.01
+    )
     done = testbed.kubectl("delete", "pod", replacement, "-n", namespace, "--wait=false")
     assert done.returncode == 0, done.stderr
-    wait_until(
-        lambda: replacement not in pod_names(testbed, namespace), 15, what="the replacement to go"
-    )
+    grace = 30  # the loop's terminationGracePeriodSeconds
+    for name in (pod, replacement):
+        wait_until(lambda name=name: name not in pod_names(testbed, namespace), grace + 30)
 
 
 def test_a_stopped_testbed_leaves_no_container_behind(runtime: None) -> None:
