@@ -12,6 +12,7 @@ import base64
 import os
 import ssl
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,8 +37,8 @@ from pulumi_lora._errors import (
     ApiserverUnreachable,
     ClusterError,
     InferenceServiceNotFound,
-    TransportUnavailable,
 )
+from pulumi_lora._kubeauth import Credentials, HttpxAuth, plugin_credentials, use_credentials
 from pulumi_lora._llmkube import (
     DEFAULT_SGLANG_PORT,
     HTTP_PORT_NAME,
@@ -93,6 +94,7 @@ __all__ = [
     "read_secret_value",
     "release_finalizer",
     "remove_annotations",
+    "resolve",
     "split_pods",
     "target_from_object",
     "wait_for_pods",
@@ -180,8 +182,31 @@ def _looks_like_content(value: str) -> bool:
 
 
 def make_client(source: KubeSource) -> Client:
-    """A lightkube client for ``source`` (TLS verified as the kubeconfig says: on by default)."""
-    return held_writes(Client(config=source.load(), field_manager=SPEC_MANAGER))
+    """A lightkube client for ``source`` (TLS verified as the kubeconfig says: on by default),
+    authenticating as its user does: token, client certificate, or a credential plugin whose
+    tokens are renewed before they expire (``_kubeauth``)."""
+    config, credentials = resolve(source)
+    client = Client(config=config, field_manager=SPEC_MANAGER)
+    return held_writes(use_credentials(client, credentials))
+
+
+_CREDENTIALS: dict[tuple[KubeSource, str], Credentials] = {}
+_CREDENTIALS_LOCK = threading.Lock()
+
+
+def resolve(source: KubeSource) -> tuple[SingleConfig, Credentials | None]:
+    """``source``'s config without its credential plugin, and the plugin's `Credentials`.
+
+    Every client of one source and plugin in this process (lightkube's, the pod proxy's)
+    shares one `Credentials`, so a plugin runs once per token, not once per client.
+    """
+    loaded = source.load()
+    config, credentials = plugin_credentials(loaded)
+    if credentials is None or loaded.user is None:
+        return config, None
+    key = (source, repr((loaded.user.exec, loaded.user.auth_provider)))
+    with _CREDENTIALS_LOCK:
+        return config, _CREDENTIALS.setdefault(key, credentials)
 
 
 def held_writes(client: Client) -> Client:
@@ -387,27 +412,28 @@ def delete_adapter(
     timeout: float = 60.0,
     poll: float = 0.2,
     *,
-    release: str | None = None,
+    release: Sequence[str] = (),
 ) -> None:
     """Delete the CR and wait until it is really gone (a finalizer could hold it).
 
-    ``release`` names a finalizer this caller has already done the work of (LLMKube's, after the
-    provider unloaded from every pod): it is removed before the delete and while waiting.
+    ``release`` names finalizers whose work this caller has already done (pulumi-lora's own and
+    LLMKube's, after the provider unloaded from every pod): they are removed before the delete
+    and while waiting.
     """
-    if release is not None:
-        release_finalizer(client, namespace, name, release)
+    for finalizer in release:
+        release_finalizer(client, namespace, name, finalizer)
     begin_delete(client, namespace, name)
     deadline = time.monotonic() + timeout
     while (obj := get_adapter(client, namespace, name)) is not None:
         held = (obj.get("metadata") or {}).get("finalizers") or []
-        if release is not None and release in held:
-            release_finalizer(client, namespace, name, release)
+        if mine := [f for f in release if f in held]:
+            for finalizer in mine:
+                release_finalizer(client, namespace, name, finalizer)
             continue
         if time.monotonic() >= deadline:
-            finalizers = (obj.get("metadata") or {}).get("finalizers") or []
             raise ClusterError(
                 f"LoRAAdapter {namespace}/{name} still exists {timeout:.0f}s after its deletion"
-                + (f"; finalizers {finalizers} hold it" if finalizers else "")
+                + (f"; finalizers {held} hold it" if held else "")
             )
         time.sleep(poll)
 
@@ -471,6 +497,7 @@ class ProxyAccess:
     server: str
     headers: Mapping[str, str] = field(default_factory=dict)
     ssl_context: ssl.SSLContext | None = None
+    auth: HttpxAuth | None = None  # a credential plugin's tokens, renewed as they expire
 
     def pod_url(self, pod: PodEndpoint) -> str:
         """Base URL of one pod's SGLang through the proxy."""
@@ -481,21 +508,17 @@ class ProxyAccess:
 
 
 def proxy_access(source: KubeSource) -> ProxyAccess:
-    """Build proxy access from the kubeconfig: token or client certificate, the cluster's CA.
+    """Build proxy access from the kubeconfig: token, client certificate or credential plugin
+    (exec, as EKS, GKE and AKS write; oidc), and the cluster's CA.
 
-    Exec and auth-provider plugins (the kubeconfigs of EKS, GKE and AKS) are refused with
-    ``TransportUnavailable``. lightkube runs exec plugins for its own client, as an auth flow of
-    its ``httpx2`` client that re-runs the plugin on a 401; the SGLang client here is ``httpx``,
-    which cannot take that flow, and one token taken from it would outlive its expiry (15 min on
-    EKS) in this process-wide access. Such clusters use the delegated transport.
+    A plugin's tokens come from the `Credentials` the lightkube client of ``source`` shares
+    (``resolve``), renewed before their expiry and after a 401, as ``HttpxAuth``.
     """
-    config = source.load()
+    config, credentials = resolve(source)
     cluster, user = config.cluster, config.user
     headers: dict[str, str] = {}
     if user is not None and getattr(user, "token", None):
         headers["Authorization"] = f"Bearer {user.token}"
-    elif user is not None and (getattr(user, "exec", None) or getattr(user, "auth_provider", None)):
-        raise TransportUnavailable(_plugin_refusal(config.context_name, user))
     ctx = ssl.create_default_context()
     if getattr(cluster, "insecure", False):
         ctx.check_hostname = False
@@ -503,29 +526,15 @@ def proxy_access(source: KubeSource) -> ProxyAccess:
     ca_file = getattr(cluster, "certificate_auth", None)
     ca_data = getattr(cluster, "certificate_auth_data", None)
     if ca_file:
-        ctx.load_verify_locations(cafile=str(ca_file))
+        ctx.load_verify_locations(cafile=str(config.abs_file(ca_file)))
     elif ca_data:
         ctx.load_verify_locations(cadata=base64.b64decode(ca_data).decode())
     if user is not None:
         with _client_cert_files(user) as cert:
             if cert:
                 ctx.load_cert_chain(*cert)
-    return ProxyAccess(server=str(cluster.server), headers=headers, ssl_context=ctx)
-
-
-def _plugin_refusal(context: str, user: Any) -> str:
-    """Why the proxy transport cannot use a kubeconfig user that runs a credential plugin."""
-    if getattr(user, "exec", None):
-        plugin = f"the exec plugin {Path(user.exec.command).name!r}"
-    else:
-        plugin = f"the auth-provider {(user.auth_provider or {}).get('name', '?')!r}"
-    return (
-        f"the proxy transport cannot use context {context!r}: it authenticates with {plugin} "
-        "(as EKS, GKE and AKS kubeconfigs do), and the proxy transport takes only a token or a "
-        "client certificate. Use transport 'delegated' (the in-cluster re-sync loop loads; "
-        "docs/resync.md), 'direct' from inside the cluster, or a kubeconfig with a "
-        "ServiceAccount token (kubectl create token) for 'proxy'"
-    )
+    auth = HttpxAuth(credentials) if credentials is not None else None
+    return ProxyAccess(server=str(cluster.server), headers=headers, ssl_context=ctx, auth=auth)
 
 
 @contextmanager

@@ -7,6 +7,7 @@ import ssl
 import threading
 from collections.abc import Mapping
 
+import httpx
 from lightkube import Client
 
 from pulumi_lora import _cluster as k8s
@@ -53,13 +54,15 @@ class ClientPool:
         timeouts: ClientTimeouts,
         label: str,
         tls: ssl.SSLContext | None,
+        auth: httpx.Auth | None = None,
     ) -> SGLangClient:
         """The SGLang client for one server and credential (the key is only a dict key here).
 
         ``tls`` is the context to verify the server with (the cluster CA for the pod proxy);
-        None means the system's default trust store, built once per process.
+        None means the system's default trust store, built once per process. ``auth`` carries a
+        kubeconfig credential plugin's renewed tokens to the apiserver's pod proxy.
         """
-        key = (url, api_key, tuple(sorted(headers.items())), timeouts, label, id(tls))
+        key = (url, api_key, tuple(sorted(headers.items())), timeouts, label, id(tls), id(auth))
         with self._lock:
             client = self._sglang.get(key)
             if client is None:
@@ -73,6 +76,7 @@ class ClientPool:
                     timeouts=timeouts,
                     label=label,
                     transport=deadline_transport(verify=tls),
+                    auth=auth,
                 )
                 self._sglang[key] = client
             return client

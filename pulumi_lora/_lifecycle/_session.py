@@ -256,6 +256,7 @@ class Session:
                     timeouts=self.timeouts,
                     label=f"pod {p.name} (via apiserver proxy)",
                     tls=access.ssl_context,
+                    auth=access.auth,
                 )
                 for p in pods
             }

@@ -24,6 +24,7 @@ from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import Pod
 
 from pulumi_lora import _cluster as k8s
+from pulumi_lora._kubeauth import use_credentials
 from pulumi_lora._llmkube import SERVICE_LABEL, PodEndpoint
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import WatchAction, after_watch_error, backoff_delay
@@ -131,10 +132,13 @@ class Kube:
     """API access for one run of the loop (one namespace, or all of them)."""
 
     def __init__(self, source: k8s.KubeSource, namespace: str | None, threads: int = 8) -> None:
-        config = source.load()
+        config, credentials = k8s.resolve(source)  # a credential plugin's, renewed on expiry
         self.namespace = namespace
-        self.client = AsyncClient(config=config, field_manager=FIELD_MANAGER)
-        self._sync = k8s.held_writes(Client(config=config, field_manager=FIELD_MANAGER))
+        self.client = use_credentials(
+            AsyncClient(config=config, field_manager=FIELD_MANAGER), credentials
+        )
+        sync = Client(config=config, field_manager=FIELD_MANAGER)
+        self._sync = k8s.held_writes(use_credentials(sync, credentials))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="resync-kube")
 
     async def close(self) -> None:

@@ -158,7 +158,9 @@ class SGLangClient(_ClientBase):
     ``base_url`` is the server (``http://10.0.0.5:30000``) or a proxy prefix before its routes;
     ``api_key`` is sent as ``Authorization: Bearer``; ``extra_headers`` go on every request;
     ``label`` (default: the URL) names the server in errors; ``transport`` replaces httpx's
-    network transport (tests). Every method raises only `SGLangError` subclasses.
+    network transport (tests); ``auth`` authenticates each request to a proxy in front of the
+    server (the apiserver's, with a kubeconfig's credential plugin). Every method raises only
+    `SGLangError` subclasses.
     """
 
     def __init__(
@@ -170,11 +172,14 @@ class SGLangClient(_ClientBase):
         timeouts: ClientTimeouts | None = None,
         label: str | None = None,
         transport: httpx.BaseTransport | None = None,
+        auth: httpx.Auth | None = None,
     ) -> None:
         headers = self._configure(base_url, api_key, extra_headers, timeouts, label)
         if transport is None:
             transport = deadline_transport()
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=transport)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, transport=transport, auth=auth
+        )
 
     def load_adapter(self, name: str, path: str, *, pinned: bool = False) -> LoadOutcome:
         """Load adapter ``name`` from ``path``: `Loaded`, or `AlreadyLoaded` (compare its path)."""

@@ -7,7 +7,7 @@ import traceback
 import pytest
 
 from pulumi_lora._cluster import KubeSource, proxy_access
-from pulumi_lora._errors import ClusterError, TransportUnavailable
+from pulumi_lora._errors import ClusterError
 
 TOKEN = "tok-0123456789abcdef0123456789"
 
@@ -52,34 +52,8 @@ users:
       command: /usr/local/bin/aws
       args: [eks, get-token, --cluster-name, prod]
 """
-GKE_LEGACY = """apiVersion: v1
-clusters: [{name: gke, cluster: {server: "https://gke.example"}}]
-contexts: [{name: gke_prod, context: {cluster: gke, user: gke}}]
-current-context: gke_prod
-users: [{name: gke, user: {auth-provider: {name: gcp}}}]
-"""
-ADVICE = (
-    "(as EKS, GKE and AKS kubeconfigs do), and the proxy transport takes only a token or a "
-    "client certificate. Use transport 'delegated' (the in-cluster re-sync loop loads; "
-    "docs/resync.md), 'direct' from inside the cluster, or a kubeconfig with a ServiceAccount "
-    "token (kubectl create token) for 'proxy'"
-)
 
 
-def test_the_proxy_transport_names_the_exec_plugin_it_cannot_use() -> None:
-    with pytest.raises(TransportUnavailable) as caught:
-        proxy_access(KubeSource(kubeconfig=EKS))
-    assert str(caught.value) == (
-        "cannot reach the SGLang pods: the proxy transport cannot use context "
-        "'arn:aws:eks:eu-west-1:1:cluster/prod': it authenticates with the exec plugin 'aws' "
-        + ADVICE
-    )
-
-
-def test_the_proxy_transport_names_the_auth_provider_it_cannot_use() -> None:
-    with pytest.raises(TransportUnavailable) as caught:
-        proxy_access(KubeSource(kubeconfig=GKE_LEGACY))
-    assert str(caught.value) == (
-        "cannot reach the SGLang pods: the proxy transport cannot use context 'gke_prod': it "
-        "authenticates with the auth-provider 'gcp' " + ADVICE
-    )
+def test_the_proxy_transport_takes_an_exec_plugin_user() -> None:
+    access = proxy_access(KubeSource(kubeconfig=EKS))
+    assert access.auth is not None and not access.headers  # the plugin runs on first use
