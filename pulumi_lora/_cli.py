@@ -35,7 +35,12 @@ class LazyGroup(click.Group):
         if target is None:
             return super().get_command(ctx, cmd_name)
         module, attribute = target.split(":")
-        command = getattr(importlib.import_module(module), attribute)
+        try:
+            command = getattr(importlib.import_module(module), attribute)
+        except ModuleNotFoundError as exc:
+            if not _rig_missing(exc):
+                raise
+            return _needs_rig(cmd_name)
         if not isinstance(command, click.Command):  # pragma: no cover - a wiring mistake
             raise TypeError(f"{target} is not a click command")
         return command
@@ -46,9 +51,36 @@ _SUBCOMMANDS = {
     "status": "pulumi_lora._ops_cli:status_command",
     "doctor": "pulumi_lora._ops_cli:doctor_command",
     "coexistence-policy": "pulumi_lora._ops_cli:policy_command",
+    "finish-delete": "pulumi_lora._finish:finish_delete_command",
     "component-moves": "pulumi_lora._moves:moves_command",
     "resync": "pulumi_lora._resync._cli:resync_command",
 }
+
+
+RIG = "pulumi-lora-testing"
+"""The distribution that holds ``pulumi_lora.testing`` (emulator, testbed, chaos): apart from
+the user's wheel, so a Pulumi program's environment carries only the product."""
+
+
+def _rig_missing(exc: ModuleNotFoundError) -> bool:
+    """Whether ``exc`` says the test rig is not installed (and not some other missing module)."""
+    return (exc.name or "").startswith("pulumi_lora.testing")
+
+
+def _needs_rig(name: str) -> click.Command:
+    """A stand-in for a subcommand of the test rig when ``pulumi-lora-testing`` is absent:
+    listed by ``--help``, and one line naming what to install when run."""
+
+    @click.command(
+        name,
+        help=f"(needs {RIG}: pip install {RIG})",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        add_help_option=False,
+    )
+    def missing() -> None:
+        raise click.ClickException(f"pulumi-lora {name} needs the test rig: pip install {RIG}")
+
+    return missing
 
 
 @click.group(
@@ -72,8 +104,12 @@ def cli() -> None:
 @click.pass_context
 def emulate(ctx: click.Context) -> None:
     """Run the SGLang emulator; takes SGLang's launch flags (``emulate --help`` lists them)."""
-    from pulumi_lora.testing.emulator import main as emulator_main
-
+    try:
+        from pulumi_lora.testing.emulator import main as emulator_main
+    except ModuleNotFoundError as exc:
+        if not _rig_missing(exc):
+            raise
+        raise click.ClickException(f"pulumi-lora emulate needs the test rig: pip install {RIG}")
     ctx.exit(emulator_main(list(ctx.args)))
 
 

@@ -1,0 +1,24 @@
+"""The provider plugin's entry point: ``python -m pulumi_lora._plugin <engine address>``.
+
+The release's plugin archive (``tools/release.py``) runs this from the virtualenv its launcher
+makes: it serves ``pulumi-lora:index:LoRAAdapter`` (:mod:`pulumi_lora._native`) and prints the
+port as its first line, so nothing here may print at import. ``provider/__main__.py`` does the
+same from a checkout.
+"""
+
+import sys
+from collections.abc import Sequence
+
+from pulumi_lora._native import NativeProvider, engine_address, serve
+from pulumi_lora._version import __version__
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve the provider to the engine whose address is among ``argv`` (default: the process's
+    arguments)."""
+    args = sys.argv[1:] if argv is None else argv
+    serve(__version__, NativeProvider(__version__, engine_address(args)))
+
+
+if __name__ == "__main__":
+    main()
