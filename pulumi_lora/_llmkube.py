@@ -228,8 +228,11 @@ def adapter_manifest(
     spec: Mapping[str, Any],
     annotations: Mapping[str, str],
     labels: Mapping[str, str] | None = None,
+    *,
+    finalizers: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Pure: the CR as this project applies it (spec and its own annotations, nothing else)."""
+    """Pure: the CR as this project applies it (spec, its own annotations and, while it deletes,
+    its own finalizer; nothing else)."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -237,6 +240,8 @@ def adapter_manifest(
     }
     if labels:
         metadata["labels"] = dict(labels)
+    if finalizers:
+        metadata["finalizers"] = list(finalizers)
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": dict(spec)}
 
 

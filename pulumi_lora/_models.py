@@ -224,6 +224,13 @@ ANNOTATION_API_KEY_SECRET = ANNOTATION_PREFIX + "api-key-secret"  # "name/key", 
 ANNOTATION_MANAGED_BY = ANNOTATION_PREFIX + "managed-by"
 #: Set by the provider while it swaps or deletes, so the loop does not re-apply meanwhile.
 ANNOTATION_OPERATION = ANNOTATION_PREFIX + "operation"
+#: pulumi-lora's own finalizer: set by the provider's delete just before it marks the CR for
+#: deletion, removed once every Ready pod has unloaded the adapter. A delete that fails on a pod
+#: leaves it, so the CR (being deleted) outlives the adapter it declares, whatever LLMKube's
+#: controller does with its own finalizer. Only a failed delete ever leaves it behind: a
+#: retried ``pulumi destroy`` or ``pulumi-lora finish-delete`` takes it off (docs/protocol.md
+#: rule 4).
+UNLOAD_FINALIZER = ANNOTATION_PREFIX + "unload"
 
 
 class AdapterArgs(_Model):

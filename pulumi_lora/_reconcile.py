@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from pulumi_lora._models import Condition, ConditionKind, ConditionStatus, Policy
+from pulumi_lora._models import (
+    UNLOAD_FINALIZER,
+    Condition,
+    ConditionKind,
+    ConditionStatus,
+    Policy,
+)
 
 
 @dataclass(frozen=True)
@@ -412,20 +418,52 @@ def build_conditions(
             "" if ready else _first_problem(fresh),
         )
     )
-    return merge_conditions(
-        previous,
-        [
-            Condition(
-                type=kind.value,
-                status=status,
-                reason=reason,
-                message=message[:32768],
-                last_transition_time=now,
-                observed_generation=generation,
-            )
-            for kind, status, reason, message in fresh
-        ],
+    return merge_conditions(previous, _conditions(fresh, generation, now))
+
+
+def unload_conditions(
+    still_serving: Sequence[PodOutcome],
+    *,
+    generation: int,
+    previous: Sequence[Condition],
+    now: datetime,
+) -> list[Condition]:
+    """Pure: the conditions of a CR whose deletion is held because the Ready pods
+    ``still_serving`` failed to unload its adapter (their errors say why).
+
+    ``Loaded`` stays True (the adapter is still served), ``Error`` names every pod, ``Ready`` is
+    False while the deletion waits; ``Available`` is kept from ``previous``.
+    """
+    pods = "; ".join(f"pod {o.pod}: {o.error}" for o in still_serving)
+    message = (
+        f"still served by {len(still_serving)} Ready pod(s) after a failed unload ({pods}); "
+        f"finalizer {UNLOAD_FINALIZER} holds the CR until every pod has unloaded it"
     )
+    fresh = [
+        (ConditionKind.LOADED, ConditionStatus.TRUE, "UnloadUnsuccessful", message),
+        (ConditionKind.ERROR, ConditionStatus.TRUE, "UnloadUnsuccessful", message),
+        (ConditionKind.READY, ConditionStatus.FALSE, "Deleting", message),
+    ]
+    return merge_conditions(previous, _conditions(fresh, generation, now))
+
+
+def _conditions(
+    fresh: Sequence[tuple[ConditionKind, ConditionStatus, str, str]],
+    generation: int,
+    now: datetime,
+) -> list[Condition]:
+    """Conditions from ``(kind, status, reason, message)``, stamped ``now`` at ``generation``."""
+    return [
+        Condition(
+            type=kind.value,
+            status=status,
+            reason=reason,
+            message=message[:32768],
+            last_transition_time=now,
+            observed_generation=generation,
+        )
+        for kind, status, reason, message in fresh
+    ]
 
 
 def merge_conditions(previous: Sequence[Condition], fresh: Sequence[Condition]) -> list[Condition]:

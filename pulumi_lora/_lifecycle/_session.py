@@ -45,6 +45,7 @@ from pulumi_lora._lifecycle._state import (
 from pulumi_lora._models import (
     ANNOTATION_OPERATION,
     LLMKUBE_FINALIZER,
+    UNLOAD_FINALIZER,
     AdapterArgs,
     LoRAAdapterStatus,
     Policy,
@@ -63,6 +64,7 @@ from pulumi_lora._reconcile import (
     pod_program,
     startup_adapters,
     summarize,
+    unload_conditions,
 )
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
@@ -355,18 +357,52 @@ class Session:
         pods = reports(outcomes or [], now) + untrusted_reports(untrusted or {})
         return state_from_cr({**cr, "status": status.wire()}, pods)
 
+    def hold(self, cr: Mapping[str, Any], still_serving: Sequence[PodOutcome]) -> None:
+        """Record on the CR (conditions, a Warning Event) that its deletion waits because the
+        Ready pods ``still_serving`` failed to unload its adapter."""
+        meta = cr["metadata"]
+        stored = LoRAAdapterStatus.model_validate(cr.get("status") or {})
+        conditions = unload_conditions(
+            still_serving,
+            generation=int(meta.get("generation", 1)),
+            previous=stored.conditions or [],
+            now=now_utc(),
+        )
+        status = stored.model_copy(update={"conditions": conditions})
+        written = k8s.apply_adapter_status(
+            self.kube, meta["namespace"], meta["name"], status.wire(), STATUS_MANAGER
+        )
+        OWN_CRS.record((self.source, meta["namespace"], meta["name"]), written)
+        for outcome in still_serving:
+            k8s.emit_event(
+                self.kube,
+                cr,
+                reason="UnloadUnsuccessful",
+                message=f"pod {outcome.pod} still serves {self.args.adapter_name}: "
+                f"{outcome.error}; the CR waits for its unload",
+                warning=True,
+            )
+
     @property
     def policy(self) -> Policy:
         """The core's readiness policy for this resource."""
         return Policy(self.args.readiness_policy.value)
 
-    def apply_cr(self, operation: str | None = None) -> dict[str, Any]:
-        """Server-side apply of spec and annotations (``operation`` marks a swap or delete)."""
+    def apply_cr(self, operation: str | None = None, *, hold: bool = False) -> dict[str, Any]:
+        """Server-side apply of spec and annotations (``operation`` marks a swap or delete).
+
+        ``hold`` adds :data:`UNLOAD_FINALIZER` (a delete about to begin); any other apply leaves
+        it out, and server-side apply then removes it: only a delete in progress carries it.
+        """
         notes = self.args.annotations()
         if operation:  # omitted otherwise: server-side apply then removes it
             notes[ANNOTATION_OPERATION] = f"{operation}@{format_time(now_utc())}"
         manifest = k8s.adapter_manifest(
-            self.args.namespace, self.args.cr_name, self.args.spec().wire(), notes
+            self.args.namespace,
+            self.args.cr_name,
+            self.args.spec().wire(),
+            notes,
+            finalizers=(UNLOAD_FINALIZER,) if hold else (),
         )
         applied = k8s.apply_adapter(self.kube, manifest)
         OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), applied)
@@ -387,12 +423,16 @@ class Session:
     def delete_cr(self) -> None:
         """Delete the CR and wait until it is gone (recorded for the shared listings).
 
-        Called once every pod is unloaded: LLMKube's finalizer, which guards its own unload
-        through the Service, is released rather than waited on (its controller may be backing off,
-        held off by the coexistence policy, or not running).
+        Called once every pod is unloaded: pulumi-lora's own finalizer, which held the CR while
+        the pods unloaded, comes off; LLMKube's, which guards its own unload through the Service,
+        is released rather than waited on (its controller may be backing off, held off by the
+        coexistence policy, or not running).
         """
         k8s.delete_adapter(
-            self.kube, self.args.namespace, self.args.cr_name, release=LLMKUBE_FINALIZER
+            self.kube,
+            self.args.namespace,
+            self.args.cr_name,
+            release=(UNLOAD_FINALIZER, LLMKUBE_FINALIZER),
         )
         OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), None)
 

@@ -46,7 +46,7 @@ from pulumi_lora._lifecycle._state import (
 )
 from pulumi_lora._models import (
     ANNOTATION_MANAGED_BY,
-    LLMKUBE_FINALIZER,
+    UNLOAD_FINALIZER,
     AdapterArgs,
     Condition,
     ConditionKind,
@@ -285,26 +285,28 @@ def _unavailable(session: Session) -> Availability:
 
 @k8s.apiserver_errors()
 def delete(args: AdapterArgs, config: ProviderConfig) -> None:
-    """Unload from every pod (unless another CR claims the name), remove the CR, wait it's gone."""
+    """Unload from every Ready pod (unless another CR claims the name), then let the CR go.
+
+    The CR outlives every pod's unload, whatever LLMKube's controller does: it is held by
+    pulumi-lora's own finalizer (:data:`UNLOAD_FINALIZER`) and marked for deletion first (a CR
+    being deleted is never loaded again, by LLMKube or the loop), then every Ready pod unloads.
+    A pod that fails leaves the CR in place, being deleted, with conditions and a Warning Event
+    naming each pod that still serves the adapter; a retry unloads again and lets it go. A
+    delegated adapter is unloaded by the loop once the CR is gone (docs/protocol.md rule 6).
+    """
     session = Session(args, config)
     cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
-    finalizers = ((cr or {}).get("metadata") or {}).get("finalizers") or []
-    llmkube_holds = LLMKUBE_FINALIZER in finalizers
-    if llmkube_holds:
-        # LLMKube's LoRA controller marked it (no coexistence policy): it loads through the
-        # Service on any change of a live CR, but only unloads once the CR is being deleted.
-        # So the deletion comes first, held by its finalizer until the pods are unloaded (no
-        # annotation then: an apply to a CR LLMKube already let go of would make it again).
+    delegated = args.transport is Transport.DELEGATED
+    if cr is not None and not (cr.get("metadata") or {}).get("deletionTimestamp") and not delegated:
+        cr = session.apply_cr(operation="delete", hold=True)
         k8s.begin_delete(session.kube, args.namespace, args.cr_name)
-    elif cr is not None:
-        session.apply_cr(operation="delete")
     try:
         target = session.resolve_target()
     except ClusterError:
         target = None  # a vanished (or changed) target has nothing left to unload
     if (
         target is not None
-        and args.transport is not Transport.DELEGATED
+        and not delegated
         and not session.claims(target, own_uid=(cr or {}).get("metadata", {}).get("uid"))
     ):
         pods = list(k8s.list_target_pods(session.kube, target).pods)
@@ -314,17 +316,73 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
         ready = {v.name for v in views if v.ready}
         failed = [o for o in outcomes if o.error and o.pod in ready]
         if failed:
-            if cr is not None and not llmkube_holds:  # a CR being deleted stays so
-                session.apply_cr()
+            if cr is not None:
+                session.hold(cr, failed)
             raise AdapterNotLoaded(
                 args.adapter_name,
                 "; ".join(f"pod {o.pod}: {o.error}" for o in failed),
-                "the delete can be retried: it unloads from every pod again"
-                if llmkube_holds
-                else "the CR is kept so the delete can be retried",
+                f"LoRAAdapter {args.namespace}/{args.cr_name} stays, being deleted, until every "
+                "Ready pod has unloaded it: run `pulumi destroy` again once the pod answers (or "
+                f"`pulumi-lora finish-delete {args.namespace}/{args.cr_name}` without Pulumi)",
                 unloading=True,
             )
     session.delete_cr()
+
+
+@k8s.apiserver_errors()
+def finish_delete(
+    resource_id: str, config: ProviderConfig, transport: Transport | None, *, force: bool = False
+) -> str:
+    """``pulumi-lora finish-delete``: finish the deletion a failed ``pulumi destroy`` left (the CR
+    ``NAMESPACE/NAME`` being deleted, held by :data:`UNLOAD_FINALIZER`), without Pulumi.
+
+    Unloads from every Ready pod as the CR declares it (``transport``: how to reach them, else
+    the one the CR records), then lets the CR go; ``force`` lets it go without unloading (a
+    namespace being deleted, its pods already gone). Returns what happened, in words.
+    """
+    namespace, name = split_id(resource_id, "finish the deletion of")
+    kube = POOL.kube(k8s.KubeSource(kubeconfig=config.kubeconfig, context=config.context))
+    cr = k8s.get_adapter(kube, namespace, name)
+    where = f"LoRAAdapter {namespace}/{name}"
+    if cr is None:
+        return f"{where} is already gone"
+    meta = cr.get("metadata") or {}
+    if not meta.get("deletionTimestamp") or UNLOAD_FINALIZER not in (meta.get("finalizers") or []):
+        raise ConfigurationError(
+            f"{where} is not waiting on an unload (it would be being deleted and carry "
+            f"{UNLOAD_FINALIZER}): nothing to finish; `pulumi destroy` deletes what a stack "
+            "manages"
+        )
+    if force:
+        k8s.release_finalizer(kube, namespace, name, UNLOAD_FINALIZER)
+        return (
+            f"{where} let go without unloading: pods may still serve "
+            f"{(cr.get('spec') or {}).get('name')} (`pulumi-lora status` shows which)"
+        )
+    declared = declared_by_cr(cr)
+    if transport is not None:
+        declared["transport"] = transport.value
+    args = AdapterArgs.model_validate(declared)
+    if args.transport is Transport.DELEGATED:
+        raise ConfigurationError(
+            f"{where} is delegated: give --transport direct or proxy to unload from here"
+        )
+    delete(args, config)
+    return (
+        f"unloaded {args.adapter_name} from every Ready pod of InferenceService "
+        f"{args.target_namespace}/{args.inference_service}; {where} is gone"
+    )
+
+
+def split_id(resource_id: str, doing: str) -> tuple[str, str]:
+    """Pure: ``NAMESPACE/NAME`` → its two parts, or a :class:`ConfigurationError` saying how."""
+    namespace, slash, name = resource_id.partition("/")
+    if not (slash and namespace and name) or "/" in name:
+        raise ConfigurationError(
+            f"cannot {doing} {resource_id!r}: the ID of a LoRAAdapter is NAMESPACE/NAME, the "
+            "CR's namespace and name (e.g. models/sql-lora)"
+        )
+    return namespace, name
 
 
 def await_delegated(session: Session, cr: Mapping[str, Any], poll: float = 0.5) -> AdapterState:
@@ -411,12 +469,7 @@ def adoption_refusal(existing: Mapping[str, Any], args: AdapterArgs) -> str | No
 def declared_at(resource_id: str, config: ProviderConfig) -> dict[str, Any] | None:
     """``pulumi import``: the arguments the CR ``NAMESPACE/NAME`` declares (``declared_by_cr``),
     read with the provider's cluster credentials; None when there is no such CR. Reads only."""
-    namespace, slash, name = resource_id.partition("/")
-    if not (slash and namespace and name) or "/" in name:
-        raise ConfigurationError(
-            f"cannot import {resource_id!r}: the ID of a LoRAAdapter is NAMESPACE/NAME, the "
-            "CR's namespace and name (e.g. models/sql-lora)"
-        )
+    namespace, name = split_id(resource_id, "import")
     kube = POOL.kube(k8s.KubeSource(kubeconfig=config.kubeconfig, context=config.context))
     cr = k8s.get_adapter(kube, namespace, name)
     return None if cr is None else declared_by_cr(cr)

@@ -4,6 +4,7 @@ provider config, a Ready InferenceService, and helpers to inspect pods."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,16 +64,28 @@ def served(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
     return result
 
 
-def served_by_every_running_pod(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
+def served_by_every_running_pod(
+    handle: InferenceServiceHandle, patience: float = 60.0
+) -> dict[str, dict[str, str]]:
     """Every running pod's adapters, Ready or not (a starved machine fails readiness probes,
-    and a pod that is not Ready still holds what it loaded); a pod that does not answer is left
-    out."""
+    and a pod that is not Ready still holds what it loaded).
+
+    A pod that does not answer is asked again until ``patience`` runs out, then named in the
+    failure: leaving it out would read as "serves nothing" (CI once took a slow pod for an
+    unloaded one)."""
     result = {}
     for pod in handle.pods():
-        try:
-            body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=5).json()
-        except httpx.HTTPError:
-            continue
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=10).json()
+                break
+            except httpx.HTTPError as exc:
+                if time.monotonic() >= deadline:
+                    raise AssertionError(
+                        f"pod {pod.name} ({pod.url}) did not answer: {exc!r}"
+                    ) from exc
+                time.sleep(0.2)
         result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
     return result
 

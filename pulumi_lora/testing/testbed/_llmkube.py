@@ -159,6 +159,7 @@ class LLMKubeLoRAController:
         self.informer = Informer(rest, f"{_ADAPTERS}/{PLURAL}", self._wake.set)
         self._seen: dict[tuple[str, str], str] = {}
         self.queue = WorkQueue(time_scale)
+        self._current: tuple[str, str] | None = None  # the key a reconcile is working on
         self._thread: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -183,6 +184,20 @@ class LLMKubeLoRAController:
         with self._lock:
             return [r for r in self.stats.requests if route is None or r.route == route]
 
+    def let_go(self, namespace: str, name: str) -> bool:
+        """Whether the controller can send nothing more for the CR ``namespace/name``.
+
+        Its cache no longer holds the CR and no reconcile of it is running. Until then a deleted
+        CR can still be unloaded again: a reconcile queued by the controller's own status write
+        reads the cache before the watch delivered the deletion, sees the finalizer still there,
+        and unloads through the Service once more (controller-runtime's cache lags the same way).
+        The cache is read first: a reconcile that starts after it is empty does nothing.
+        """
+        if self.informer.get(namespace, name) is not None:
+            return False
+        with self._lock:
+            return self._current != (namespace, name)
+
     # --- the queue -------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -193,6 +208,8 @@ class LLMKubeLoRAController:
                 self._wake.wait(self.queue.idle_for(1.0))
                 self._wake.clear()
                 continue
+            with self._lock:
+                self._current = key
             try:
                 requeue = self._reconcile(key)
             except Exception as exc:  # what controller-runtime does with a returned error
@@ -201,6 +218,9 @@ class LLMKubeLoRAController:
                 _log.debug("llmkube: reconcile %s/%s failed: %s", *key, exc)
                 self.queue.add_rate_limited(key)
                 continue
+            finally:
+                with self._lock:
+                    self._current = None
             self.queue.forget(key)
             if requeue:
                 self.queue.add_after(key, requeue)

@@ -1,0 +1,51 @@
+"""``pulumi-lora finish-delete``: finish a deletion that a failed ``pulumi destroy`` left.
+
+A destroy that fails on a pod leaves its CR being deleted, held by pulumi-lora's finalizer
+(``pulumi-lora.dev/unload``), so nothing forgets the adapter that pod still serves
+(docs/protocol.md rule 4). A retried ``pulumi destroy`` finishes it; this command does it
+without Pulumi (an abandoned stack, a namespace being deleted). Thin: the work is
+``_lifecycle.finish_delete``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._lifecycle import ProviderConfig, finish_delete
+from pulumi_lora._models import Transport
+
+__all__ = ["finish_delete_command"]
+
+
+@click.command("finish-delete", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("adapter", metavar="NAMESPACE/NAME")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False),
+    help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, then the in-cluster account)",
+)
+@click.option("--context", help="kubeconfig context (default: its current context)")
+@click.option(
+    "--transport",
+    type=click.Choice([Transport.DIRECT.value, Transport.PROXY.value]),
+    default=None,
+    help="how to reach the pods (default: the transport the CR records)",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="let the CR go without unloading (its pods may still serve the adapter): for a "
+    "namespace being deleted whose pods are already gone",
+)
+def finish_delete_command(
+    adapter: str, kubeconfig: str | None, context: str | None, transport: str | None, force: bool
+) -> None:
+    """Unload the adapter of a LoRAAdapter whose deletion a failed `pulumi destroy` left from
+    every Ready pod, then let the CR go (exit 1 when a pod still refuses)."""
+    config = ProviderConfig(kubeconfig=kubeconfig, context=context)
+    chosen = Transport(transport) if transport else None
+    try:
+        click.echo(finish_delete(adapter, config, chosen, force=force))
+    except PulumiLoRAError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,260 @@
+"""A destroy that fails on a pod keeps the CR until every Ready pod has unloaded (issue 31).
+
+LLMKube's LoRA controller unloads through the Service (one random pod) when a CR it marked is
+deleted, and drops its finalizer whatever the pod answered. So its finalizer cannot be what
+holds the CR while pulumi-lora unloads: pulumi-lora's own (``pulumi-lora.dev/unload``) does, from
+just before the deletion until every Ready pod has unloaded.
+
+Each test plays a user's failed ``pulumi destroy`` (one pod's ``/unload_lora_adapter`` answers
+500) and its retry, and asserts what they see: the provider's error, ``kubectl get lora``, the
+CR's conditions and Events, what each pod serves. Three clusters: LLMKube's controller acting
+on the CR (a default ``Testbed()``, no coexistence policy), held off by the policy, and absent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from pulumi_lora._admission import coexistence_policy
+from pulumi_lora._cli import cli
+from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora._models import LLMKUBE_FINALIZER, UNLOAD_FINALIZER
+from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.testbed import BinaryNotFoundError, InferenceServiceHandle, Testbed
+from tests.e2e.conftest import adapter_props, provider_for, served
+from tests.e2e.test_llmkube_coexistence import kubectl_cr, refused_to_llmkube, wait_for
+
+pytestmark = pytest.mark.full
+
+UNLOAD_REFUSED = ["/unload_lora_adapter:status=500"]
+
+
+def arm(url: str, faults: list[str]) -> None:
+    answer = httpx.post(f"{url}/_emulator/faults", json={"faults": faults}, timeout=10)
+    assert answer.status_code == 200, answer.text
+
+
+def disarm(url: str) -> None:
+    assert httpx.delete(f"{url}/_emulator/faults", timeout=10).status_code == 200
+
+
+def finalizers(cr: dict[str, Any] | None) -> list[str]:
+    return list(((cr or {}).get("metadata") or {}).get("finalizers") or [])
+
+
+def unload_events(bed: Testbed, namespace: str) -> list[str]:
+    got = bed.kubectl(
+        "get", "events", "-n", namespace, "--field-selector=involvedObject.name=sql-lora", "-o=json"
+    )
+    assert got.returncode == 0, got.stderr
+    items = json.loads(got.stdout)["items"]
+    return [e["message"] for e in items if e["reason"] == "UnloadUnsuccessful"]
+
+
+def finish_delete(bed: Testbed, namespace: str) -> str:
+    """``pulumi-lora finish-delete NAMESPACE/sql-lora`` as an operator types it; its output."""
+    done = CliRunner().invoke(
+        cli, ["finish-delete", f"{namespace}/sql-lora", "--kubeconfig", str(bed.kubeconfig_path)]
+    )
+    assert done.exit_code == 0, done.output
+    return done.output
+
+
+def fail_once(
+    bed: Testbed, namespace: str, handle: InferenceServiceHandle, *, llmkube: bool
+) -> tuple[LoRAAdapterProvider, dict[str, Any], str]:
+    """Up on every pod, then a destroy while one pod refuses to unload: the provider, the
+    outputs, the adapter's path, and what is asserted of the cluster after the failure."""
+    provider = provider_for(ProviderConfig(kubeconfig=str(bed.kubeconfig_path)))
+    path = bed.make_adapter("held")
+    outs = provider.create(adapter_props(namespace, path)).outs
+    assert outs["loaded"]
+    if llmkube:  # LLMKube's controller marks the CR it acts on
+        wait_for(
+            "LLMKube's finalizer",
+            lambda: LLMKUBE_FINALIZER in finalizers(kubectl_cr(bed, namespace, "sql-lora")),
+            timeout=60,
+        )
+    stuck, *others = handle.ready_pods()
+    arm(stuck.url, UNLOAD_REFUSED)
+
+    with pytest.raises(PulumiLoRAError) as failed:
+        provider.delete("", outs)
+    message = str(failed.value)
+    assert f"pod {stuck.name}" in message, message
+    assert f"LoRAAdapter {namespace}/sql-lora stays, being deleted" in message, message
+    assert "run `pulumi destroy` again" in message, message
+
+    # LLMKube's own finalizer goes whatever its unload through the Service answered; the CR
+    # stays, held by pulumi-lora's, while the refusing pod still serves the adapter.
+    wait_for(
+        "the CR to hold only pulumi-lora's finalizer",
+        lambda: finalizers(kubectl_cr(bed, namespace, "sql-lora")) == [UNLOAD_FINALIZER],
+        timeout=60,
+    )
+    listed = bed.kubectl("get", "lora", "-n", namespace)
+    assert listed.returncode == 0 and "sql-lora" in listed.stdout, listed
+    cr = kubectl_cr(bed, namespace, "sql-lora")
+    assert cr is not None and cr["metadata"].get("deletionTimestamp"), cr
+    by_type = {c["type"]: c for c in cr["status"]["conditions"]}
+    assert (by_type["Error"]["status"], by_type["Error"]["reason"]) == (
+        "True",
+        "UnloadUnsuccessful",
+    )
+    assert f"pod {stuck.name}" in by_type["Error"]["message"], by_type
+    assert (by_type["Ready"]["status"], by_type["Ready"]["reason"]) == ("False", "Deleting")
+    events = unload_events(bed, namespace)
+    assert any(m.startswith(f"pod {stuck.name} still serves sql-lora") for m in events), events
+    now = served(handle)
+    assert now[stuck.name] == {"sql-lora": path}, now
+    assert all(now[pod.name] == {} for pod in others), now
+    return provider, outs, stuck.url
+
+
+def fail_then_retry(
+    bed: Testbed, namespace: str, handle: InferenceServiceHandle, *, llmkube: bool, by_cli: bool
+) -> None:
+    """The user's story, step by step: up on every pod; destroy while one pod refuses to
+    unload; look at the cluster; destroy again while it still refuses; then once it answers
+    (``by_cli``: ``pulumi-lora finish-delete`` instead of the retried destroy)."""
+    provider, outs, stuck = fail_once(bed, namespace, handle, llmkube=llmkube)
+    with pytest.raises(PulumiLoRAError):  # a retry while the pod still refuses changes nothing
+        provider.delete("", outs)
+    assert finalizers(kubectl_cr(bed, namespace, "sql-lora")) == [UNLOAD_FINALIZER]
+
+    disarm(stuck)
+    if by_cli:
+        said = finish_delete(bed, namespace)
+        assert f"unloaded sql-lora from every Ready pod of InferenceService {namespace}/llama" in (
+            said
+        ), said
+    else:
+        provider.delete("", outs)
+    assert kubectl_cr(bed, namespace, "sql-lora") is None
+    assert all(adapters == {} for adapters in served(handle).values()), served(handle)
+
+
+def test_beside_llmkubes_controller(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
+) -> None:
+    """A default ``Testbed()``: LLMKube's controller marks the CR, unloads through the Service on
+    deletion and drops its finalizer; the CR stays until pulumi-lora unloaded everywhere."""
+    assert testbed.llmkube is not None, "a default Testbed() runs LLMKube's LoRA controller"
+    fail_then_retry(testbed, namespace, isvc, llmkube=True, by_cli=False)
+
+
+def test_with_the_coexistence_policy(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
+) -> None:
+    """The coexistence policy holds LLMKube off (it cannot add its finalizer): same story."""
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    name = f"held-{namespace}"
+    manifests = coexistence_policy(name, namespace_selector=selector)
+    applied = testbed.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"kind": "List", "apiVersion": "v1", "items": manifests}),
+    )
+    assert applied.returncode == 0, applied.stderr
+    try:
+        probe = testbed.make_adapter("probe")
+        testbed.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "inference.llmkube.dev/v1alpha1",
+                    "kind": "LoRAAdapter",
+                    "metadata": {
+                        "name": "probe",
+                        "namespace": namespace,
+                        "annotations": {"pulumi-lora.dev/managed-by": "pulumi"},
+                    },
+                    "spec": {
+                        "inferenceServiceRef": {"name": "llama"},
+                        "name": "probe",
+                        "path": probe,
+                    },
+                }
+            ),
+        )
+        wait_for("the policy to hold", lambda: refused_to_llmkube(testbed, namespace, "probe"))
+        testbed.kubectl("delete", "lora", "probe", "-n", namespace, "--wait=true")
+        fail_then_retry(testbed, namespace, isvc, llmkube=False, by_cli=False)
+    finally:
+        testbed.kubectl(
+            "delete",
+            "-f",
+            "-",
+            input=json.dumps({"kind": "List", "apiVersion": "v1", "items": manifests}),
+        )
+
+
+@pytest.fixture(scope="module")
+def quiet_bed() -> Iterator[Testbed]:
+    """A cluster without LLMKube's LoRA controller."""
+    bed = Testbed(llmkube_lora_controller=False)
+    try:
+        bed.start()
+    except BinaryNotFoundError as exc:
+        missing_real_part(str(exc))
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
+def test_without_llmkubes_controller(quiet_bed: Testbed) -> None:
+    """No LLMKube controller at all: pulumi-lora's finalizer alone holds the CR; an operator
+    finishes the deletion with ``pulumi-lora finish-delete``."""
+    namespace = quiet_bed.create_namespace("held-quiet")
+    handle = quiet_bed.deploy_inference_service(namespace, "llama", replicas=2)
+    handle.wait_ready(timeout=60)
+    fail_then_retry(quiet_bed, namespace, handle, llmkube=False, by_cli=True)
+
+
+def test_a_namespace_deleted_after_a_failed_destroy(testbed: Testbed) -> None:
+    """The stack is abandoned after the failed destroy and its namespace deleted: the pods go,
+    the held CR keeps the namespace Terminating (the namespace says why), and
+    ``pulumi-lora finish-delete`` lets it go with nothing left to unload. A CR no destroy failed
+    on carries no pulumi-lora finalizer: its namespace deletes at once
+    (tests/testbed/test_namespace_deletion.py)."""
+    namespace = testbed.create_namespace("held-ns")
+    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
+    handle.wait_ready(timeout=60)
+    fail_once(testbed, namespace, handle, llmkube=True)
+    asked = testbed.kubectl("delete", "namespace", namespace, "--wait=false")
+    assert asked.returncode == 0, asked.stderr
+
+    def why_terminating() -> str:
+        got = testbed.kubectl("get", "namespace", namespace, "-o", "json")
+        assert got.returncode == 0, got.stderr
+        conditions = json.loads(got.stdout).get("status", {}).get("conditions") or []
+        remaining = [c for c in conditions if c["type"] == "NamespaceFinalizersRemaining"]
+        return remaining[0]["message"] if remaining and remaining[0]["status"] == "True" else ""
+
+    held = wait_for("the namespace to wait on the CR", why_terminating, timeout=120)
+    assert UNLOAD_FINALIZER in held, held
+    wait_for(
+        "the pods to go",
+        lambda: not testbed.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout.strip(),
+        timeout=120,
+    )
+
+    said = finish_delete(testbed, namespace)
+    assert f"LoRAAdapter {namespace}/sql-lora is gone" in said, said
+    wait_for(
+        "the namespace to go",
+        lambda: "NotFound" in testbed.kubectl("get", "namespace", namespace).stderr,
+        timeout=120,
+    )

@@ -1,0 +1,69 @@
+"""The pure parts of a held delete (issue 31): the conditions a CR carries while a pod still
+serves its adapter, the finalizer in the applied manifest, and the ``NAMESPACE/NAME`` IDs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pulumi_lora._errors import ConfigurationError
+from pulumi_lora._lifecycle._steps import split_id
+from pulumi_lora._llmkube import adapter_manifest
+from pulumi_lora._models import UNLOAD_FINALIZER, Condition, ConditionStatus
+from pulumi_lora._reconcile import PodOutcome, unload_conditions
+
+NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+
+
+def test_the_conditions_name_every_pod_that_still_serves_the_adapter() -> None:
+    available = Condition(
+        type="Available",
+        status=ConditionStatus.TRUE,
+        reason="InferenceServiceReady",
+        message="",
+        last_transition_time=NOW - timedelta(hours=1),
+        observed_generation=1,
+    )
+    loaded_before = available.model_copy(update={"type": "Loaded", "reason": "AdapterLoaded"})
+    failed = [
+        PodOutcome("llama-a", loaded=True, error="sglang answered 500"),
+        PodOutcome("llama-b", loaded=True, error="timed out"),
+    ]
+    conditions = unload_conditions(
+        failed, generation=2, previous=[available, loaded_before], now=NOW
+    )
+    got = {c.type: c for c in conditions}
+    assert set(got) == {"Available", "Loaded", "Error", "Ready"}
+    assert got["Available"] == available  # kept as it was
+    error = got["Error"]
+    assert (error.status, error.reason, error.observed_generation) == (
+        ConditionStatus.TRUE,
+        "UnloadUnsuccessful",
+        2,
+    )
+    assert error.message == (
+        "still served by 2 Ready pod(s) after a failed unload (pod llama-a: sglang answered 500; "
+        f"pod llama-b: timed out); finalizer {UNLOAD_FINALIZER} holds the CR until every pod has "
+        "unloaded it"
+    )
+    assert (got["Ready"].status, got["Ready"].reason) == (ConditionStatus.FALSE, "Deleting")
+    # Loaded stays True (the adapter is still served): its transition time does not move.
+    assert got["Loaded"].status is ConditionStatus.TRUE
+    assert got["Loaded"].last_transition_time == NOW - timedelta(hours=1)
+
+
+def test_only_a_delete_applies_the_finalizer() -> None:
+    plain = adapter_manifest("models", "sql-lora", {"name": "sql-lora"}, {})
+    assert "finalizers" not in plain["metadata"]
+    held = adapter_manifest(
+        "models", "sql-lora", {"name": "sql-lora"}, {}, finalizers=(UNLOAD_FINALIZER,)
+    )
+    assert held["metadata"]["finalizers"] == ["pulumi-lora.dev/unload"]
+
+
+@pytest.mark.parametrize("bad", ["sql-lora", "/sql-lora", "models/", "a/b/c"])
+def test_an_id_that_is_not_namespace_slash_name_says_how(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="the ID of a LoRAAdapter is NAMESPACE/NAME"):
+        split_id(bad, "finish the deletion of")
+    assert split_id("models/sql-lora", "import") == ("models", "sql-lora")
