@@ -38,9 +38,12 @@ from pulumi.dynamic import (
 )
 from pydantic import ValidationError
 
+from pulumi_lora import _host_errors
 from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._models import AdapterArgs, Condition, ConditionKind, Transport
+
+_host_errors.install()  # in the dynamic-provider host: our errors read as messages
 
 #: Inputs whose change means a different CR or a different target: replace, old one first.
 REPLACE_KEYS = (

@@ -1,0 +1,64 @@
+"""Errors that read as messages in ``pulumi up``: the dynamic-provider host, told to show ours.
+
+Pulumi's dynamic-provider host (``python -m pulumi.dynamic``, SDK 3.272) wraps every provider
+call in ``_abort_with_traceback``, which answers the engine with ``traceback.format_exc()`` of
+whatever the provider raised: a user whose ``pulumi up`` failed reads 30 lines of Python
+frames before the one line that says what to do. pulumi-lora's own errors
+(`PulumiLoRAError`) already carry the whole story: what happened, on which pod, and the advice.
+
+:func:`install` replaces the name ``traceback`` in the host's module (only when this process is
+that host) with :class:`HostTraceback`, whose ``format_exc`` returns ``ClassName: message`` for
+our errors and the full traceback for anything else (a bug still shows where it is). It changes
+nothing in any other program. The SDK offers no hook for this; the day it does (an exception
+type it reports by message), this module goes.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from types import ModuleType
+from typing import Any
+
+from pulumi_lora._errors import PulumiLoRAError
+
+__all__ = ["HostTraceback", "install", "message_of"]
+
+#: The host's module name when it runs as ``python -m pulumi.dynamic``.
+HOST_MODULE = "pulumi.dynamic.__main__"
+
+
+def message_of(exc: BaseException) -> str:
+    """Pure: what the engine shows for one of our errors: its class (the troubleshooting
+    table's key) and its message, which holds the advice."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+class HostTraceback:
+    """Stands in for the ``traceback`` module in the host's namespace (everything else is
+    the real module's)."""
+
+    def __init__(self, real: ModuleType) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def format_exc(self, limit: int | None = None, chain: bool = True) -> str:
+        """The message of a `PulumiLoRAError` being handled; otherwise the full traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, PulumiLoRAError):
+            return message_of(exc)
+        text: str = self._real.format_exc(limit, chain)
+        return text
+
+
+def install() -> bool:
+    """Make the running dynamic-provider host report our errors by message; whether it did."""
+    host = sys.modules.get("__main__")
+    spec = getattr(host, "__spec__", None)
+    if host is None or getattr(spec, "name", None) != HOST_MODULE:
+        return False
+    if not isinstance(getattr(host, "traceback", None), HostTraceback):
+        host.traceback = HostTraceback(traceback)  # type: ignore[attr-defined]
+    return True
