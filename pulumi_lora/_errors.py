@@ -311,6 +311,16 @@ class UnsupportedServer(PermanentSGLangError):
 # --- Kubernetes ---------------------------------------------------------------------------------
 
 
+#: What the OS says when no route leads to an address (errno ENETUNREACH, EHOSTUNREACH).
+UNROUTABLE = ("Network is unreachable", "No route to host")
+
+
+def unroutable(error: str) -> bool:
+    """Pure: whether a connection error's text says the address has no route from here (a pod
+    IP seen from outside the cluster network), as opposed to nothing listening there."""
+    return any(words in error for words in UNROUTABLE)
+
+
 class ClusterError(PulumiLoRAError):
     """The Kubernetes side can't be used: the target is missing, wrong, or unreachable."""
 

@@ -9,6 +9,7 @@ from typing import Any
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
     SUPPORTED_SGLANG,
+    unroutable,
 )
 from pulumi_lora._lifecycle._session import (
     Session,
@@ -33,6 +34,8 @@ def advice(outcomes: Sequence[PodOutcome]) -> str:
         kind = o.reason
         if kind == "Timeout" and "no connection within" in o.error:
             kind = "ConnectTimeout"
+        if kind in ("ConnectionFailed", "ConnectTimeout") and unroutable(o.error):
+            kind = "PodUnroutable"
         by_class.setdefault(kind, o.pod)
     logs = "kubectl logs {pod} -c sglang"
     advice = {
@@ -63,6 +66,11 @@ def advice(outcomes: Sequence[PodOutcome]) -> str:
         "IncompleteUnload": "restart the pod: SGLang refuses this adapter name until it restarts",
         "BadRequest": (
             f"SGLang refused the request's shape: report it with the pod's SGLang version ({logs})"
+        ),
+        "PodUnroutable": (
+            "pod {pod}'s IP is not routable from where pulumi runs: set the adapter's transport "
+            "to 'proxy' (through the apiserver; unkeyed SGLang) or 'delegated' (the in-cluster "
+            "re-sync loop loads)"
         ),
         "ConnectTimeout": (
             "no connection within pulumi-lora:connectTimeoutSeconds: check that the pod is "

@@ -119,3 +119,17 @@ def test_the_error_a_user_reads_ends_with_the_advice() -> None:
         "could not load adapter 'sql-lora': loaded on 0/1 Ready pods; pod llama-0: connection "
         f"failed ({ADVICE['ConnectionFailed']})"
     )
+
+
+def test_an_unroutable_pod_ip_names_the_transport_to_use_instead() -> None:
+    unreachable = (
+        "pod llama-0 (http://10.4.0.7:30000) /load_lora_adapter: connection failed "
+        "(ConnectError: [Errno 101] Network is unreachable)"
+    )
+    assert _advice([failed("ConnectionFailed", unreachable)]) == (
+        "pod llama-0's IP is not routable from where pulumi runs: set the adapter's transport "
+        "to 'proxy' (through the apiserver; unkeyed SGLang) or 'delegated' (the in-cluster "
+        "re-sync loop loads)"
+    )
+    refused = "connection failed (ConnectError: [Errno 111] Connection refused)"
+    assert "port named http" in _advice([failed("ConnectionFailed", refused)])
