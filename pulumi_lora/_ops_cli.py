@@ -100,10 +100,10 @@ def status_command(  # noqa: PLR0917 - one parameter per click option
 @click.option(
     "--transport",
     type=click.Choice([Transport.DIRECT.value, Transport.PROXY.value]),
-    default=Transport.DIRECT.value,
-    show_default=True,
+    default=None,
     help="how to reach the pods: their IPs (in-cluster or a routed pod network) or the "
-    "apiserver's pod proxy (anywhere; unkeyed servers only)",
+    "apiserver's pod proxy (anywhere; unkeyed servers only); default: try direct, then proxy, "
+    "and say which works",
 )
 @click.option(
     "--api-key-secret",
@@ -119,7 +119,7 @@ def doctor_command(  # noqa: PLR0917 - one parameter per click option
     namespace: str | None,
     kubeconfig: str | None,
     context: str | None,
-    transport: str,
+    transport: str | None,
     api_key_secret: str | None,
     output: str,
 ) -> None:
@@ -135,7 +135,11 @@ def doctor_command(  # noqa: PLR0917 - one parameter per click option
     try:
         where = namespace or POOL.kube(source).namespace
         facts = _gather.gather_doctor(
-            source, where, inference_service, transport=Transport(transport), api_key_secret=secret
+            source,
+            where,
+            inference_service,
+            transport=Transport(transport) if transport else None,
+            api_key_secret=secret,
         )
     except PulumiLoRAError as exc:
         _fail(ctx, str(exc))

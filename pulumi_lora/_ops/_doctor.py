@@ -22,6 +22,7 @@ from pulumi_lora._errors import (
     SUPPORTED_SGLANG,
     Unauthorized,
     UnsupportedServer,
+    unroutable,
 )
 from pulumi_lora._llmkube import SERVICE_LABEL, PodEndpoint, container_port, service_port
 from pulumi_lora._models import ANNOTATION_MANAGED_BY, Transport
@@ -35,6 +36,7 @@ __all__ = [
     "DoctorFacts",
     "DoctorReport",
     "ServerProbe",
+    "TransportTrial",
     "check_adapter_volumes",
     "check_data_parallel",
     "check_enable_lora",
@@ -45,6 +47,7 @@ __all__ = [
     "check_ports",
     "check_runtime",
     "check_server",
+    "check_transport",
     "diagnose",
     "has_flag",
     "normalize_args",
@@ -96,6 +99,21 @@ class ServerProbe:
 
 
 @dataclass(frozen=True)
+class TransportTrial:
+    """How one transport fared from where doctor runs: how many Ready pods answered."""
+
+    transport: str
+    reached: int
+    ready: int
+    error: str = ""  # the first unreachable pod's error
+
+    @property
+    def works(self) -> bool:
+        """Whether every Ready pod answered through it."""
+        return self.ready > 0 and self.reached == self.ready
+
+
+@dataclass(frozen=True)
 class DoctorFacts:
     """Everything doctor looks at, as plain values (``isvc`` None: it does not exist); gathered
     by ``_gather.gather_doctor``."""
@@ -109,6 +127,7 @@ class DoctorFacts:
     transport: str = Transport.DIRECT.value
     untrusted: Mapping[str, str] = field(default_factory=dict)  # labelled, outside the chain
     adapters: tuple[Mapping[str, Any], ...] = ()  # the LoRAAdapter CRs that target it
+    trials: tuple[TransportTrial, ...] = ()  # each transport tried, when none was given
 
 
 @dataclass(frozen=True)
@@ -179,6 +198,7 @@ def diagnose(facts: DoctorFacts) -> DoctorReport:
         check_pods(facts.pods, int(spec.get("replicas", 1))),
         *([check_ownership(facts.name, facts.untrusted)] if facts.untrusted else []),
         *([check_llmkube(facts.adapters)] if facts.adapters else []),
+        *([check_transport(facts.trials)] if facts.trials else []),
         *(check_server(probe, facts.transport) for probe in facts.servers),
     ]
     return DoctorReport(facts.namespace, facts.name, tuple(checks))
@@ -493,6 +513,34 @@ def check_server(probe: ServerProbe, transport: str = Transport.DIRECT.value) ->
     return Check(name, CheckStatus.OK, f"SGLang {probe.version}, LoRA enabled{lora}", pod=probe.pod)
 
 
+def check_transport(trials: Sequence[TransportTrial]) -> Check:
+    """Which transport reaches the pods from here, and how to choose it (doctor tried each)."""
+    name = "transport"
+    tried = "; ".join(
+        f"{t.transport}: {t.reached}/{t.ready} pods" + (f" ({t.error})" if t.error else "")
+        for t in trials
+    )
+    working = next((t for t in trials if t.works), None)
+    if working is None:
+        return Check(
+            name,
+            CheckStatus.FAIL,
+            f"no transport reaches the pods from here ({tried})",
+            "use transport 'delegated' (the in-cluster re-sync loop loads; docs/resync.md), "
+            "or run pulumi inside the cluster network",
+        )
+    if working.transport == Transport.DIRECT.value:
+        return Check(name, CheckStatus.OK, "transport 'direct' reaches every Ready pod from here")
+    return Check(
+        name,
+        CheckStatus.WARN,
+        f"only transport {working.transport!r} reaches the pods from here ({tried})",
+        f"set the adapters' transport input to {working.transport!r} (transport="
+        f'"{working.transport}"; the examples read it from stack config: pulumi config set '
+        f"transport {working.transport}); the default 'direct' cannot reach these pods",
+    )
+
+
 def _reach_fix(probe: ServerProbe, transport: str) -> str:
     if probe.reason == Unauthorized.reason:
         return (
@@ -501,10 +549,15 @@ def _reach_fix(probe: ServerProbe, transport: str) -> str:
         )
     if probe.reason == UnsupportedServer.reason:
         return f"upgrade SGLang (supported: {SUPPORTED_SGLANG})"
-    if transport == Transport.DIRECT.value:
+    if transport == Transport.DIRECT.value and unroutable(probe.error):
         return (
-            "doctor reaches pods at their IP (--transport direct); from outside the cluster "
-            "network use --transport proxy"
+            "the pod IP is not routable from here: use transport 'proxy' (--transport proxy; "
+            "unkeyed SGLang) or 'delegated'"
+        )
+    if transport == Transport.DIRECT.value and "no connection within" in probe.error:
+        return (
+            "no connection to the pod IP from here (likely not routable outside the cluster "
+            "network): try --transport proxy, or check that the pod is running"
         )
     return "check that the pod's sglang container listens on its port named http"
 

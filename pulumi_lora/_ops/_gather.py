@@ -28,7 +28,7 @@ from pulumi_lora._errors import ClusterError, PulumiLoRAError, UnsupportedServer
 from pulumi_lora._lifecycle import POOL, ProviderConfig, Session, observe, parallel
 from pulumi_lora._llmkube import HTTP_PORT_NAME, PodEndpoint, Target, target_from_object
 from pulumi_lora._models import AdapterArgs, Transport
-from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe
+from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe, TransportTrial
 from pulumi_lora._ops._status import AdapterLine, StatusReport, adapter_line, args_from_cr
 from pulumi_lora._sglang import SGLangClient
 
@@ -80,26 +80,57 @@ def gather_doctor(
     namespace: str,
     name: str,
     *,
-    transport: Transport = Transport.DIRECT,
+    transport: Transport | None = None,
     api_key_secret: tuple[str, str] | None = None,
 ) -> DoctorFacts:
     """Read the InferenceService, its Service, its pods, and ask each Ready pod's SGLang.
 
-    Raises ``ClusterError`` only when the cluster itself can't be used; a missing
-    InferenceService is a fact (``isvc`` None) that :func:`diagnose` turns into a failed check.
+    With no ``transport``, tries ``direct``, then (when it does not reach every Ready pod and
+    no API key is needed) ``proxy``, and reports each (``trials``); the servers are judged
+    through the first that works. Raises ``ClusterError`` only when the cluster itself can't be
+    used; a missing InferenceService is a fact (``isvc`` None) that :func:`diagnose` turns into
+    a failed check.
     """
     kube = POOL.kube(source)
     try:
         obj = k8s.as_dict(kube.get(k8s.InferenceServiceResource, name, namespace=namespace))
     except ApiError as exc:
         if exc.status.code == 404:
-            return DoctorFacts(namespace, name, None, transport=transport.value)
+            chosen = (transport or Transport.DIRECT).value
+            return DoctorFacts(namespace, name, None, transport=chosen)
         raise _api_error(f"reading InferenceService {namespace}/{name}", exc) from exc
     listing = k8s.list_target_pods(kube, target_from_object(obj))
     pods = listing.pods
-    args = AdapterArgs(
-        # Session.clients is the one place that turns a transport into per-pod clients; doctor
-        # has no adapter of its own, so these args name a placeholder adapter on the target.
+    config = ProviderConfig(kubeconfig=source.kubeconfig, context=source.context)
+    trials: list[TransportTrial] = []
+    candidates = [transport] if transport else [Transport.DIRECT, Transport.PROXY]
+    for candidate in candidates:
+        session = Session(_doctor_args(name, namespace, candidate, api_key_secret), config)
+        servers = _probe_servers(session, target_from_object(obj), pods)
+        trial = _trial(candidate, servers)
+        trials.append(trial)
+        if trial.works or (api_key_secret and candidate is Transport.DIRECT):
+            break  # a keyed server cannot be reached through the proxy
+    return DoctorFacts(
+        namespace,
+        name,
+        obj,
+        service_port=_live_service_port(kube, namespace, name),
+        pods=pods,
+        servers=servers,
+        transport=candidate.value,
+        untrusted=listing.untrusted,
+        adapters=tuple(_targeting(_adapters_near(kube, namespace), namespace, name)),
+        trials=tuple(trials) if transport is None else (),
+    )
+
+
+def _doctor_args(
+    name: str, namespace: str, transport: Transport, api_key_secret: tuple[str, str] | None
+) -> AdapterArgs:
+    """Session.clients is the one place that turns a transport into per-pod clients; doctor
+    has no adapter of its own, so these args name a placeholder adapter on the target."""
+    return AdapterArgs(
         adapter_name="pulumi-lora-doctor",
         path="/pulumi-lora-doctor",
         inference_service=name,
@@ -108,18 +139,13 @@ def gather_doctor(
         api_key_secret_name=api_key_secret[0] if api_key_secret else None,
         api_key_secret_key=api_key_secret[1] if api_key_secret else "api-key",
     )
-    session = Session(args, ProviderConfig(kubeconfig=source.kubeconfig, context=source.context))
-    return DoctorFacts(
-        namespace,
-        name,
-        obj,
-        service_port=_live_service_port(kube, namespace, name),
-        pods=pods,
-        servers=_probe_servers(session, target_from_object(obj), pods),
-        transport=transport.value,
-        untrusted=listing.untrusted,
-        adapters=tuple(_targeting(_adapters_near(kube, namespace), namespace, name)),
-    )
+
+
+def _trial(transport: Transport, servers: Sequence[ServerProbe]) -> TransportTrial:
+    """Pure: how many servers answered through ``transport`` (an auth refusal still answered)."""
+    failed = [s for s in servers if not s.reachable and s.reason != "Unauthorized"]
+    error = f"pod {failed[0].pod}: {failed[0].error}" if failed else ""
+    return TransportTrial(transport.value, len(servers) - len(failed), len(servers), error)
 
 
 def _adapters_near(kube: Client, namespace: str) -> list[dict[str, Any]]:

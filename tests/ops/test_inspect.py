@@ -254,7 +254,9 @@ def test_server_too_old_lora_off_unknown_unreachable() -> None:
     )
     assert unsupported.status is CheckStatus.FAIL and "upgrade" in unsupported.fix
     gone = check_server(ServerProbe("a", False, error="connection refused", reason="X"))
-    assert gone.status is CheckStatus.FAIL and "--transport proxy" in gone.fix
+    assert gone.status is CheckStatus.FAIL and "port named http" in gone.fix  # not the route
+    no_route = check_server(ServerProbe("a", False, error="Network is unreachable", reason="X"))
+    assert "--transport proxy" in no_route.fix
     via_proxy = check_server(ServerProbe("a", False, error="refused", reason="X"), "proxy")
     assert "--transport proxy" not in via_proxy.fix
     keyed = check_server(ServerProbe("a", False, error="401", reason=Unauthorized.reason))

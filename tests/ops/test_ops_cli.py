@@ -175,7 +175,7 @@ def test_doctor_prints_checks_with_fixes_and_exit_code(monkeypatch: pytest.Monke
         {
             "namespace": "models",
             "name": "llama",
-            "transport": Transport.DIRECT,
+            "transport": None,  # doctor tries the transports itself
             "api_key_secret": ("sglang-key", "api-key"),
         }
     ]
