@@ -109,7 +109,9 @@ def emulate(ctx: click.Context) -> None:
     except ModuleNotFoundError as exc:
         if not _rig_missing(exc):
             raise
-        raise click.ClickException(f"pulumi-lora emulate needs the test rig: pip install {RIG}")
+        raise click.ClickException(
+            f"pulumi-lora emulate needs the test rig: pip install {RIG}"
+        ) from None
     ctx.exit(emulator_main(list(ctx.args)))
 
 

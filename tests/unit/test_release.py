@@ -70,7 +70,7 @@ def test_the_launcher_is_posix_sh_and_keeps_stdout_for_the_port() -> None:
     assert subprocess.run(["sh", "-n", str(launcher)], check=False).returncode == 0
     text = launcher.read_text()
     assert text.startswith("#!/bin/sh\n")
-    assert "exec \"$venv/bin/python\" -u -m pulumi_lora._plugin \"$@\"" in text
+    assert 'exec "$venv/bin/python" -u -m pulumi_lora._plugin "$@"' in text
     assert "} >&2; then" in text  # venv and pip say nothing on stdout
 
 
@@ -95,7 +95,7 @@ def test_a_release_never_empties_a_folder_it_did_not_fill(tmp_path: Path) -> Non
     tool = release()
     (tmp_path / "pulumi_lora-0.1.0.tar.gz").write_text("old")
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(tool.ReleaseError, match="notes.txt"):
+    with pytest.raises(tool.ReleaseError, match=r"notes\.txt"):
         tool.fresh(tmp_path)
     (tmp_path / "notes.txt").unlink()
     tool.fresh(tmp_path)

@@ -1,0 +1,216 @@
+"""The release, installed the way users install it, with no checkout on any path.
+
+``tools/release.py`` runs once for the module into a temporary ``dist/``; each test then uses
+only that folder and a wheelhouse of the dependencies (``pip download``, so ``pip install
+--no-index`` spends no time on the network): a fresh virtualenv gets ``pulumi-lora`` (no test
+rig inside) and then ``pulumi-lora-testing``; a fresh ``PULUMI_HOME`` gets the plugin with
+``pulumi plugin install resource pulumi-lora VERSION --file ARCHIVE``, and a YAML program that
+names only the package's type creates, refreshes and destroys an adapter on the testbed. The
+plugin's launcher makes its own virtualenv on that first run, from the archive's wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pulumi_lora import __version__
+from pulumi_lora.testing.engine import LocalEngine, find_pulumi
+from pulumi_lora.testing.testbed import Testbed
+
+from .conftest import (
+    ROOT,
+    assert_clean_refresh,
+    assert_nothing_left,
+    lora_resources,
+    ready_service,
+    require_program,
+    served,
+    stack_on_testbed,
+)
+
+pytestmark = pytest.mark.full
+
+ARCHIVE = f"pulumi-resource-pulumi-lora-v{__version__}-linux-amd64.tar.gz"
+BASE_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))
+"""The interpreter this venv was made from: a Python with no checkout on its path."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """A release's ``dist/`` and the dependencies' wheels, both outside the checkout."""
+
+    dist: Path
+    wheelhouse: Path
+
+    def pip_env(self) -> dict[str, str]:
+        """pip's variables for an offline install from these two folders."""
+        return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": f"{self.dist} {self.wheelhouse}"}
+
+
+def run(argv: Sequence[str | Path], cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        env={**clean_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment with nothing of the checkout: no PYTHONPATH, no venv, no
+    ``PATH`` entry inside it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    env["PATH"] = os.pathsep.join(p for p in path if p and not Path(p).is_relative_to(ROOT))
+    return env
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
+    """``tools/release.py`` as the docs say (into a temporary dist), and a wheelhouse."""
+    base = tmp_path_factory.mktemp("release")
+    dist, wheelhouse = base / "dist", base / "wheelhouse"
+    python = ROOT / ".venv" / "bin" / "python"
+    run([python, ROOT / "tools" / "release.py", "--out", dist], cwd=base)
+    rig = dist / f"pulumi_lora_testing-{__version__}-py3-none-any.whl"  # needs the product too
+    pins = ROOT / ".venv" / "constraints.txt"  # tools/provision.py's pins
+    download = [python, "-m", "pip", "download", "-q", "-d", wheelhouse, "-c", pins]
+    run([*download, "--find-links", dist, rig], cwd=base)
+    return Release(dist, wheelhouse)
+
+
+def test_the_release_holds_the_product_the_rig_and_their_checksums(release: Release) -> None:
+    names = sorted(p.name for p in release.dist.iterdir())
+    archives = [n for n in names if n.startswith("pulumi-resource-")]
+    assert [a.removesuffix(".tar.gz").rsplit("-", 2)[1:] for a in archives] == [
+        ["darwin", "amd64"],
+        ["darwin", "arm64"],
+        ["linux", "amd64"],
+        ["linux", "arm64"],
+    ]
+    run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=release.dist)
+    product = zipfile.ZipFile(release.dist / f"pulumi_lora-{__version__}-py3-none-any.whl")
+    assert not [n for n in product.namelist() if n.startswith("pulumi_lora/testing/")]
+    rig = zipfile.ZipFile(release.dist / f"pulumi_lora_testing-{__version__}-py3-none-any.whl")
+    packaged = {n.split("/")[1] for n in rig.namelist() if n.startswith("pulumi_lora/")}
+    assert packaged == {"testing"}
+    metadata = rig.read(f"pulumi_lora_testing-{__version__}.dist-info/METADATA").decode()
+    assert f"Requires-Dist: pulumi-lora=={__version__}" in metadata
+
+
+def test_a_fresh_venv_gets_the_product_then_the_rig(release: Release, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    run([BASE_PYTHON, "-m", "venv", venv], cwd=tmp_path)
+    pip = [venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    run([*pip, "pulumi-lora"], cwd=tmp_path, env=release.pip_env())
+    where = run(
+        [venv / "bin" / "python", "-c", "import pulumi_lora; print(pulumi_lora.__file__)"],
+        cwd=tmp_path,
+    )
+    assert Path(where.strip()).is_relative_to(venv)
+    helped = run([venv / "bin" / "pulumi-lora", "--help"], cwd=tmp_path)
+    assert "(needs pulumi-lora-testing: pip install" in helped
+    missing = subprocess.run(
+        [venv / "bin" / "pulumi-lora", "emulate"], capture_output=True, text=True, check=False
+    )
+    assert missing.returncode == 1
+    assert "pip install pulumi-lora-testing" in missing.stderr
+
+    run([*pip, "pulumi-lora-testing"], cwd=tmp_path, env=release.pip_env())
+    helped = run([venv / "bin" / "pulumi-lora", "testbed", "--help"], cwd=tmp_path)
+    assert "up" in helped and "needs pulumi-lora-testing" not in helped
+    run([venv / "bin" / "python", "-c", "import pulumi_lora.testing.emulator"], cwd=tmp_path)
+
+
+YAML_PROGRAM = """\
+name: lora-from-release
+runtime: yaml
+config:
+  namespace:
+    type: string
+resources:
+  sql:
+    type: pulumi-lora:index:LoRAAdapter
+    properties:
+      adapterName: sql-lora
+      path: /adapters/sql-lora
+      inferenceService: llama
+      namespace: ${namespace}
+outputs:
+  loaded: ${sql.loaded}
+"""
+
+
+def test_plugin_install_then_a_yaml_program_naming_only_the_package(
+    release: Release, testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    require_program("pulumi-language-yaml")
+    shell = clean_env()
+    engine = LocalEngine(
+        tmp_path / "engine",
+        extra_env={
+            **release.pip_env(),  # the launcher's first run installs from these, offline
+            "PULUMI_LORA_PYTHON": str(BASE_PYTHON),
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+            "PATH": os.pathsep.join([str(require_cli_dir()), shell["PATH"]]),
+        },
+    )
+    folder = tmp_path / "program"
+    folder.mkdir()
+    (folder / "Pulumi.yaml").write_text(YAML_PROGRAM)
+    runner = engine.project(folder)
+    archive = release.dist / ARCHIVE
+    runner.pulumi(
+        "plugin", "install", "resource", "pulumi-lora", __version__, "--file", str(archive)
+    )
+    listed = json.loads(runner.pulumi("plugin", "ls", "--json").stdout)
+    ours = [(p["kind"], p["version"]) for p in listed if p["name"] == "pulumi-lora"]
+    assert ours == [("resource", __version__)]
+    plugin_dir = (
+        tmp_path / "engine" / "pulumi-home" / "plugins" / f"resource-pulumi-lora-v{__version__}"
+    )
+    assert sorted(p.name for p in plugin_dir.iterdir()) == [
+        "constraints.txt",
+        "pulumi-resource-pulumi-lora",
+        "wheels",
+    ]
+
+    handle = ready_service(testbed, namespace)
+    stack_on_testbed(runner, testbed, namespace)
+    try:
+        runner.pulumi("up", "--yes", "--skip-preview")
+        assert runner.outputs()["loaded"] is True
+        assert lora_resources(runner) == [
+            ("pulumi-lora:index:LoRAAdapter", True, f"{namespace}/sql-lora")
+        ]
+        assert all(a == {"sql-lora": "/adapters/sql-lora"} for a in served(handle).values())
+        # the plugin runs from the venv its launcher made beside itself, from the archive's wheel
+        python = plugin_dir / "venv" / "bin" / "python"
+        where = run([python, "-c", "import pulumi_lora; print(pulumi_lora.__file__)"], cwd=tmp_path)
+        assert Path(where.strip()).resolve().is_relative_to(plugin_dir)
+        assert_clean_refresh(runner)
+        refreshed = runner.pulumi("refresh", "--yes", "--skip-preview")
+        assert "drift:" not in refreshed.stdout
+    finally:
+        runner.pulumi("destroy", "--yes", "--skip-preview")
+    assert_nothing_left(testbed, [handle])
+
+
+def require_cli_dir() -> Path:
+    """The folder of the built CLI and language hosts (``tools/provision.py``'s cache)."""
+    return find_pulumi().path.parent
