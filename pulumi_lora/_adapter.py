@@ -185,16 +185,29 @@ class AdapterOutputs:
     """
 
     adapter_name: pulumi.Output[str]
+    """``spec.name``: the SGLang handle quoted in requests."""
     path: pulumi.Output[str]
+    """``spec.path``: the adapter directory in the sglang container."""
     namespace: pulumi.Output[str]
+    """The CR's namespace."""
     cr_name: pulumi.Output[str]
+    """The LoRAAdapter CR's name (``metadata.name``)."""
     loaded: pulumi.Output[bool]
+    """Whether the adapter is loaded as the readiness policy asks (every Ready pod for
+    ``AllReadyPods``, at least one for ``AnyReadyPod``)."""
     available: pulumi.Output[bool]
+    """Whether at least one Ready pod serves the adapter (condition ``Available``)."""
     ready: pulumi.Output[bool]
+    """Condition ``Ready``: loaded as the policy asks, at the declared path, with no error."""
     conditions: pulumi.Output[list[ConditionInfo]]
+    """The conditions pulumi-lora wrote to the CR's status (``Available``, ``Loaded``,
+    ``Error``, ``Ready``)."""
     pods: pulumi.Output[list[PodStatus]]
+    """The adapter on each labelled pod of the target, read from its ``/v1/models``."""
     loaded_path: pulumi.Output[Optional[str]]
+    """The path the pods serve, when one serves the adapter."""
     last_loaded_at: pulumi.Output[Optional[str]]
+    """When pulumi-lora last loaded the adapter on a pod (RFC 3339)."""
 
 
 class LoRAAdapter(LoRAAdapterResource, AdapterOutputs, module="lora", name="LoRAAdapter"):

@@ -49,6 +49,7 @@ from pulumi_lora._provider import (
     effective_inputs,
     report_drift,
 )
+from pulumi_lora._schema import document
 
 NAME = "pulumi-lora"
 """The schema's package name: the first part of the type token ``pulumi-lora:index:LoRAAdapter``."""
@@ -116,7 +117,13 @@ def schema(version: str) -> dict[str, Any]:
         sorted(found["dependencies"], key=lambda d: f"{d.name}{d.version}"),
     ).to_json()
     made["resources"][TYPE_TOKEN].pop("isComponent", None)
-    return dict(made)
+    undescribed = {
+        camel(key): doc
+        for base in LoRAAdapter.__mro__
+        for key in getattr(base, "__annotations__", {})
+        if (doc := analyzer.get_docstring(base, key))
+    }
+    return document(made, TYPE_TOKEN, undescribed)
 
 
 # --- values ---------------------------------------------------------------------------------------

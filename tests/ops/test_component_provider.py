@@ -96,20 +96,25 @@ INPUT_TYPES = {
     "namespace": "string",
     "resourceName": "string",
     "pinned": "boolean",
-    "readinessPolicy": "string",
+    "readinessPolicy": "ReadinessPolicy",
     "readyTimeoutSeconds": "number",
-    "transport": "string",
+    "transport": "Transport",
     "apiKeySecretName": "string",
     "apiKeySecretKey": "string",
     "kubeContext": "string",
     "kubeconfigPath": "string",
     "adopt": "boolean",
 }
-"""Every input of the Python resource, camelCase, with its schema type."""
+"""Every input of the Python resource, camelCase, with its schema type (an enum's name)."""
+
+
+def kind(spec: dict[str, Any]) -> str | None:
+    """A property's type, or the name of the enum type it refers to."""
+    return spec.get("type") or spec.get("$ref", "").rpartition(":")[2] or None
 
 
 def test_every_input_with_its_type_and_requiredness(resource: dict[str, Any]) -> None:
-    inputs = {key: spec["type"] for key, spec in resource["inputProperties"].items()}
+    inputs = {key: kind(spec) for key, spec in resource["inputProperties"].items()}
     assert inputs == INPUT_TYPES
     assert sorted(resource["requiredInputs"]) == ["adapterName", "inferenceService", "path"]
     # ... and exactly AdapterInputs (what LoRAAdapterArgs takes): a new argument can't be
@@ -122,7 +127,7 @@ def test_every_input_with_its_type_and_requiredness(resource: dict[str, Any]) ->
 def test_every_output(resource: dict[str, Any]) -> None:
     """The Python resource's outputs, camelCase: every input (echoed when not at its default)
     and what the cluster reports."""
-    outputs = {key: spec.get("type") for key, spec in resource["properties"].items()}
+    outputs = {key: kind(spec) for key, spec in resource["properties"].items()}
     assert outputs == {
         **INPUT_TYPES,
         "crName": "string",
@@ -284,8 +289,8 @@ def yaml_problems(program: dict[str, Any], schema: dict[str, Any], folder: Path)
             prop = spec["inputProperties"].get(key)
             if prop is None:
                 problems.append(f"{name}: {key!r} is not an input of {token}")
-            elif not value_fits(value, prop["type"], config):
-                problems.append(f"{name}.{key}: {value!r} is not a {prop['type']}")
+            elif not value_fits(value, prop.get("type", "string"), config):
+                problems.append(f"{name}.{key}: {value!r} is not a {prop.get('type', 'string')}")
     for key, expression in (program.get("outputs") or {}).items():
         match = INTERPOLATION.match(str(expression))
         if match is None:
