@@ -12,7 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pulumi import automation as auto
 
+from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
+from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import Testbed
 from tests.e2e.conftest import served
 from tests.e2e.laptop import Laptop, exec_kubeconfig, laptop
@@ -44,6 +47,22 @@ def test_proxy_with_an_exec_plugin_across_a_token_expiry(
     user = exec_kubeconfig(testbed, tmp_path / "laptop", namespace, api_version, lifetime=6)
     path = testbed.make_adapter("laptop-lora")
     env = dict(os.environ, PYTHONPATH=str(ROOT), **user.env)
+    doctor = outside.run(
+        [
+            str(Path(sys.executable).with_name("pulumi-lora")),
+            "doctor",
+            "execpods",
+            "-n",
+            namespace,
+            "--kubeconfig",
+            str(user.kubeconfig),
+        ],
+        env=env,
+    )
+    assert "only transport 'proxy' reaches the pods from here" in doctor.stdout, (
+        doctor.stdout + doctor.stderr
+    )
+    assert "pulumi config set transport proxy" in doctor.stdout, doctor.stdout
     done = outside.run(
         [
             sys.executable,
@@ -65,3 +84,25 @@ def test_proxy_with_an_exec_plugin_across_a_token_expiry(
     issued = user.issued()
     assert len(issued) >= 2, issued  # the plugin ran again once the first token expired
     assert all("laptop-lora" not in adapters for adapters in served(handle).values())
+
+
+def test_a_failed_step_shows_the_message_not_a_traceback(
+    engine: LocalEngine, testbed: Testbed, namespace: str
+) -> None:
+    def program() -> None:
+        args = LoRAAdapterArgs(
+            adapter_name="lost",
+            path="/adapters/lost",
+            inference_service="absent",
+            namespace=namespace,
+        )
+        LoRAAdapter("lost", args)
+
+    stack = engine.inline_stack("lora-errors", "message", program)
+    stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
+    printed: list[str] = []
+    with pytest.raises(auto.CommandError) as failed:
+        stack.up(on_output=printed.append)
+    text = "\n".join(printed) + str(failed.value)
+    assert f"InferenceServiceNotFound: InferenceService {namespace}/absent not found" in text, text
+    assert "Traceback" not in text, text
