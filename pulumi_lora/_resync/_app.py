@@ -21,6 +21,7 @@ from pulumi_lora._resync._events import EVENT_SENDERS
 from pulumi_lora._resync._kube import Kube
 from pulumi_lora._resync._lease import LeaderElector
 from pulumi_lora._resync._metrics import Metrics
+from pulumi_lora._resync._served import FleetState
 from pulumi_lora._resync._server import HealthServer
 from pulumi_lora._resync._settings import ResyncSettings
 from pulumi_lora._version import __version__
@@ -34,13 +35,19 @@ class Loop:
 
     def __init__(self, settings: ResyncSettings) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = Metrics(settings.adapter_metrics)
+        self.metrics.state.source = self._fleet_state
         # A thread for each status write and Event in flight, and two for Secret reads.
         threads = settings.status_concurrency + EVENT_SENDERS + 2
         self.kube = Kube(settings.kube, settings.namespace, threads=threads)
         self.elector = LeaderElector(self.kube.client, settings.lease)
         self.controller: Controller | None = None
         self._election: asyncio.Task[None] | None = None
+
+    def _fleet_state(self) -> FleetState | None:
+        """The leader's picture for the state metrics (standbys have none)."""
+        controller = self.controller
+        return controller.fleet_state() if controller is not None else None
 
     def alive(self) -> tuple[bool, str]:
         """Liveness: the event loop answers and the election has not died."""

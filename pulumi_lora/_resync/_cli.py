@@ -17,6 +17,7 @@ from pulumi_lora._resync._settings import (
     DEFAULT_LEASE_NAME,
     DEFAULT_METRICS_PORT,
     DEFAULT_RENEW_DEADLINE,
+    AdapterMetrics,
     LeaseSettings,
     ResyncSettings,
     default_identity,
@@ -147,6 +148,15 @@ _DEFAULTS = ClientTimeouts()
     ),
 )
 @click.option(
+    "--adapter-metrics",
+    type=click.Choice([m.value for m in AdapterMetrics]),
+    default=AdapterMetrics.PER_POD.value,
+    help=(
+        "Detail of the state metrics: a series per adapter and Ready pod (naming the pod), or "
+        "per adapter only, for fleets where adapters x pods is too many series."
+    ),
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -175,6 +185,7 @@ def resync_command(
     metrics_port: int,
     shutdown_timeout: float,
     release_llmkube_finalizer: bool,
+    adapter_metrics: str,
     log_level: str,
 ) -> None:
     """Keep every LoRAAdapter loaded on every Ready pod of its InferenceService.
@@ -210,6 +221,7 @@ def resync_command(
         ),
         shutdown_timeout=shutdown_timeout,
         release_llmkube_finalizer=release_llmkube_finalizer,
+        adapter_metrics=AdapterMetrics(adapter_metrics),
         metrics_host=metrics_host,
         metrics_port=metrics_port,
         lease=LeaseSettings(

@@ -44,6 +44,7 @@ from pulumi_lora._resync._kube import Kube, Objects, jitter, labelled_pod
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._podrun import run_pod
 from pulumi_lora._resync._recorder import RunRecorder
+from pulumi_lora._resync._served import FleetState, NotServedClock, fleet_state
 from pulumi_lora._resync._settings import ResyncSettings
 from pulumi_lora._resync._trust import UNTRUSTED_EVENT, TrustReview
 from pulumi_lora._resync._views import AdapterCR, Key, SecretRef, adapter_from_object, object_key
@@ -83,6 +84,8 @@ class Controller:
         self._background: list[asyncio.Task[None]] = []
         self._released: set[str] = set()  # CR UIDs taken from LLMKube's controller
         self._releases: set[asyncio.Task[None]] = set()
+        self._not_served = NotServedClock()
+        self.contested: set[Key] = set()  # CRs LLMKube's controller keeps its finalizer on
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -194,6 +197,12 @@ class Controller:
         for task in self._watchers + self._background:
             task.cancel()
 
+    def fleet_state(self) -> FleetState | None:
+        """What ``/metrics`` shows of the fleet now (None until the caches are synced)."""
+        if not self.synced:
+            return None
+        return fleet_state(self.world, self._not_served, time.time(), self.contested)
+
     def _under_way(self, key: Key) -> bool:
         """Whether a CR's pass is still running: a serving pod of its target has no outcome
         for its generation yet (its Events then wait for the rest, see ``_events``)."""
@@ -283,6 +292,7 @@ class Controller:
         except ClusterError as exc:
             logs.event("llmkube_finalizer_kept", logging.WARNING, cr=key, error=str(exc))
             return
+        self.contested.add((namespace, name))
         logs.event(
             "llmkube_finalizer_returned",
             logging.WARNING,
@@ -309,6 +319,7 @@ class Controller:
         )
         self._unload_leftover(last)
         self.recorder.forget_failures(lambda cr, pod: cr == key)
+        self.contested.discard(key)
         self.statuses.mark(c.key for c in self.world.crs_of(last.target))
 
     def _unload_leftover(self, cr: AdapterCR) -> None:

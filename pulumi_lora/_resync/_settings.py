@@ -10,6 +10,7 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from pulumi_lora._cluster import KubeSource
 from pulumi_lora._settings import ClientTimeouts
@@ -45,6 +46,16 @@ def default_lease_namespace() -> str:
             return handle.read().strip() or "default"
     except OSError:
         return "default"
+
+
+class AdapterMetrics(StrEnum):
+    """How much detail the state metrics carry (``--adapter-metrics``)."""
+
+    PER_POD = "per-pod"
+    """One series per declared adapter and Ready pod (adapters x pods), naming the pod."""
+    PER_ADAPTER = "per-adapter"
+    """Per adapter only (counts of Ready and serving pods, the oldest not-served time): for
+    fleets where adapters x pods is too many series. Pod series (capacity) stay: one per pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +118,6 @@ class ResyncSettings:
     """Remove LLMKube's LoRA finalizer from the CRs the loop serves, once each: set where the
     coexistence policy holds LLMKube's controller off them (``resync_manifests`` does), so CRs it
     marked before the policy are taken over. Without the policy LLMKube would add it back."""
+    adapter_metrics: AdapterMetrics = AdapterMetrics.PER_POD
+    """Detail of the state metrics: one series per adapter and Ready pod (adapters x pods:
+    20,000 for 1,000 adapters on 20 pods), or per adapter only for fleets larger than that."""
