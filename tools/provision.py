@@ -275,6 +275,14 @@ def go_tools(v: dict[str, dict[str, str]]) -> list[GoTool]:
             ldflags=sdk_version + pulumi,
         ),
         GoTool(
+            "pulumi-lora-sdkgen",  # the SDK generators the CLI carries, called in-process
+            "sdkgen",
+            "pulumi-lora.local/tools/sdkgen",
+            pulumi,
+            module_version("github.com/pulumi/pulumi/pkg/v3"),
+            cgo=False,
+        ),
+        GoTool(
             "pulumi-language-yaml",
             "pulumi-language-yaml",
             "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml",
@@ -535,6 +543,7 @@ def check_gomods(v: dict[str, dict[str, str]]) -> list[str]:
             f"=> k8s.io/api v{v['kubernetes']['staging']}",
         ],
         "etcd": [f"go.etcd.io/etcd/server/v3 v{v['etcd']['version']}"],
+        "sdkgen": [f"github.com/pulumi/pulumi/pkg/v3 v{v['pulumi']['cli']}"],
         "pulumi-language-python": [
             f"github.com/pulumi/pulumi/sdk/v3 v{v['pulumi']['language_python']}"
         ],

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make a release of this checkout into ``dist/``: everything a user installs, and its checksums.
 
-    .venv/bin/python tools/release.py                 # Python packages, plugin archives
+    .venv/bin/python tools/release.py                 # Python packages, plugins, SDKs
     .venv/bin/python tools/release.py --image         # also the loop's image (podman, slower)
 
 What lands in ``dist/`` (``V`` is ``pulumi_lora/_version.py``'s version):
@@ -17,6 +17,9 @@ What lands in ``dist/`` (``V`` is ``pulumi_lora/_version.py``'s version):
   first run), the product's wheel and ``constraints.txt`` (the tested dependency versions). The
   four archives hold the same bytes (the wheel is pure Python; the dependencies' binary wheels
   come from the user's index on first run): the names are the ones the engine looks for;
+* ``pulumi-lora-sdk-{nodejs,go}-vV.tar.gz``: the SDKs generated from the schema
+  (``tools/sdkgen.py``; needs the ``pulumi-lora-sdkgen`` tool ``tools/provision.py`` builds;
+  ``--no-sdks`` leaves them out);
 * with ``--image``: ``pulumi-lora-loop-image-vV.oci.tar``, the re-sync loop's image
   (``tools/image.py``, tagged ``localhost/pulumi-lora:V``; ``podman load`` it, then tag and push);
 * ``SHA256SUMS``: ``sha256sum -c SHA256SUMS`` checks every other file.
@@ -178,7 +181,7 @@ def plugin_archives(out: Path, release: str, wheels: Sequence[Path]) -> list[Pat
     return [plugin_archive(out / archive_name(release, o, a), wheels, pins) for o, a in PLATFORMS]
 
 
-# --- image, checksums -------------------------------------------------------------------
+# --- SDKs, image, checksums -------------------------------------------------------------------
 
 
 def _tool(name: str) -> object:
@@ -189,6 +192,25 @@ def _tool(name: str) -> object:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def sdk_archives(out: Path, release: str) -> list[Path]:
+    """The generated SDKs (``tools/sdkgen.py``, a fresh generation of the schema), one
+    reproducible archive per language: ``pulumi-lora-sdk-<language>-v<version>.tar.gz``."""
+    sdkgen = _tool("sdkgen")
+    made: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="pulumi-lora-sdks-") as tmp:
+        for language, folder in sdkgen.generate(Path(tmp)).items():  # type: ignore[attr-defined]
+            raw = io.BytesIO()
+            with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+                    name = f"{language}/{file.relative_to(folder).as_posix()}"
+                    _add(tar, name, file.read_bytes(), 0o644)
+            path = out / f"{PACKAGE}-sdk-{language}-v{release}.tar.gz"
+            with path.open("wb") as f, gzip.GzipFile("", "wb", fileobj=f, mtime=0) as gz:
+                gz.write(raw.getvalue())
+            made.append(path)
+    return made
 
 
 def loop_image(out: Path, release: str, python: str, local_base: bool) -> Path:
@@ -240,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "dist")
     parser.add_argument("--python", default=default_python(), help="runs python -m build")
     parser.add_argument("--image", action="store_true", help="also the loop's image (podman)")
+    parser.add_argument("--no-sdks", action="store_true", help="without the generated SDKs")
     parser.add_argument("--local-base", action="store_true", help="image base by mmdebstrap")
     args = parser.parse_args(argv)
     release = version()
@@ -253,11 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         with step("plugin archives"):
             wheels = [p for p in product if p.suffix == ".whl"]
             plugin_archives(args.out, release, wheels)
+        if not args.no_sdks:
+            with step("generated SDKs"):
+                sdk_archives(args.out, release)
         if args.image:
             with step("loop image"):
                 loop_image(args.out, release, args.python, args.local_base)
         checksums(args.out)
-    except (ReleaseError, OSError) as exc:
+    except (ReleaseError, OSError, RuntimeError) as exc:
         log(f"FAILED: {exc}")
         return 1
     log(f"release {release} in {args.out}: {time.monotonic() - began:.1f}s")
