@@ -40,6 +40,7 @@ from pulumi_lora._resync._decide import (
     permission,
 )
 from pulumi_lora._resync._events import EVENT_SENDERS, EventRecorder
+from pulumi_lora._resync._held import HeldDeletes, is_held
 from pulumi_lora._resync._kube import Kube, Objects, jitter, labelled_pod
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._podrun import run_pod
@@ -79,6 +80,7 @@ class Controller:
         )
         self.trust = TrustReview(self.world, self.events, self.statuses, lambda: self.stopping)
         self.recorder = RunRecorder(self.world, metrics, self.events, self.statuses, settings)
+        self.held = HeldDeletes(self.world, kube, self._request)
         self._secrets: dict[SecretRef, tuple[str, float]] = {}
         self._watchers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
@@ -163,7 +165,10 @@ class Controller:
             elif kind == "loraadapters":
                 self._take_over(obj)
                 if (cr := adapter_from_object(obj)) is not None:
-                    self.world.put_cr(cr)
+                    if is_held(obj):
+                        self.held.hold(cr)
+                    else:
+                        self.world.put_cr(cr)
             elif kind in ("deployments", "replicasets"):
                 self.world.put_owner(kind, owned_from_object(obj))
             elif (facts := labelled_pod(obj)) is not None:
@@ -189,6 +194,7 @@ class Controller:
         self._cancel_all()
 
     def _cancel_all(self) -> None:
+        self.held.cancel_all()
         for task in list(self._releases):
             task.cancel()
         self.stopping = True
@@ -245,6 +251,9 @@ class Controller:
             logs.event(
                 "cr_ignored", logging.WARNING, cr="/".join(object_key(obj)), why="incomplete spec"
             )
+            return
+        if is_held(obj):  # a failed destroy left it: finish the delete (docs/protocol.md rule 4)
+            self.held.hold(cr)
             return
         old = self.world.put_cr(cr)
         if old is not None and old.declaration() == cr.declaration():
@@ -311,6 +320,7 @@ class Controller:
 
     def _cr_deleted(self, key: Key, obj: Mapping[str, Any] | None) -> None:
         """docs/protocol.md rule 4: unload from the watch's last copy, no finalizer needed."""
+        self.held.forget(key)
         last = self.world.remove_cr(key) or (adapter_from_object(obj) if obj else None)
         if last is None:
             return

@@ -134,6 +134,24 @@ def permission(
     return Permission.ACT
 
 
+def lease_left(operation: str | None, now: datetime, lease: timedelta = OPERATION_LEASE) -> float:
+    """Pure: seconds until the provider's operation (``update@``/``delete@<RFC3339>``) is past
+    its lease and the loop may act for it (docs/protocol.md rule 2); 0 when it already is, or
+    when there is none or it can't be read (it can't be proven young). A stamp in the future (a
+    skewed clock) counts as made now."""
+    if not operation:
+        return 0.0
+    _, _, stamp = operation.partition("@")
+    try:
+        started = parse_time(stamp)
+    except ValueError:
+        return 0.0
+    if started is None:
+        return 0.0
+    left = (min(started, now) + lease - now).total_seconds()
+    return max(0.0, left)
+
+
 # --- backoff ------------------------------------------------------------------------------------
 
 

@@ -10,8 +10,16 @@ import pytest
 from pulumi_lora._errors import ConfigurationError
 from pulumi_lora._lifecycle._steps import split_id
 from pulumi_lora._llmkube import adapter_manifest
-from pulumi_lora._models import UNLOAD_FINALIZER, Condition, ConditionStatus
+from pulumi_lora._models import (
+    LLMKUBE_FINALIZER,
+    UNLOAD_FINALIZER,
+    Condition,
+    ConditionStatus,
+    format_time,
+)
 from pulumi_lora._reconcile import PodOutcome, unload_conditions
+from pulumi_lora._resync._decide import lease_left
+from pulumi_lora._resync._held import is_held
 
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 
@@ -67,3 +75,24 @@ def test_an_id_that_is_not_namespace_slash_name_says_how(bad: str) -> None:
     with pytest.raises(ConfigurationError, match="the ID of a LoRAAdapter is NAMESPACE/NAME"):
         split_id(bad, "finish the deletion of")
     assert split_id("models/sql-lora", "import") == ("models", "sql-lora")
+
+
+def test_the_loop_acts_for_a_held_delete_once_the_providers_lease_is_over() -> None:
+    lease = timedelta(minutes=5)
+    started = NOW - timedelta(minutes=2)
+    assert lease_left(f"delete@{format_time(started)}", NOW, lease) == 180.0
+    assert lease_left(f"delete@{format_time(NOW - lease)}", NOW, lease) == 0.0
+    assert lease_left(f"delete@{format_time(NOW + timedelta(hours=1))}", NOW, lease) == 300.0
+    for unknown in (None, "", "delete@yesterday", "delete"):
+        assert lease_left(unknown, NOW, lease) == 0.0
+
+
+def test_only_a_deleted_cr_with_pulumi_loras_finalizer_is_held() -> None:
+    def cr(**meta: object) -> dict[str, object]:
+        return {"metadata": {"name": "sql-lora", **meta}}
+
+    deleting = "2026-12-05T09:00:00Z"
+    assert is_held(cr(deletionTimestamp=deleting, finalizers=[UNLOAD_FINALIZER]))
+    assert not is_held(cr(finalizers=[UNLOAD_FINALIZER]))  # not being deleted
+    assert not is_held(cr(deletionTimestamp=deleting, finalizers=[LLMKUBE_FINALIZER]))
+    assert not is_held(cr())
