@@ -58,8 +58,8 @@ def adapter_props(
 def served(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
     """Every Ready pod's adapters (name → path), read from its own /v1/models."""
     result = {}
-    for pod in handle.ready_pods():
-        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=5).json()
+    for pod in handle.ready_pods():  # a loaded machine's emulator can take seconds to answer
+        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=30).json()
         result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
     return result
 

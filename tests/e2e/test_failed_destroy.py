@@ -34,7 +34,7 @@ from tests.e2e.test_llmkube_coexistence import kubectl_cr, refused_to_llmkube, w
 
 pytestmark = pytest.mark.full
 
-UNLOAD_REFUSED = ["/unload_lora_adapter:status=500"]
+UNLOAD_REFUSED = ["/unload_lora_adapter:status=500,times=always"]
 
 
 def arm(url: str, faults: list[str]) -> None:
