@@ -252,6 +252,23 @@ class LoRAAdapter(LoRAAdapterResource, AdapterOutputs, module="lora", name="LoRA
             pulumi.ResourceOptions.merge(opts, moved),
         )
 
+    @classmethod
+    def get(
+        cls,
+        resource_name: str,
+        id: pulumi.Input[str],
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ) -> "LoRAAdapter":
+        """An adapter that exists, read by its ID ``NAMESPACE/NAME`` (the CR's), as in
+        Pulumi's own SDKs: the engine reads it through the provider (the CR's declaration and
+        every Ready pod's ``/v1/models``; nothing is loaded, unloaded or written) and the stack
+        records it as read, not owned: ``pulumi destroy`` leaves the CR and its loads alone. A
+        missing CR fails the ``up`` with the engine's "does not exist"."""
+        adapter = cls.__new__(cls)
+        read = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(id=id))
+        LoRAAdapterResource.__init__(adapter, resource_name, {}, read)
+        return adapter
+
 
 def resource_args_opts(
     args: tuple[Any, ...], kwargs: dict[str, Any]

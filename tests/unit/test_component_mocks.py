@@ -150,3 +150,38 @@ def test_a_long_lived_process_can_make_any_number_of_dynamic_children(recorder: 
     assert pickle._Pickler._batch_setitems.__name__ == "_batch_setitems"  # depth back to one
     assert serialize_provider(provider) == first  # sorting still applies: deterministic
     unwrap_sorted_batch_setitems()
+
+
+class ReadRecorder(Recorder):
+    """Also records reads (``LoRAAdapter.get``): the mocks route them to ``new_resource`` with
+    the ID set."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.resources.append(args)
+        outs = {"adapter_name": "sql-lora", "namespace": "models", "loaded": True}
+        return str(args.resource_id), outs
+
+
+@pulumi.runtime.test
+def test_get_reads_an_adapter_by_its_id_and_declares_nothing() -> pulumi.Output[Any]:
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    mocks = ReadRecorder()
+    pulumi.runtime.set_mocks(mocks, preview=False)
+    found = LoRAAdapter.get("existing", "models/sql-lora")
+
+    def check(values: list[Any]) -> None:
+        id_, loaded = values
+        assert (id_, loaded) == ("models/sql-lora", True)
+        (read,) = mocks.resources
+        assert (read.typ, read.name) == (RESOURCE_TYPE, "existing")
+        assert read.resource_id == "models/sql-lora"
+        # no argument of its own: the provider reads the CR's declaration (nothing written)
+        assert not {k for k, v in read.inputs.items() if v is not None} - {"__provider"}
+        assert_by_reference_only(read)
+
+    return pulumi.Output.all(found.id, found.loaded).apply(check)
+
+
+def assert_by_reference_only(resource: pulumi.runtime.MockResourceArgs) -> None:
+    provider = dill.loads(base64.b64decode(resource.inputs["__provider"]))
+    assert isinstance(provider, LoRAAdapterProvider)
