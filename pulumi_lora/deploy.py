@@ -18,6 +18,9 @@ ValidatingAdmissionPolicies and their bindings that close what RBAC cannot say (
 targets only into namespaces that opt in, the service label only on ReplicaSet-controlled pods,
 the ``pulumi-lora.dev/`` annotations only with the values the protocol defines);
 ``tests/resync/test_admission.py`` shows each refusal from a real apiserver.
+With ``monitoring=True`` both also render :func:`monitoring_manifests`: a PodMonitor, a
+PrometheusRule with the loop's alerts and a Grafana dashboard ConfigMap (where the Prometheus
+Operator's CRDs exist); the rules and the dashboard are files in ``pulumi_lora/_monitoring``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 
 import pulumi
 
-from pulumi_lora import _admission
+from pulumi_lora import _admission, _monitoring
 from pulumi_lora._admission import ACCEPT_FOREIGN_ADAPTERS_LABEL, SERVICE_LABEL
 from pulumi_lora._models import GROUP, ISVC_PLURAL, LLMKUBE_CONTROLLER_USER, PLURAL
 from pulumi_lora._resync._settings import DEFAULT_LEASE_NAME, DEFAULT_METRICS_PORT
@@ -43,7 +46,10 @@ __all__ = [
     "WATCH_RULES",
     "ResyncDeployment",
     "admission_policies",
+    "alert_rules",
     "coexistence_policy",
+    "grafana_dashboard",
+    "monitoring_manifests",
     "resync_manifests",
 ]
 
@@ -146,6 +152,42 @@ def coexistence_policy(
     )
 
 
+def alert_rules() -> dict[str, Any]:
+    """The loop's Prometheus alerting rules, as a rule file (``{"groups": [...]}``): for a
+    Prometheus without the Operator (``rule_files``). Runbooks: docs/operations.md."""
+    return _monitoring.alert_rules()
+
+
+def grafana_dashboard() -> dict[str, Any]:
+    """The loop's Grafana dashboard (JSON model, importable; datasource chosen on import)."""
+    return _monitoring.dashboard()
+
+
+def monitoring_manifests(
+    namespace: str,
+    name: str = DEFAULT_NAME,
+    *,
+    labels: Mapping[str, str] | None = None,
+    interval: str = "15s",
+    dashboard_labels: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The loop's PodMonitor, PrometheusRule (:func:`alert_rules`) and a ConfigMap holding
+    :func:`grafana_dashboard` (labelled ``grafana_dashboard: "1"`` for Grafana's sidecar, or
+    ``dashboard_labels``), in ``namespace``. ``labels`` are added to all three: what your
+    Prometheus's ``podMonitorSelector`` and ``ruleSelector`` ask for, e.g.
+    ``{"release": "kube-prometheus-stack"}``. Needs the Prometheus Operator's CRDs
+    (``monitoring.coreos.com/v1``)."""
+    selector = {"app.kubernetes.io/name": "pulumi-lora-resync", "app.kubernetes.io/instance": name}
+    return _monitoring.monitoring_manifests(
+        namespace,
+        name,
+        selector,
+        {**selector, "app.kubernetes.io/component": "monitoring", **(labels or {})},
+        interval=interval,
+        dashboard_labels=dashboard_labels,
+    )
+
+
 def resync_manifests(
     namespace: str,
     image: str,
@@ -165,6 +207,8 @@ def resync_manifests(
     admission_namespace_selector: Mapping[str, Any] | None = None,
     llmkube_coexistence: bool = True,
     llmkube_user: str = LLMKUBE_CONTROLLER_USER,
+    monitoring: bool = False,
+    monitoring_labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Pure: the loop's manifests, in apply order.
 
@@ -181,6 +225,9 @@ def resync_manifests(
     the loop with ``--release-llmkube-finalizer``: the policy keeps LLMKube's LoRA controller
     from adding its finalizer and writing status, and the loop takes over CRs that carried the
     finalizer from before the policy. Turn it off only where LLMKube is not installed.
+
+    ``monitoring=True`` (opt-in: it needs the Prometheus Operator's CRDs) appends
+    :func:`monitoring_manifests` in ``namespace`` with ``monitoring_labels``.
     """
     meta_labels = {
         "app.kubernetes.io/name": "pulumi-lora-resync",
@@ -354,6 +401,7 @@ def resync_manifests(
         lease_binding,
         deployment,
         *policies,
+        *(monitoring_manifests(namespace, name, labels=monitoring_labels) if monitoring else []),
     ]
 
 
@@ -377,7 +425,10 @@ _KINDS = {
         "admissionregistration",
         "ValidatingAdmissionPolicyBinding",
     ),
+    "ConfigMap": ("core", "ConfigMap"),
 }
+#: Kinds of the Prometheus Operator, created as ``apiextensions.CustomResource``.
+_CUSTOM_KINDS = ("PodMonitor", "PrometheusRule")
 
 
 def _label(manifest: Mapping[str, Any], name: str) -> str:
@@ -386,6 +437,8 @@ def _label(manifest: Mapping[str, Any], name: str) -> str:
     kind, object_name = str(manifest["kind"]).lower(), str(manifest["metadata"]["name"])
     if kind.startswith("validatingadmissionpolicy"):
         return kind + "-" + object_name.removeprefix(name + "-")
+    if kind == "configmap":
+        return "dashboard"
     return kind + ("-lease" if object_name.endswith("-lease") else "")
 
 
@@ -422,6 +475,19 @@ class ResyncDeployment(pulumi.ComponentResource):
         name = str(settings.get("name", DEFAULT_NAME))
         created: list[Any] = []
         for manifest in manifests:
+            label = f"{resource_name}-{_label(manifest, name)}"
+            if manifest["kind"] in _CUSTOM_KINDS:
+                created.append(
+                    kubernetes.apiextensions.CustomResource(
+                        label,
+                        api_version=manifest["apiVersion"],
+                        kind=manifest["kind"],
+                        metadata=manifest["metadata"],
+                        spec=manifest["spec"],
+                        opts=pulumi.ResourceOptions(parent=self),
+                    )
+                )
+                continue
             group, kind = _KINDS[manifest["kind"]]
             api = getattr(getattr(kubernetes, group), manifest["apiVersion"].rsplit("/", 1)[-1])
             args = {_snake(k): v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
@@ -429,7 +495,7 @@ class ResyncDeployment(pulumi.ComponentResource):
             after = list(created) if kind == "Deployment" else []
             created.append(
                 getattr(api, kind)(
-                    f"{resource_name}-{_label(manifest, name)}",
+                    label,
                     **args,
                     opts=pulumi.ResourceOptions(parent=self, depends_on=after),
                 )
