@@ -14,6 +14,8 @@ One step, pinned by ``tools/versions.toml`` (the only place versions live):
   at the CLI's version (the CLI build already downloaded it): ``pulumi-language-python-exec`` (the
   Python host runs it to execute a program) and ``pulumi-resource-pulumi-python`` (the engine runs
   it for dynamic resources).
+* ``prometheus`` and ``promtool`` from Debian's ``prometheus`` package (``apt-get``, as root),
+  for the tests of the loop's alert rules and dashboard (``tests/resync/test_monitoring.py``).
 
 Binaries go to ``${PULUMI_LORA_CACHE:-~/.cache/pulumi-lora}/bin``, never into the repo.
 
@@ -496,6 +498,25 @@ def ensure_venv(v: dict[str, dict[str, str]], venv: Path, extras: str) -> Path:
     return python
 
 
+def ensure_prometheus() -> str:
+    """``prometheus`` and ``promtool`` from Debian's package, installed when missing (root and
+    ``apt-get`` needed; elsewhere the command to run is named). Returns ``promtool``'s path."""
+    found = shutil.which("promtool")
+    if found is not None and shutil.which("prometheus") is not None:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ProvisionError("prometheus is missing: as root, `apt-get install prometheus`")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # The package's service is not started: nothing here runs systemd, and the tests start
+    # their own Prometheus on loopback.
+    run(["apt-get", "update", "-q"], env=env)
+    run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"], env=env)
+    found = shutil.which("promtool")
+    if found is None:
+        raise ProvisionError("apt-get installed prometheus but promtool is not on PATH")
+    return found
+
+
 def ensure_loop_image(python: Path, venv: Path) -> str:
     """Install podman/runc/mmdebstrap if missing and build the loop's image (``tools/image.py``).
 
@@ -594,6 +615,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with phase("host scripts beside pulumi", timings):
                 for script in ensure_host_scripts(versions["pulumi"]["cli"]):
                     report[script.name] = str(script)
+        with phase("prometheus (Debian's package)", timings):
+            report["promtool"] = ensure_prometheus()
         if not (args.skip_image or args.skip_go):
             with phase("loop image (podman, deploy/Dockerfile)", timings):
                 report["loop image"] = ensure_loop_image(python, args.venv)
