@@ -22,7 +22,8 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, TypeVar
 
@@ -40,6 +41,7 @@ from pydantic import ValidationError
 
 from pulumi_lora._adapter import TYPE_TOKEN, AdapterInputs, AdapterOutputs
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._models import AdapterArgs
 from pulumi_lora._provider import (
     CREATE_KEYS,
     INPUT_KEYS,
@@ -51,6 +53,8 @@ from pulumi_lora._provider import (
 )
 from pulumi_lora._schema import document
 
+DEFAULT_READY_TIMEOUT = float(AdapterArgs.model_fields["ready_timeout_seconds"].default)
+"""How long a resource waits for Ready pods unless it says otherwise (``AdapterArgs``)."""
 NAME = "pulumi-lora"
 """The schema's package name: the first part of the type token ``pulumi-lora:index:LoRAAdapter``."""
 NAMESPACE = "pulumilora"
@@ -187,21 +191,56 @@ def config_values(variables: Mapping[str, str]) -> dict[str, str]:
 
 class EngineLog:
     """Lines for the user, through the engine's ``Log`` service: the engine hides a provider
-    plugin's stderr (it shows it only when the plugin dies), so drift is said this way; it
-    lands among the command's diagnostics, as the Python resource's stderr lines do."""
+    plugin's stderr (it shows it only when the plugin dies), so drift is said this way, as
+    warnings attached to the resource whose operation found it (``about``: the URN of the
+    operation running on this thread), so the CLI prints them under that resource.
+    """
 
     def __init__(self, address: str) -> None:
         self._address = address
         self._stub: engine_pb2_grpc.EngineStub | None = None
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def about(self, urn: str) -> Iterator[None]:
+        """Attach what this thread says meanwhile to the resource ``urn``."""
+        self._local.urn = urn
+        try:
+            yield
+        finally:
+            self._local.urn = ""
 
     def __call__(self, text: str) -> None:
         if self._stub is None:
             self._stub = engine_pb2_grpc.EngineStub(grpc.insecure_channel(self._address))
+        urn = getattr(self._local, "urn", "")
         try:
             for line in text.splitlines():
-                self._stub.Log(engine_pb2.LogRequest(severity=engine_pb2.INFO, message=line))
+                said = engine_pb2.LogRequest(severity=engine_pb2.WARNING, message=line, urn=urn)
+                self._stub.Log(said)
         except grpc.RpcError:  # words about drift never fail the operation that found it
             sys.stderr.write(text)
+
+
+def within_timeout(props: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    """Pure: ``props`` whose wait for Ready pods fits the engine's timeout for the operation
+    (``customTimeouts``; 0 when none is set): ``ready_timeout_seconds`` (default 300) is cut
+    down to it, so a create or update given 2 minutes fails in 2 minutes, with the provider's
+    own words, instead of waiting out the resource's 5."""
+    if timeout <= 0:
+        return dict(props)
+    wait = props.get("ready_timeout_seconds")
+    ceiling = float(wait) if isinstance(wait, int | float) else DEFAULT_READY_TIMEOUT
+    return {**props, "ready_timeout_seconds": min(ceiling, timeout)}
+
+
+def as_declared(outs: Mapping[str, Any], props: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: outputs with ``ready_timeout_seconds`` as the program declared it (not as cut down
+    by :func:`within_timeout`), so the next diff sees no change the program did not make."""
+    kept = {k: v for k, v in outs.items() if k != "ready_timeout_seconds"}
+    if props.get("ready_timeout_seconds") is not None and "ready_timeout_seconds" in outs:
+        kept["ready_timeout_seconds"] = props["ready_timeout_seconds"]
+    return kept
 
 
 def engine_address(argv: Sequence[str]) -> str:
@@ -220,11 +259,19 @@ class NativeProvider(rpc.Provider):
         self._core = LoRAAdapterProvider()
         self._schema = json.dumps(schema(version))
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="lora")
+        self._log: EngineLog | None = None
         if engine:
-            report_drift.write = EngineLog(engine)
+            self._log = EngineLog(engine)
+            report_drift.write = self._log
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    async def _run(self, fn: Callable[..., T], *args: Any, urn: str = "") -> T:
+        def about() -> T:
+            if self._log is None:
+                return fn(*args)
+            with self._log.about(urn):
+                return fn(*args)
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, about)
 
     async def get_schema(self, request: rpc.GetSchemaRequest) -> rpc.GetSchemaResponse:
         return rpc.GetSchemaResponse(schema=self._schema)
@@ -258,7 +305,7 @@ class NativeProvider(rpc.Provider):
         """The dynamic provider's verdict, with the moved inputs named for the CLI
         (``[diff: ~path]``); drift alone names ``pods``, the output the update will change."""
         olds, news = props_in(request.old_state), props_in(request.new_inputs)
-        found = await self._run(self._core.diff, request.resource_id, olds, news)
+        found = await self._run(self._core.diff, request.resource_id, olds, news, urn=request.urn)
         if not found.changes:
             return rpc.DiffResponse(changes=False)
         replaces = [CAMEL[k] for k in found.replaces or []]
@@ -283,13 +330,14 @@ class NativeProvider(rpc.Provider):
 
     async def create(self, request: rpc.CreateRequest) -> rpc.CreateResponse:
         props = props_in(request.properties)
-        made = await self._run(self._core.create, props)
-        outs = props_out(made.outs or {}, secret_keys(request.properties))
+        timed = within_timeout(props, request.timeout)
+        made = await self._run(self._core.create, timed, urn=request.urn)
+        outs = props_out(as_declared(made.outs or {}, props), secret_keys(request.properties))
         return rpc.CreateResponse(resource_id=made.id, properties=outs)
 
     async def read(self, request: rpc.ReadRequest) -> rpc.ReadResponse:
         props = props_in(request.properties) or props_in(request.inputs)
-        found = await self._run(self._core.read, request.resource_id, props)
+        found = await self._run(self._core.read, request.resource_id, props, urn=request.urn)
         if not found.id:
             return rpc.ReadResponse(resource_id="", properties={}, inputs={})
         secret = secret_keys(request.properties) | secret_keys(request.inputs)
@@ -304,8 +352,11 @@ class NativeProvider(rpc.Provider):
 
     async def update(self, request: rpc.UpdateRequest) -> rpc.UpdateResponse:
         news = props_in(request.news)
-        done = await self._run(self._core.update, request.resource_id, props_in(request.olds), news)
-        return rpc.UpdateResponse(properties=props_out(done.outs or {}, secret_keys(request.news)))
+        timed = within_timeout(news, request.timeout)
+        olds = props_in(request.olds)
+        done = await self._run(self._core.update, request.resource_id, olds, timed, urn=request.urn)
+        outs = as_declared(done.outs or {}, news)
+        return rpc.UpdateResponse(properties=props_out(outs, secret_keys(request.news)))
 
     async def delete(self, request: rpc.DeleteRequest) -> None:
         await self._run(self._core.delete, request.resource_id, props_in(request.properties))
