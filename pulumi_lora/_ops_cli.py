@@ -254,6 +254,17 @@ def _status_table(report: _status.StatusReport, where: str | None) -> str:
             f"  {line.namespace}/{line.name}: {line.llmkube}" for line in contested
         )
         summary += f"\nfix: {_status.COEXISTENCE_FIX}"
+    unserved = [line for line in report.adapters if line.not_served_since]
+    if unserved:  # what PulumiLoRAAdapterNotServed would say (the loop's Loaded condition)
+        summary += "\n\nNot served on every Ready pod (the re-sync loop's Loaded condition):\n"
+        summary += "\n".join(
+            f"  {line.namespace}/{line.name}: since {line.not_served_since}" for line in unserved
+        )
+    full = [line for line in report.adapters if line.capacity]
+    if full:  # what PulumiLoRACapacityExhausted would say
+        summary += "\n\nOver capacity:\n" + "\n".join(
+            f"  {line.namespace}/{line.name}: {line.capacity}" for line in full
+        )
     return render_table(STATUS_COLUMNS, rows) + "\n\n" + summary
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -37,6 +38,7 @@ __all__ = [
     "adapter_line",
     "args_from_cr",
     "llmkube_signs",
+    "loop_verdicts",
     "pod_line",
 ]
 
@@ -111,6 +113,8 @@ class AdapterLine:
     error: str = ""
     pods: tuple[PodLine, ...] = ()
     llmkube: str = ""  # signs that LLMKube's own LoRA controller acts on the CR (llmkube_signs)
+    not_served_since: str | None = None  # the loop's Loaded=False, since (loop_verdicts)
+    capacity: str = ""  # the loop's OverCapacity=True message (loop_verdicts)
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON shape (docs/operations.md)."""
@@ -126,6 +130,8 @@ class AdapterLine:
             "last_loaded_at": self.last_loaded_at,
             "error": self.error,
             "llmkube": self.llmkube,
+            "not_served_since": self.not_served_since,
+            "capacity": self.capacity,
             "pods": [
                 {
                     "pod": p.pod,
@@ -253,6 +259,8 @@ def adapter_line(
         pods=tuple(pod_line(p, declared) for p in pods or ()),
         llmkube=llmkube_signs(cr),
     )
+    since, capacity = loop_verdicts(cr)
+    line = replace(line, not_served_since=since, capacity=capacity)
     if error:
         return replace(line, verdict=AdapterVerdict.ERROR, error=error)
     if pods is None:
@@ -302,6 +310,37 @@ def llmkube_signs(cr: Mapping[str, Any]) -> str:
     if written:
         signs.append("conditions it wrote: " + ", ".join(written))
     return "; ".join(signs)
+
+
+def loop_verdicts(cr: Mapping[str, Any]) -> tuple[str | None, str]:
+    """Pure: what the re-sync loop's alerts say about this CR, from the conditions it wrote.
+
+    ``(not served since, capacity)``: the ``lastTransitionTime`` of a ``Loaded=False`` the loop
+    wrote for the CR's current generation (the moment it stopped being served on every Ready
+    pod; the ``PulumiLoRAAdapterNotServed`` alert), and the ``OverCapacity=True`` message (the
+    server's ``--max-loaded-loras`` and what it evicted; ``PulumiLoRACapacityExhausted``).
+    """
+    generation = int((cr.get("metadata") or {}).get("generation", 1))
+    try:
+        conditions = LoRAAdapterStatus.model_validate(_status(cr)).conditions or []
+    except ValidationError:
+        return None, ""
+    since, capacity = None, ""
+    for condition in conditions:
+        if written_by_llmkube(condition):
+            continue
+        current = condition.observed_generation in (None, generation)
+        if (
+            condition.type == ConditionKind.LOADED.value
+            and condition.status is ConditionStatus.FALSE
+            and current
+        ):
+            since = condition.last_transition_time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if condition.type == ConditionKind.OVER_CAPACITY.value and (
+            condition.status is ConditionStatus.TRUE
+        ):
+            capacity = condition.message
+    return since, capacity
 
 
 def _status(cr: Mapping[str, Any]) -> Mapping[str, Any]:
