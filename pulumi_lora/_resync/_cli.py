@@ -12,12 +12,12 @@ import click
 
 from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._resync._served import AdapterMetrics
 from pulumi_lora._resync._settings import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_LEASE_NAME,
     DEFAULT_METRICS_PORT,
     DEFAULT_RENEW_DEADLINE,
-    AdapterMetrics,
     LeaseSettings,
     ResyncSettings,
     default_identity,

@@ -18,8 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pulumi_lora._resync._served import FleetState
-from pulumi_lora._resync._settings import AdapterMetrics
+from pulumi_lora._resync._served import AdapterMetrics, FleetState
 
 #: Buckets for the ms-to-minutes latencies (first load ≤ 250 ms is the target).
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pydantic import ValidationError
 
 from pulumi_lora._models import LLMKUBE_FINALIZER, LoRAAdapterStatus, written_by_llmkube
 from pulumi_lora._reconcile import extra_arg_value
-from pulumi_lora._resync._settings import AdapterMetrics
 from pulumi_lora._resync._views import AdapterCR, Key
 from pulumi_lora._resync._world import PodRecord, World
 
@@ -32,6 +32,16 @@ __all__ = [
     "fleet_state",
     "llmkube_contests",
 ]
+
+
+class AdapterMetrics(StrEnum):
+    """How much detail the state metrics carry (``--adapter-metrics``)."""
+
+    PER_POD = "per-pod"
+    """One series per declared adapter and Ready pod (adapters x pods), naming the pod."""
+    PER_ADAPTER = "per-adapter"
+    """Per adapter only (counts of Ready and serving pods, the oldest not-served time): for
+    fleets where adapters x pods is too many series. Pod series (capacity) stay: one per pod."""
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from pulumi_lora._cluster import KubeSource
+from pulumi_lora._resync._served import AdapterMetrics
 from pulumi_lora._settings import ClientTimeouts
 
 #: Field manager of everything the loop writes (status through server-side apply, the Lease).
@@ -46,16 +46,6 @@ def default_lease_namespace() -> str:
             return handle.read().strip() or "default"
     except OSError:
         return "default"
-
-
-class AdapterMetrics(StrEnum):
-    """How much detail the state metrics carry (``--adapter-metrics``)."""
-
-    PER_POD = "per-pod"
-    """One series per declared adapter and Ready pod (adapters x pods), naming the pod."""
-    PER_ADAPTER = "per-adapter"
-    """Per adapter only (counts of Ready and serving pods, the oldest not-served time): for
-    fleets where adapters x pods is too many series. Pod series (capacity) stay: one per pod."""
 
 
 @dataclass(frozen=True, slots=True)

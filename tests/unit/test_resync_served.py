@@ -11,8 +11,7 @@ from pulumi_lora._models import LLMKUBE_FINALIZER
 from pulumi_lora._reconcile import PodOutcome
 from pulumi_lora._resync._decide import CapacityNote
 from pulumi_lora._resync._metrics import Metrics
-from pulumi_lora._resync._served import FleetState, NotServedClock, fleet_state
-from pulumi_lora._resync._settings import AdapterMetrics
+from pulumi_lora._resync._served import AdapterMetrics, FleetState, NotServedClock, fleet_state
 from pulumi_lora._resync._world import World
 
 LIMITED = ("--enable-lora", "--max-loaded-loras", "4")
