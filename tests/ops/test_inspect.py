@@ -439,6 +439,8 @@ def test_status_report_exit_code_and_json_shape() -> None:
         "last_loaded_at",
         "error",
         "llmkube",
+        "not_served_since",
+        "capacity",
         "pods",
     }
     assert line["pods"] == [
