@@ -11,10 +11,12 @@ plugin's launcher makes its own virtualenv on that first run, from the archive's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -155,13 +157,22 @@ outputs:
 """
 
 
-def test_plugin_install_then_a_yaml_program_naming_only_the_package(
-    release: Release, testbed: Testbed, namespace: str, tmp_path: Path
-) -> None:
-    require_program("pulumi-language-yaml")
+@dataclass(frozen=True)
+class Installed:
+    """A fresh ``PULUMI_HOME`` that got the plugin from the release's archive."""
+
+    engine: LocalEngine
+    plugin_dir: Path
+
+
+@pytest.fixture(scope="module")
+def installed(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """``pulumi plugin install resource pulumi-lora VERSION --file ARCHIVE`` into a fresh home,
+    with nothing of the checkout on any path; pip's first-run install reads the wheelhouse."""
+    home = tmp_path_factory.mktemp("installed")
     shell = clean_env()
     engine = LocalEngine(
-        tmp_path / "engine",
+        home / "engine",
         extra_env={
             **release.pip_env(),  # the launcher's first run installs from these, offline
             "PULUMI_LORA_PYTHON": str(BASE_PYTHON),
@@ -170,21 +181,30 @@ def test_plugin_install_then_a_yaml_program_naming_only_the_package(
             "PATH": os.pathsep.join([str(require_cli_dir()), shell["PATH"]]),
         },
     )
-    folder = tmp_path / "program"
-    folder.mkdir()
-    (folder / "Pulumi.yaml").write_text(YAML_PROGRAM)
-    runner = engine.project(folder)
+    runner = engine.project(home)
     archive = release.dist / ARCHIVE
     runner.pulumi(
         "plugin", "install", "resource", "pulumi-lora", __version__, "--file", str(archive)
     )
+    plugin_dir = (
+        home / "engine" / "pulumi-home" / "plugins" / f"resource-pulumi-lora-v{__version__}"
+    )
+    return Installed(engine, plugin_dir)
+
+
+def test_plugin_install_then_a_yaml_program_naming_only_the_package(
+    installed: Installed, testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    require_program("pulumi-language-yaml")
+    folder = tmp_path / "program"
+    folder.mkdir()
+    (folder / "Pulumi.yaml").write_text(YAML_PROGRAM)
+    runner = installed.engine.project(folder)
     listed = json.loads(runner.pulumi("plugin", "ls", "--json").stdout)
     ours = [(p["kind"], p["version"]) for p in listed if p["name"] == "pulumi-lora"]
     assert ours == [("resource", __version__)]
-    plugin_dir = (
-        tmp_path / "engine" / "pulumi-home" / "plugins" / f"resource-pulumi-lora-v{__version__}"
-    )
-    assert sorted(p.name for p in plugin_dir.iterdir()) == [
+    unpacked = sorted(p.name for p in installed.plugin_dir.iterdir() if p.name != "venv")
+    assert [n for n in unpacked if not n.startswith("venv.")] == [
         "constraints.txt",
         "pulumi-resource-pulumi-lora",
         "wheels",
@@ -200,12 +220,73 @@ def test_plugin_install_then_a_yaml_program_naming_only_the_package(
         ]
         assert all(a == {"sql-lora": "/adapters/sql-lora"} for a in served(handle).values())
         # the plugin runs from the venv its launcher made beside itself, from the archive's wheel
-        python = plugin_dir / "venv" / "bin" / "python"
+        python = installed.plugin_dir / "venv" / "bin" / "python"
         where = run([python, "-c", "import pulumi_lora; print(pulumi_lora.__file__)"], cwd=tmp_path)
-        assert Path(where.strip()).resolve().is_relative_to(plugin_dir)
+        assert Path(where.strip()).resolve().is_relative_to(installed.plugin_dir)
         assert_clean_refresh(runner)
         refreshed = runner.pulumi("refresh", "--yes", "--skip-preview")
         assert "drift:" not in refreshed.stdout
+    finally:
+        runner.pulumi("destroy", "--yes", "--skip-preview")
+    assert_nothing_left(testbed, [handle])
+
+
+TS_PROGRAM = """\
+import * as pulumi from "@pulumi/pulumi";
+import * as lora from "./sdk";
+
+const config = new pulumi.Config();
+const sql = new lora.LoRAAdapter("sql", {
+    adapterName: "sql-lora",
+    path: "/adapters/sql-lora",
+    inferenceService: "llama",
+    namespace: config.require("namespace"),
+    transport: lora.Transport.Direct,
+});
+export const loaded = sql.loaded;
+export const pods = sql.pods;
+"""
+
+
+def test_a_typescript_program_on_the_generated_sdk(
+    release: Release, installed: Installed, testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    """The release's generated TypeScript SDK, unpacked into the program as ``./sdk``, under
+    the built ``pulumi-language-nodejs`` (v3.68.0) with ``@pulumi/pulumi`` 3.248.0 (as
+    ``examples/typescript``). That SDK predates ``pulumi.runtime.existsResource``, which the
+    generated ``LoRAAdapter.exists`` calls, so the program is transpiled without type checks
+    (``PULUMI_NODEJS_TRANSPILE_ONLY``); ``@pulumi/pulumi`` at the version the SDK's
+    ``package.json`` asks for would check it."""
+    require_program("pulumi-language-nodejs")
+    require_program("npm")
+    folder = tmp_path / "program"
+    (folder / "sdk").mkdir(parents=True)
+    archive = release.dist / f"pulumi-lora-sdk-nodejs-v{__version__}.tar.gz"
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder / "sdk", filter="data")
+    (folder / "sdk" / "nodejs").rename(folder / "sdk.tmp")
+    (folder / "sdk").rmdir()
+    (folder / "sdk.tmp").rename(folder / "sdk")
+    (folder / "Pulumi.yaml").write_text(
+        "name: lora-ts-sdk\nruntime: nodejs\nconfig:\n  namespace:\n    type: string\n"
+    )
+    (folder / "index.ts").write_text(TS_PROGRAM)
+    package = {"name": "lora-ts-sdk", "private": True, "main": "index.ts"}
+    package["dependencies"] = {"@pulumi/pulumi": "3.248.0"}  # type: ignore[assignment]
+    (folder / "package.json").write_text(json.dumps(package))
+    run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline"], cwd=folder)
+    extra = {**(installed.engine.extra_env or {}), "PULUMI_NODEJS_TRANSPILE_ONLY": "true"}
+    runner = dataclasses.replace(installed.engine, extra_env=extra).project(folder)
+    handle = ready_service(testbed, namespace)
+    stack_on_testbed(runner, testbed, namespace)
+    try:
+        runner.pulumi("up", "--yes", "--skip-preview")
+        assert runner.outputs()["loaded"] is True
+        assert lora_resources(runner) == [
+            ("pulumi-lora:index:LoRAAdapter", True, f"{namespace}/sql-lora")
+        ]
+        assert all(a == {"sql-lora": "/adapters/sql-lora"} for a in served(handle).values())
+        assert_clean_refresh(runner)
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
     assert_nothing_left(testbed, [handle])
