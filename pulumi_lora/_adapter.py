@@ -266,7 +266,8 @@ class LoRAAdapter(LoRAAdapterResource, AdapterOutputs, module="lora", name="LoRA
         missing CR fails the ``up`` with the engine's "does not exist"."""
         adapter = cls.__new__(cls)
         read = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(id=id))
-        LoRAAdapterResource.__init__(adapter, resource_name, {}, read)
+        # every input named (None, so sent as nothing): the SDK makes an attribute per property
+        LoRAAdapterResource.__init__(adapter, resource_name, dict.fromkeys(INPUT_KEYS), read)
         return adapter
 
 
