@@ -21,7 +21,6 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from pulumi_lora._admission import coexistence_policy
 from pulumi_lora._cli import cli
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import ProviderConfig
@@ -30,7 +29,7 @@ from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import BinaryNotFoundError, InferenceServiceHandle, Testbed
 from tests.e2e.conftest import adapter_props, provider_for, served
-from tests.e2e.test_llmkube_coexistence import kubectl_cr, refused_to_llmkube, wait_for
+from tests.e2e.test_llmkube_coexistence import kubectl_cr, wait_for
 
 pytestmark = pytest.mark.full
 
@@ -142,68 +141,11 @@ def fail_then_retry(
     assert all(adapters == {} for adapters in served(handle).values()), served(handle)
 
 
-def test_beside_llmkubes_controller(
-    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
-) -> None:
-    """A default ``Testbed()``: LLMKube's controller marks the CR, unloads through the Service on
-    deletion and drops its finalizer; the CR stays until pulumi-lora unloaded everywhere."""
-    assert testbed.llmkube is not None, "a default Testbed() runs LLMKube's LoRA controller"
-    fail_then_retry(testbed, namespace, isvc, llmkube=True, by_cli=False)
-
-
-def test_with_the_coexistence_policy(
-    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
-) -> None:
-    """The coexistence policy holds LLMKube off (it cannot add its finalizer): same story."""
-    selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-    name = f"held-{namespace}"
-    manifests = coexistence_policy(name, namespace_selector=selector)
-    applied = testbed.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"kind": "List", "apiVersion": "v1", "items": manifests}),
-    )
-    assert applied.returncode == 0, applied.stderr
-    try:
-        probe = testbed.make_adapter("probe")
-        testbed.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input=json.dumps(
-                {
-                    "apiVersion": "inference.llmkube.dev/v1alpha1",
-                    "kind": "LoRAAdapter",
-                    "metadata": {
-                        "name": "probe",
-                        "namespace": namespace,
-                        "annotations": {"pulumi-lora.dev/managed-by": "pulumi"},
-                    },
-                    "spec": {
-                        "inferenceServiceRef": {"name": "llama"},
-                        "name": "probe",
-                        "path": probe,
-                    },
-                }
-            ),
-        )
-        wait_for("the policy to hold", lambda: refused_to_llmkube(testbed, namespace, "probe"))
-        testbed.kubectl("delete", "lora", "probe", "-n", namespace, "--wait=true")
-        fail_then_retry(testbed, namespace, isvc, llmkube=False, by_cli=False)
-    finally:
-        testbed.kubectl(
-            "delete",
-            "-f",
-            "-",
-            input=json.dumps({"kind": "List", "apiVersion": "v1", "items": manifests}),
-        )
-
-
 @pytest.fixture(scope="module")
-def quiet_bed() -> Iterator[Testbed]:
-    """A cluster without LLMKube's LoRA controller."""
-    bed = Testbed(llmkube_lora_controller=False)
+def plain_bed() -> Iterator[Testbed]:
+    """A default ``Testbed()`` as a user starts it: LLMKube's LoRA controller acts on every CR,
+    no coexistence policy holds it off (the session's ``testbed`` applies one)."""
+    bed = Testbed()
     try:
         bed.start()
     except BinaryNotFoundError as exc:
@@ -214,30 +156,43 @@ def quiet_bed() -> Iterator[Testbed]:
         bed.stop()
 
 
-def test_without_llmkubes_controller(quiet_bed: Testbed) -> None:
-    """No LLMKube controller at all: pulumi-lora's finalizer alone holds the CR; an operator
-    finishes the deletion with ``pulumi-lora finish-delete``."""
-    namespace = quiet_bed.create_namespace("held-quiet")
-    handle = quiet_bed.deploy_inference_service(namespace, "llama", replicas=2)
+def deploy(bed: Testbed, prefix: str) -> tuple[str, InferenceServiceHandle]:
+    namespace = bed.create_namespace(prefix)
+    handle = bed.deploy_inference_service(namespace, "llama", replicas=2)
     handle.wait_ready(timeout=60)
-    fail_then_retry(quiet_bed, namespace, handle, llmkube=False, by_cli=True)
+    return namespace, handle
 
 
-def test_a_namespace_deleted_after_a_failed_destroy(testbed: Testbed) -> None:
+def test_beside_llmkubes_controller(plain_bed: Testbed) -> None:
+    """LLMKube's controller marks the CR, unloads through the Service on deletion and drops its
+    finalizer; the CR stays until pulumi-lora unloaded everywhere."""
+    assert plain_bed.llmkube is not None, "a default Testbed() runs LLMKube's LoRA controller"
+    namespace, handle = deploy(plain_bed, "held-llmkube")
+    fail_then_retry(plain_bed, namespace, handle, llmkube=True, by_cli=False)
+
+
+def test_with_the_coexistence_policy(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
+) -> None:
+    """The session's testbed holds LLMKube off with the coexistence policy (it cannot add its
+    finalizer): the same story, pulumi-lora's finalizer alone holding the CR."""
+    fail_then_retry(testbed, namespace, isvc, llmkube=False, by_cli=False)
+
+
+def test_a_namespace_deleted_after_a_failed_destroy(plain_bed: Testbed) -> None:
     """The stack is abandoned after the failed destroy and its namespace deleted: the pods go,
     the held CR keeps the namespace Terminating (the namespace says why), and
     ``pulumi-lora finish-delete`` lets it go with nothing left to unload. A CR no destroy failed
     on carries no pulumi-lora finalizer: its namespace deletes at once
-    (tests/testbed/test_namespace_deletion.py)."""
-    namespace = testbed.create_namespace("held-ns")
-    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
-    handle.wait_ready(timeout=60)
-    fail_once(testbed, namespace, handle, llmkube=True)
-    asked = testbed.kubectl("delete", "namespace", namespace, "--wait=false")
+    (tests/testbed/test_namespace_deletion.py); where the loop runs, it finishes such a delete
+    itself (tests/resync/test_loop_finishes_held_deletes.py)."""
+    namespace, handle = deploy(plain_bed, "held-ns")
+    fail_once(plain_bed, namespace, handle, llmkube=True)
+    asked = plain_bed.kubectl("delete", "namespace", namespace, "--wait=false")
     assert asked.returncode == 0, asked.stderr
 
     def why_terminating() -> str:
-        got = testbed.kubectl("get", "namespace", namespace, "-o", "json")
+        got = plain_bed.kubectl("get", "namespace", namespace, "-o", "json")
         assert got.returncode == 0, got.stderr
         conditions = json.loads(got.stdout).get("status", {}).get("conditions") or []
         remaining = [c for c in conditions if c["type"] == "NamespaceFinalizersRemaining"]
@@ -245,16 +200,25 @@ def test_a_namespace_deleted_after_a_failed_destroy(testbed: Testbed) -> None:
 
     held = wait_for("the namespace to wait on the CR", why_terminating, timeout=120)
     assert UNLOAD_FINALIZER in held, held
-    wait_for(
-        "the pods to go",
-        lambda: not testbed.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout.strip(),
-        timeout=120,
-    )
 
-    said = finish_delete(testbed, namespace)
+    def pods_left() -> str:
+        return str(plain_bed.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout.strip())
+
+    wait_for("the pods to go", lambda: not pods_left(), timeout=120)
+    said = finish_delete(plain_bed, namespace)
     assert f"LoRAAdapter {namespace}/sql-lora is gone" in said, said
     wait_for(
         "the namespace to go",
-        lambda: "NotFound" in testbed.kubectl("get", "namespace", namespace).stderr,
+        lambda: "NotFound" in plain_bed.kubectl("get", "namespace", namespace).stderr,
         timeout=120,
     )
+
+
+def test_without_llmkubes_controller(plain_bed: Testbed) -> None:
+    """LLMKube's manager down (the last test of the module: its controller is stopped for good):
+    pulumi-lora's finalizer alone holds the CR; an operator finishes the deletion with
+    ``pulumi-lora finish-delete``."""
+    assert plain_bed.llmkube is not None
+    plain_bed.llmkube.stop()
+    namespace, handle = deploy(plain_bed, "held-quiet")
+    fail_then_retry(plain_bed, namespace, handle, llmkube=False, by_cli=True)
