@@ -1,0 +1,375 @@
+"""Where an adapter's weights live, as values: parsing, the pinning rule, the content key. Pure.
+
+A **source** is one of:
+
+* ``hf://org/repo@<revision>``: a Hugging Face repository; pinned when the revision is a
+  40-hex commit, mutable when it is a branch or a tag (or left out: ``main``);
+* ``s3://bucket/prefix/``: an S3-compatible prefix (a custom endpoint is given apart from the
+  source, e.g. MinIO's); always mutable by itself, objects can be overwritten;
+* ``https://host/path/`` plus an explicit file list: mutable by itself as well.
+
+A staging **request** is a source, the files to stage, the pinned sha256 **digests** per file
+and ``allow_mutable``. A request is **pinned** when the source is an hf commit or when every
+file has a digest; an unpinned request is refused unless ``allow_mutable`` is set, so a preview
+always knows what will be loaded.
+
+The **content key** names the staged directory: the first 16 hex of the sha256 of a canonical
+JSON of the source, its revision, its endpoint, the file list and the digests (LLMKube's cache
+key, ``sha256(source)[:16]``, extended with what makes the content), so the same content stages
+once and other content never lands in the same directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from pulumi_lora._staging._errors import MutableSourceRefused, SourceRefused
+
+__all__ = [
+    "KEY_HEX",
+    "HfSource",
+    "HttpsSource",
+    "S3Source",
+    "Source",
+    "SourceKind",
+    "StagingRequest",
+    "content_key",
+    "parse_digest",
+    "parse_source",
+]
+
+KEY_HEX = 16
+"""Hex characters of a content key (64 bits: as LLMKube's cache key)."""
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# huggingface_hub's own rule for repo ids (validate_repo_id): one optional namespace, no "--"
+# or "..", at most 96 characters.
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_REVISION = re.compile(r"^[\w.][\w./-]{0,254}$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_LOOPBACK_NAMES = frozenset({"localhost"})
+
+
+class SourceKind(StrEnum):
+    """The scheme of a source."""
+
+    HF = "hf"
+    S3 = "s3"
+    HTTPS = "https"
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HfSource(_Value):
+    """A Hugging Face repository at a revision."""
+
+    kind: Literal[SourceKind.HF] = SourceKind.HF
+    repo_id: str
+    """``org/repo``."""
+    revision: str = "main"
+    """A 40-hex commit (pinned) or a branch or tag (mutable)."""
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the revision is a commit, whose content never changes."""
+        return _COMMIT.fullmatch(self.revision) is not None
+
+    @property
+    def uri(self) -> str:
+        """The canonical ``hf://`` form."""
+        return f"hf://{self.repo_id}@{self.revision}"
+
+
+class S3Source(_Value):
+    """Objects under a prefix of an S3-compatible bucket."""
+
+    kind: Literal[SourceKind.S3] = SourceKind.S3
+    bucket: str
+    prefix: str = ""
+    """Empty, or ending in ``/``."""
+    endpoint: str | None = None
+    """A custom endpoint URL (MinIO and the like); ``None``: the client's default."""
+
+    @property
+    def pinned(self) -> bool:
+        """Never by itself: an object can be overwritten under the same key."""
+        return False
+
+    @property
+    def uri(self) -> str:
+        """The canonical ``s3://`` form."""
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+class HttpsSource(_Value):
+    """Files under a base URL (``https``, or ``http`` to a loopback host only)."""
+
+    kind: Literal[SourceKind.HTTPS] = SourceKind.HTTPS
+    base_url: str
+    """Ending in ``/``; the files are relative to it."""
+
+    @property
+    def pinned(self) -> bool:
+        """Never by itself: a URL's content can change."""
+        return False
+
+    @property
+    def uri(self) -> str:
+        """The base URL."""
+        return self.base_url
+
+
+Source = Annotated[HfSource | S3Source | HttpsSource, Field(discriminator="kind")]
+
+
+class StagingRequest(_Value):
+    """What to stage: a source, its files and their pinned digests."""
+
+    source: Source
+    files: tuple[str, ...] = ()
+    """The files to stage, sorted; empty: every file of the source (hf, s3 only)."""
+    digests: dict[str, str] = Field(default_factory=dict)
+    """File → lowercase sha256 hex; every key is among ``files``."""
+    allow_mutable: bool = False
+    """Stage a mutable reference without a digest for every file (the user opted in)."""
+
+    @field_validator("files")
+    @classmethod
+    def _sorted_unique_names(cls, files: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted({check_file_name(name) for name in files}))
+
+    @field_validator("digests")
+    @classmethod
+    def _valid_digests(cls, digests: dict[str, str]) -> dict[str, str]:
+        return {check_file_name(name): _check_sha256(name, hexa) for name, hexa in digests.items()}
+
+    @model_validator(mode="after")
+    def _files_cover_digests(self) -> StagingRequest:
+        missing = sorted(set(self.digests) - set(self.files))
+        if missing:
+            raise ValueError(f"digests for files not staged: {', '.join(missing)}")
+        if isinstance(self.source, HttpsSource) and not self.files:
+            raise ValueError("an https source needs its file list (--file, or --digest per file)")
+        return self
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the content is fixed by the declaration: an hf commit, or a digest for every
+        file of an explicit file list."""
+        if self.source.pinned:
+            return True
+        return bool(self.files) and set(self.files) == set(self.digests)
+
+    def unpinned_files(self) -> list[str]:
+        """The files without a digest (all of them when the list comes from the source)."""
+        return [name for name in self.files if name not in self.digests]
+
+
+def check_file_name(name: str) -> str:
+    """``name`` if it is a safe relative POSIX path inside a staged directory. Pure."""
+    path = PurePosixPath(name)
+    if (
+        not name
+        or name != str(path)
+        or path.is_absolute()
+        or "\\" in name
+        or "\0" in name
+        or any(part in {"", ".", ".."} or part.startswith(".") for part in path.parts)
+    ):
+        raise ValueError(
+            f"file name {name!r} is not a plain relative path (no '..', no leading '/' or '.')"
+        )
+    return name
+
+
+def _check_sha256(name: str, hexa: str) -> str:
+    value = hexa.strip().lower()
+    if value.startswith("sha256:"):
+        value = value[len("sha256:") :]
+    if _SHA256.fullmatch(value) is None:
+        raise ValueError(f"digest of {name} is not 64 hex characters of sha256: {hexa!r}")
+    return value
+
+
+def parse_digest(text: str) -> tuple[str, str]:
+    """``FILE=SHA256`` (as ``--digest`` takes it) → ``(file, sha256)``. Pure."""
+    name, sep, hexa = text.rpartition("=")
+    if not sep or not name:
+        raise SourceRefused(f"--digest {text!r} is not FILE=SHA256")
+    try:
+        return check_file_name(name), _check_sha256(name, hexa)
+    except ValueError as exc:
+        raise SourceRefused(str(exc), file=name) from None
+
+
+def parse_source(
+    uri: str,
+    *,
+    files: Iterable[str] = (),
+    digests: Mapping[str, str] | None = None,
+    s3_endpoint: str | None = None,
+    allow_mutable: bool = False,
+) -> StagingRequest:
+    """A validated, pinned (or explicitly unpinned) request from a source URI. Pure.
+
+    Raises ``SourceRefused`` for a malformed source, file name or digest, and
+    ``MutableSourceRefused`` for a mutable reference without a digest for every file unless
+    ``allow_mutable``.
+    """
+    source = _source(uri, s3_endpoint)
+    pinned_digests = dict(digests or {})
+    try:
+        request = StagingRequest(
+            source=source,
+            files=(*files, *pinned_digests),
+            digests=pinned_digests,
+            allow_mutable=allow_mutable,
+        )
+    except ValueError as exc:
+        raise SourceRefused(_first_error(exc)) from None
+    if not request.pinned and not allow_mutable:
+        raise MutableSourceRefused(_why_mutable(request))
+    return request
+
+
+def _source(uri: str, s3_endpoint: str | None) -> HfSource | S3Source | HttpsSource:
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        raise SourceRefused(f"source {uri!r} has no scheme: use hf://, s3:// or https://")
+    if s3_endpoint is not None and scheme != "s3":
+        raise SourceRefused(f"an S3 endpoint was given for a {scheme}:// source")
+    if scheme == "hf":
+        return _hf(uri, rest)
+    if scheme == "s3":
+        return _s3(uri, rest, s3_endpoint)
+    if scheme in {"https", "http"}:
+        return HttpsSource(base_url=_base_url(uri))
+    raise SourceRefused(f"source {uri!r}: unknown scheme {scheme}://; use hf://, s3:// or https://")
+
+
+def _hf(uri: str, rest: str) -> HfSource:
+    repo_id, sep, revision = rest.partition("@")
+    if repo_id.startswith(("models/", "datasets/", "spaces/")):
+        raise SourceRefused(f"source {uri!r}: only model repositories (hf://org/repo) are staged")
+    if (
+        _REPO_ID.fullmatch(repo_id) is None
+        or "--" in repo_id
+        or ".." in repo_id
+        or len(repo_id) > 96
+    ):
+        raise SourceRefused(f"source {uri!r}: the repository is not org/repo")
+    if sep and _REVISION.fullmatch(revision) is None:
+        raise SourceRefused(f"source {uri!r}: {revision!r} is not a commit, branch or tag")
+    return HfSource(repo_id=repo_id, revision=revision if sep else "main")
+
+
+def _s3(uri: str, rest: str, endpoint: str | None) -> S3Source:
+    bucket, _, prefix = rest.partition("/")
+    if _BUCKET.fullmatch(bucket) is None:
+        raise SourceRefused(f"source {uri!r}: {bucket!r} is not an S3 bucket name")
+    if prefix and not prefix.endswith("/"):
+        raise SourceRefused(f"source {uri!r}: the prefix must end with '/' (a directory)")
+    if "//" in prefix or any(part in {".", ".."} for part in prefix.split("/")):
+        raise SourceRefused(f"source {uri!r}: the prefix has an empty, '.' or '..' part")
+    if endpoint is not None:
+        endpoint = _endpoint(endpoint)
+    return S3Source(bucket=bucket, prefix=prefix, endpoint=endpoint)
+
+
+def _endpoint(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in {"https", "http"} or not parts.hostname:
+        raise SourceRefused(f"S3 endpoint {url!r} is not an http(s) URL")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise SourceRefused(
+            "the S3 endpoint carries credentials or a query: give credentials through "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead"
+        )
+    return url.rstrip("/")
+
+
+def _base_url(uri: str) -> str:
+    parts = urlsplit(uri)
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise SourceRefused(
+            f"source {parts.scheme}://{parts.hostname}/…: a URL with credentials, a query or a "
+            "fragment would put secrets in the state; use a plain URL"
+        )
+    if not parts.hostname:
+        raise SourceRefused(f"source {uri!r} has no host")
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise SourceRefused(f"source {uri!r}: use https:// (plain http only to a loopback host)")
+    if not parts.path.endswith("/"):
+        raise SourceRefused(f"source {uri!r}: the base URL must end with '/' (a directory)")
+    return uri
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8, ``::1``). Pure."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _why_mutable(request: StagingRequest) -> str:
+    source = request.source
+    if isinstance(source, HfSource):
+        what = f"{source.uri} names a branch or tag, not a commit"
+    elif isinstance(source, S3Source):
+        what = f"{source.uri} is an S3 prefix, whose objects can be overwritten"
+    else:
+        what = f"{source.uri} is a URL, whose content can change"
+    unpinned = request.unpinned_files()
+    if not request.files:
+        return f"{what}, and no file has a digest"
+    return f"{what}, and {len(unpinned)} file(s) have no digest ({', '.join(unpinned[:5])})"
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        message = str(first.get("msg", exc))
+        return message.removeprefix("Value error, ")
+    return str(exc)
+
+
+def content_key(request: StagingRequest) -> str:
+    """The staged directory's name for this content: 16 hex of a canonical JSON's sha256. Pure.
+
+    The same source, revision, endpoint, files and digests always give the same key; any of
+    them changing gives another. ``allow_mutable`` is not part of it (it changes what is
+    accepted, not what the content is).
+    """
+    return hashlib.sha256(canonical_json(request).encode()).hexdigest()[:KEY_HEX]
+
+
+def canonical_json(request: StagingRequest) -> str:
+    """The JSON the content key hashes: sorted keys, no spaces. Pure."""
+    source: dict[str, Any] = {"uri": request.source.uri}
+    if isinstance(request.source, HfSource):
+        source["revision"] = request.source.revision
+    if isinstance(request.source, S3Source) and request.source.endpoint is not None:
+        source["endpoint"] = request.source.endpoint
+    document = {
+        "source": source,
+        "files": list(request.files),
+        "digests": dict(sorted(request.digests.items())),
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))

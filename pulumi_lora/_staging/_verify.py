@@ -1,0 +1,234 @@
+"""Checking a staged directory: every file's sha256, ``adapter_config.json``, the server's flags.
+
+No network and no I/O library: the checks read local files (streaming, in 1 MiB blocks) and
+decide; the rules themselves (``check_digests``, ``parse_adapter_config``,
+``check_against_server``) are pure functions of values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pulumi_lora._staging._errors import AdapterConfigInvalid, AdapterIncompatible, DigestMismatch
+
+__all__ = [
+    "ADAPTER_CONFIG",
+    "ALL_TARGET_MODULES",
+    "SUPPORTED_TARGET_MODULES",
+    "AdapterConfig",
+    "FileFacts",
+    "ServerLimits",
+    "check_against_server",
+    "check_digests",
+    "hash_file",
+    "normalize_target_modules",
+    "parse_adapter_config",
+    "staged_files",
+    "verify_directory",
+]
+
+ADAPTER_CONFIG = "adapter_config.json"
+BLOCK = 1 << 20
+"""Bytes read at a time while hashing."""
+
+SUPPORTED_TARGET_MODULES = frozenset(
+    {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+        "qkv_proj",
+        "gate_up_proj",
+        "embed_tokens",
+        "lm_head",
+    }
+)
+"""The names SGLang's ``--lora-target-modules`` accepts, besides ``all``."""
+ALL_TARGET_MODULES = "all"
+
+# SGLang stacks q/k/v and gate/up into one module each, and knows a few embedding aliases
+# (python/sglang/srt/lora/utils.py: get_normalized_target_modules).
+_STACKED = {
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "gate_proj": "gate_up_proj",
+    "up_proj": "gate_up_proj",
+    "vocab_emb": "embed_tokens",
+    "embeddings": "embed_tokens",
+    "word_embeddings": "embed_tokens",
+    "output": "lm_head",
+}
+_ALL_LINEAR = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """One staged file: its size and sha256."""
+
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """What staging checks in ``adapter_config.json``."""
+
+    rank: int
+    target_modules: frozenset[str]
+    """Normalized as SGLang does (``q_proj`` → ``qkv_proj``, …)."""
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """The target server's LoRA flags, as values (``None``: not checked)."""
+
+    max_lora_rank: int | None = None
+    """``--max-lora-rank``."""
+    target_modules: tuple[str, ...] | None = None
+    """``--lora-target-modules`` (``all`` allowed)."""
+
+
+def normalize_target_modules(names: Iterable[str]) -> frozenset[str]:
+    """SGLang's module names: the last dotted part, with q/k/v and gate/up stacked. Pure."""
+    return frozenset(_STACKED.get(base, base) for base in (n.rsplit(".", 1)[-1] for n in names))
+
+
+def parse_adapter_config(text: str, *, file: str = ADAPTER_CONFIG) -> AdapterConfig:
+    """``peft_type`` LoRA, ``r`` a positive int, ``target_modules`` names; else
+    ``AdapterConfigInvalid`` naming ``file``. Pure."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AdapterConfigInvalid(f"{file} is not JSON ({exc})", file=file) from None
+    if not isinstance(config, dict):
+        raise AdapterConfigInvalid(f"{file} is not a JSON object", file=file)
+    peft_type = config.get("peft_type")
+    if not isinstance(peft_type, str) or peft_type.upper() != "LORA":
+        raise AdapterConfigInvalid(
+            f"{file}: peft_type is {peft_type!r}, not 'LORA': not a LoRA adapter", file=file
+        )
+    rank = config.get("r")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+        raise AdapterConfigInvalid(f"{file}: r is {rank!r}, not a positive integer", file=file)
+    return AdapterConfig(rank=rank, target_modules=_modules(config.get("target_modules"), file))
+
+
+def _modules(value: object, file: str) -> frozenset[str]:
+    if value == "all-linear":
+        return _ALL_LINEAR
+    if isinstance(value, str) and value:
+        return normalize_target_modules([value])
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return normalize_target_modules(value)
+    raise AdapterConfigInvalid(
+        f"{file}: target_modules is {value!r}, not a module name or a list of them", file=file
+    )
+
+
+def check_against_server(config: AdapterConfig, limits: ServerLimits) -> None:
+    """``AdapterIncompatible`` when the adapter exceeds the server's flags. Pure."""
+    if limits.max_lora_rank is not None and config.rank > limits.max_lora_rank:
+        raise AdapterIncompatible(
+            f"{ADAPTER_CONFIG}: rank r={config.rank} exceeds the server's "
+            f"--max-lora-rank {limits.max_lora_rank}",
+            file=ADAPTER_CONFIG,
+        )
+    if limits.target_modules is None:
+        return
+    allowed = (
+        SUPPORTED_TARGET_MODULES
+        if ALL_TARGET_MODULES in limits.target_modules
+        else normalize_target_modules(limits.target_modules)
+    )
+    beyond = sorted(config.target_modules - allowed)
+    if beyond:
+        raise AdapterIncompatible(
+            f"{ADAPTER_CONFIG}: target modules {', '.join(beyond)} are not in the server's "
+            f"--lora-target-modules {' '.join(limits.target_modules)}",
+            file=ADAPTER_CONFIG,
+        )
+
+
+def check_digests(found: Mapping[str, FileFacts], expected: Mapping[str, str]) -> None:
+    """Every pinned file present with its digest. Pure.
+
+    ``DigestMismatch`` names the first file (sorted) that is missing or differs.
+    """
+    for name in sorted(expected):
+        facts = found.get(name)
+        if facts is None:
+            raise DigestMismatch(f"{name} is missing from the staged directory", file=name)
+        if facts.sha256 != expected[name]:
+            raise DigestMismatch(
+                f"{name}: sha256 {facts.sha256} differs from the pinned {expected[name]}", file=name
+            )
+
+
+def hash_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> FileFacts:
+    """Size and sha256 of ``path``, read in blocks (``on_bytes`` hears each block's size)."""
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as stream:
+        while block := stream.read(BLOCK):
+            digest.update(block)
+            size += len(block)
+            if on_bytes is not None:
+                on_bytes(len(block))
+    return FileFacts(size=size, sha256=digest.hexdigest())
+
+
+def staged_files(directory: Path) -> list[str]:
+    """Every regular file under ``directory`` as a relative POSIX path, sorted; a symlink or any
+    other kind of entry is a ``DigestMismatch`` (a staged directory holds plain files only)."""
+    names: list[str] = []
+    for current, dirs, files in os.walk(directory, followlinks=False):
+        base = Path(current)
+        for name in [*dirs, *files]:
+            path = base / name
+            relative = path.relative_to(directory).as_posix()
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                raise DigestMismatch(f"{relative} is not a plain file or directory", file=relative)
+        names += [(base / name).relative_to(directory).as_posix() for name in files]
+    return sorted(names)
+
+
+def verify_directory(
+    directory: Path,
+    *,
+    files: Iterable[str],
+    digests: Mapping[str, str],
+    limits: ServerLimits | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> tuple[dict[str, FileFacts], AdapterConfig]:
+    """The staged directory holds exactly ``files`` (every file, when ``files`` is empty:
+    an unpinned listing), each pinned one with its digest, and a LoRA ``adapter_config.json``
+    within ``limits``. Returns each file's facts and the adapter's config."""
+    present = staged_files(directory)
+    wanted = sorted(files)
+    if wanted:
+        extra = sorted(set(present) - set(wanted))
+        if extra:
+            raise DigestMismatch(
+                f"{extra[0]} is in the staged directory but not declared", file=extra[0]
+            )
+    missing = sorted(set(wanted) - set(present))
+    if missing:
+        raise DigestMismatch(f"{missing[0]} is missing from the staged directory", file=missing[0])
+    facts = {name: hash_file(directory / name, on_bytes) for name in present}
+    check_digests(facts, digests)
+    config_path = directory / ADAPTER_CONFIG
+    if ADAPTER_CONFIG not in facts:
+        raise AdapterConfigInvalid(f"{ADAPTER_CONFIG} is missing", file=ADAPTER_CONFIG)
+    config = parse_adapter_config(config_path.read_text(encoding="utf-8", errors="replace"))
+    if limits is not None:
+        check_against_server(config, limits)
+    return facts, config
