@@ -2,7 +2,8 @@
 
 ``pulumi up`` applies one LLMKube ``LoRAAdapter`` CR and loads the adapter on each Ready pod of
 the InferenceService; ``pulumi preview --refresh --expect-no-changes`` fails when a pod lost it.
-Everything it needs is stack config (``Pulumi.yaml`` declares the keys and their defaults).
+Everything it needs is stack config (``Pulumi.yaml`` declares the keys and their defaults),
+the transport included: ``pulumi config set transport proxy`` from outside the cluster.
 """
 
 import pulumi
@@ -20,6 +21,7 @@ def program() -> None:
             path=config.require("adapterPath"),
             inference_service=config.require("inferenceService"),
             namespace=config.require("namespace"),
+            transport=config.require("transport"),
         ),
     )
     pulumi.export("loaded", adapter.loaded)  # True once every Ready pod serves it
