@@ -171,44 +171,49 @@ def _progress_bar(progress: Progress) -> Any:
 @contextmanager
 def _hf_errors(source: HfSource, progress: Progress) -> Iterator[None]:
     """``huggingface_hub``'s failures as staging errors, naming the file being fetched."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = _hf_error(exc, source, progress.file)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+def _hf_error(exc: Exception, source: HfSource, file: str | None) -> StagingError | None:
+    """The staging error for one of ``huggingface_hub``'s failures; ``None`` for any other."""
     import httpx2  # noqa: PLC0415 - huggingface_hub's own HTTP client
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
-    where = f"{source.uri}" + (f": {progress.file}" if progress.file else "")
-    try:
-        yield
-    except (hf.GatedRepoError, hf.DisabledRepoError) as exc:
-        raise SourceUnauthorized(
-            f"{where}: the repository is gated or disabled for this token (HTTP {_status(exc)})",
-            file=progress.file,
-        ) from None
-    except hf.RepositoryNotFoundError as exc:
-        if _status(exc) in {401, 403}:
-            raise SourceUnauthorized(
-                f"{where}: HTTP {_status(exc)}: the repository is private, or does not exist",
-                file=progress.file,
-            ) from None
-        raise SourceFileMissing(f"{where}: no such repository", file=progress.file) from None
-    except hf.RevisionNotFoundError:
-        raise SourceFileMissing(
-            f"{source.uri}: no revision {source.revision!r} in the repository", file=progress.file
-        ) from None
-    except hf.RemoteEntryNotFoundError:
-        raise SourceFileMissing(
-            f"{where}: no such file at this revision", file=progress.file
-        ) from None
-    except hf.HfHubHTTPError as exc:
-        raise _by_status(where, _status(exc), progress.file) from None
-    except (hf.LocalEntryNotFoundError, httpx2.TransportError) as exc:
-        raise SourceUnreachable(
-            f"{where}: the Hub endpoint did not answer ({type(exc).__name__})", file=progress.file
-        ) from None
-    except OSError as exc:
-        if exc.errno is None and "Consistency check failed" in str(exc):
-            raise SourceUnreachable(
-                f"{where}: the transfer ended with another size than announced", file=progress.file
-            ) from None
-        raise
+    where = source.uri + (f": {file}" if file else "")
+    status = _status(exc)
+    if isinstance(exc, hf.GatedRepoError | hf.DisabledRepoError):
+        return SourceUnauthorized(
+            f"{where}: HTTP {status}: the repository is gated or disabled for this token", file=file
+        )
+    if isinstance(exc, hf.RepositoryNotFoundError):
+        if status in {401, 403}:
+            return SourceUnauthorized(
+                f"{where}: HTTP {status}: the repository is private, or does not exist", file=file
+            )
+        return SourceFileMissing(f"{where}: no such repository", file=file)
+    if isinstance(exc, hf.RevisionNotFoundError):
+        return SourceFileMissing(
+            f"{source.uri}: no revision {source.revision!r} in the repository", file=file
+        )
+    if isinstance(exc, hf.RemoteEntryNotFoundError):
+        return SourceFileMissing(f"{where}: no such file at this revision", file=file)
+    if isinstance(exc, hf.HfHubHTTPError):
+        return _by_status(where, status, file)
+    if isinstance(exc, hf.LocalEntryNotFoundError | httpx2.TransportError):
+        return SourceUnreachable(
+            f"{where}: the Hub endpoint did not answer ({type(exc).__name__})", file=file
+        )
+    if isinstance(exc, OSError) and exc.errno is None and "Consistency check failed" in str(exc):
+        return SourceUnreachable(
+            f"{where}: the transfer ended with another size than announced", file=file
+        )
+    return None
 
 
 def _status(exc: Any) -> int | None:

@@ -1,0 +1,121 @@
+"""Real parts for the staging tests: a played Hugging Face Hub and moto's S3 server, both on
+loopback; adapters made of random bytes; a tiny tmpfs for a full volume."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.hub import PlayedHub
+
+TOKEN = "hf_played_token_0123456789"
+ADAPTER_CONFIG = {"peft_type": "LORA", "r": 16, "target_modules": ["q_proj", "v_proj"]}
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """An adapter directory's files and their sha256."""
+
+    files: dict[str, bytes]
+
+    @property
+    def digests(self) -> dict[str, str]:
+        return {name: hashlib.sha256(data).hexdigest() for name, data in self.files.items()}
+
+
+def make_adapter(weights_bytes: int = 256 << 10, **config: object) -> Adapter:
+    """An adapter: a LoRA ``adapter_config.json`` and random weights of the given size."""
+    text = json.dumps({**ADAPTER_CONFIG, **config}).encode()
+    weights = os.urandom(weights_bytes)
+    return Adapter({"adapter_config.json": text, "adapter_model.safetensors": weights})
+
+
+@pytest.fixture
+def adapter() -> Adapter:
+    return make_adapter()
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[PlayedHub]:
+    with PlayedHub(tokens=frozenset({TOKEN})) as played:
+        yield played
+
+
+def leftovers(root: Path) -> list[str]:
+    """What a failed staging left in ``root`` (nothing, when it cleaned up)."""
+    return sorted(os.listdir(root)) if root.exists() else []
+
+
+@dataclass(frozen=True)
+class MotoServer:
+    endpoint: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[MotoServer]:
+    """moto's S3-compatible server (``moto_server``) on 127.0.0.1, a free port."""
+    program = shutil.which("moto_server", path=str(Path(sys.executable).parent))
+    if program is None:
+        missing_real_part("moto_server is not installed (the project's test extra: moto[server])")
+    process = subprocess.Popen(
+        [program, "-H", "127.0.0.1", "-p", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    endpoint = None
+    for line in process.stdout:  # werkzeug names the port it bound, then serves
+        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
+        if found:
+            endpoint = found[1]
+            break
+    if endpoint is None:
+        process.kill()
+        pytest.fail(f"moto_server exited ({process.wait()}) without serving")
+    # Its request log goes on: drain it, or the pipe fills and the server blocks.
+    threading.Thread(target=process.stdout.read, daemon=True).start()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing-key-id",
+        "AWS_SECRET_ACCESS_KEY": "testing-secret-0123456789",
+        "AWS_REGION": "us-east-1",
+    }
+    try:
+        yield MotoServer(endpoint=endpoint, env=env)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def tiny_volume(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (root only): a volume that fills up for real."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        missing_real_part("mounting a 1 MiB tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        missing_real_part(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
