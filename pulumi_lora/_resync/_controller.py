@@ -80,7 +80,7 @@ class Controller:
         )
         self.trust = TrustReview(self.world, self.events, self.statuses, lambda: self.stopping)
         self.recorder = RunRecorder(self.world, metrics, self.events, self.statuses, settings)
-        self.held = HeldDeletes(self.world, kube, self._request)
+        self.held = HeldDeletes(self.world, kube, self._request, lambda: self.synced)
         self._secrets: dict[SecretRef, tuple[str, float]] = {}
         self._watchers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []

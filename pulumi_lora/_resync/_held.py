@@ -53,13 +53,16 @@ class HeldDeletes:
         world: World,
         kube: Kube,
         request: Callable[[list[Key], ReloadReason], object],
+        synced: Callable[[], bool],
         poll: float = POLL_SECONDS,
     ) -> None:
         self._world = world
+        self._synced = synced
         self._kube = kube
         self._request = request
         self._poll = poll
         self._tasks: dict[Key, asyncio.Task[None]] = {}
+        self._releasing: set[Key] = set()  # its finalizer is coming off: let the task end
 
     def hold(self, cr: AdapterCR) -> None:
         """A held CR was seen: finish its delete (once per CR; it leaves the world now)."""
@@ -74,9 +77,9 @@ class HeldDeletes:
         )
 
     def forget(self, key: Key) -> None:
-        """The CR is gone: stop finishing it."""
+        """The CR is gone: stop finishing it (unless that is this task's own doing)."""
         task = self._tasks.pop(key, None)
-        if task is not None:
+        if task is not None and key not in self._releasing:
             task.cancel()
 
     def cancel_all(self) -> None:
@@ -88,18 +91,30 @@ class HeldDeletes:
     async def _finish(self, cr: AdapterCR, delay: float) -> None:
         where = "/".join(cr.key)
         await asyncio.sleep(delay)
+        while not self._synced():  # the pods are listed after the CRs: know them all first
+            await asyncio.sleep(self._poll)
         pods = self._world.queue_unloads(cr)
         self._request(pods, ReloadReason.CR_CHANGE)
         while self._pending(cr):
             await asyncio.sleep(self._poll)
+        self._releasing.add(cr.key)
+        try:
+            await self._release(cr)
+        finally:
+            self._releasing.discard(cr.key)
+        logs.event("held_delete_finished", cr=where, adapter=cr.adapter_name, pods=len(pods))
+
+    async def _release(self, cr: AdapterCR) -> None:
+        """Remove the finalizer; on failure say what to do and try again, backing off."""
         namespace, name = cr.key
         failures = 0
         while True:
             try:
                 await self._kube.release_finalizer(namespace, name, UNLOAD_FINALIZER)
-                break
+                return
             except Exception as exc:  # forbidden, or the apiserver is away: say what to do
                 failures += 1
+                where = f"{namespace}/{name}"
                 logs.event(
                     "held_delete_stuck",
                     logging.WARNING,
@@ -109,7 +124,6 @@ class HeldDeletes:
                     f"with llmkube_coexistence=True), or run `pulumi-lora finish-delete {where}`",
                 )
                 await asyncio.sleep(backoff_delay(failures, jitter(), base=1.0, cap=300.0))
-        logs.event("held_delete_finished", cr=where, adapter=cr.adapter_name, pods=len(pods))
 
     def _pending(self, cr: AdapterCR) -> bool:
         """Whether a serving pod of the target still has the adapter's unload to do."""
