@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -26,6 +27,7 @@ import pytest
 
 from pulumi_lora import __version__
 from pulumi_lora.testing.engine import LocalEngine, find_pulumi
+from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import Testbed
 
 from .conftest import (
@@ -295,3 +297,42 @@ def test_a_typescript_program_on_the_generated_sdk(
 def require_cli_dir() -> Path:
     """The folder of the built CLI and language hosts (``tools/provision.py``'s cache)."""
     return find_pulumi().path.parent
+
+
+GO_SDK_MODULE = (
+    "module github.com/pulumi-lora/pulumi-lora/sdk\n\ngo 1.26\n\n"
+    "require github.com/pulumi/pulumi/sdk/v3 v3.274.1\n"
+)
+"""The generated Go SDK's module (its import path is the schema's ``importBasePath``)."""
+
+
+def test_a_go_program_on_the_generated_sdk(
+    release: Release, installed: Installed, testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    """The release's generated Go SDK in an Automation API inline program
+    (``tests/cli/go_program``; no Go language host exists here), built with the machine's Go
+    against ``github.com/pulumi/pulumi/sdk/v3`` v3.274.1 (the CLI's; warm build cache: seconds)."""
+    go = shutil.which("go")
+    if go is None:
+        missing_real_part("go (the Go toolchain) is not on PATH")
+    folder = tmp_path / "program"
+    shutil.copytree(Path(__file__).parent / "go_program", folder)
+    archive = release.dist / f"pulumi-lora-sdk-go-v{__version__}.tar.gz"
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder / "sdk", filter="data")
+    (folder / "sdk" / "go.mod").write_text(GO_SDK_MODULE)
+    runner = installed.engine.project(folder)
+    run([go, "build", "-mod=readonly", "-o", "lora-go", "."], cwd=folder, env=runner.env)
+    handle = ready_service(testbed, namespace)
+    done = subprocess.run(
+        [str(folder / "lora-go"), namespace, str(testbed.kubeconfig_path)],
+        cwd=folder,
+        env=runner.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["loaded=true", "refresh=clean", "destroy=done"]
+    assert_nothing_left(testbed, [handle])
