@@ -10,6 +10,7 @@ interface LoRAAdapterArgs {
     namespace?: pulumi.Input<string>;
     pinned?: pulumi.Input<boolean>;
     readinessPolicy?: pulumi.Input<"AllReadyPods" | "AnyReadyPod">;
+    transport?: pulumi.Input<"direct" | "proxy" | "delegated">;
 }
 
 /** One pod's view of the adapter (the `pods` output): `ready` only when false, `path` only when
@@ -46,6 +47,7 @@ const sql = new LoRAAdapter("sql", {
     path: "/adapters/sql-lora",
     inferenceService: config.get("inferenceService") ?? "llama",
     namespace: config.get("namespace") ?? "models",
+    transport: (config.get("transport") ?? "direct") as "direct" | "proxy" | "delegated",
 });
 
 export const loaded = sql.loaded;

@@ -166,7 +166,9 @@ def test_readme_quickstart_as_written(project: Project, testbed: Testbed, namesp
         "source venv/bin/activate",  # = ProjectDir(venv=...)
     ]
     path = testbed.make_adapter("sql-lora")  # the example's default adapterPath
-    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2)
+    # Pods in network namespaces: the apiserver's pod proxy (the README's transport) reaches
+    # them, as on a real node (it refuses loopback pod IPs).
+    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2, network="netns")
     handle.wait_ready(timeout=60)
     runner = project(EXAMPLES / "quickstart", init=False)
     swaps = {"~/.kube/config": str(testbed.kubeconfig_path), "models": namespace}
