@@ -16,7 +16,7 @@ from pulumi_lora.testing.testbed._binaries import BinaryNotFoundError, find_bina
 
 pytest_plugins = ["pulumi_lora.testing.fixtures"]
 
-FULL_TIER = ("testbed", "e2e", "resync", "chaos")
+FULL_TIER = ("testbed", "e2e", "resync", "chaos", "release")
 REAL_COMPONENTS = ("pulumi", "etcd", "kube-apiserver", "kubectl")
 
 
@@ -37,7 +37,7 @@ def pytest_report_header() -> list[str]:
 #: (the CLI tests' user virtualenv is built once, not once per worker).
 SHARED_GROUPS = ("cli",)
 #: Groups started first, longest first, so that no long test is left to run alone at the end.
-LONG_GROUPS = ("cli", "chaos/test_chaos_run.py")
+LONG_GROUPS = ("cli", "chaos/test_chaos_run.py", "release/test_release_install.py")
 
 
 def worker_group(path: str) -> str:

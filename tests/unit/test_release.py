@@ -1,7 +1,7 @@
 """The release command's pure parts (``tools/release.py``): names, pins, archives, the split of
 the product from the test rig; and what ``pulumi-lora`` says when the rig is not installed.
 
-The built artifacts themselves are installed and run in ``tests/cli/test_release_install.py``.
+The built artifacts themselves are installed and run in ``tests/release/test_release_install.py``.
 """
 
 from __future__ import annotations

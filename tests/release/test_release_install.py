@@ -29,8 +29,7 @@ from pulumi_lora import __version__
 from pulumi_lora.testing.engine import LocalEngine, find_pulumi
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import Testbed
-
-from .conftest import (
+from tests.cli.conftest import (
     ROOT,
     assert_clean_refresh,
     assert_nothing_left,
@@ -310,7 +309,7 @@ def test_a_go_program_on_the_generated_sdk(
     release: Release, installed: Installed, testbed: Testbed, namespace: str, tmp_path: Path
 ) -> None:
     """The release's generated Go SDK in an Automation API inline program
-    (``tests/cli/go_program``; no Go language host exists here), built with the machine's Go
+    (``tests/release/go_program``; no Go language host exists here), built with the machine's Go
     against ``github.com/pulumi/pulumi/sdk/v3`` v3.274.1 (the CLI's; warm build cache: seconds)."""
     go = shutil.which("go")
     if go is None:

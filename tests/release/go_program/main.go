@@ -1,6 +1,6 @@
 // An Automation API inline program on the release's generated Go SDK (no Go language host can
 // be had here: the program hosts its own language runtime): up, refresh with
-// --expect-no-changes, destroy, on the stack config it is given. tests/cli/test_release_install.py
+// --expect-no-changes, destroy, on the stack config it is given. tests/release/test_release_install.py
 // builds it beside the SDK unpacked into ./sdk (go.mod's replace) and runs it.
 //
 //	lora-go NAMESPACE KUBECONFIG
