@@ -80,7 +80,9 @@ RELEASE_RULE: dict[str, Any] = {
 }
 """With the LLMKube coexistence policy: remove LLMKube's finalizer from the CRs the loop serves
 (``--release-llmkube-finalizer``: read the CR, a JSON patch of ``metadata.finalizers`` that tests
-the entry first, a read 5 s later to see whether it came back)."""
+the entry first, a read 5 s later to see whether it came back); and pulumi-lora's own finalizer
+from a CR a failed delete left held, once the loop unloaded it everywhere (docs/protocol.md rule
+4; without this rule ``pulumi-lora finish-delete`` does it)."""
 
 _LEASE_GROUP = "coordination.k8s.io"
 
