@@ -302,10 +302,10 @@ def _s3_errors(source: S3Source, progress: Progress) -> Iterator[None]:
     """botocore's failures as staging errors, naming the object being fetched."""
     from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415
 
-    where = source.uri + (progress.file or "")
     try:
         yield
     except ClientError as exc:
+        where = source.uri + (progress.file or "")
         code = str(exc.response.get("Error", {}).get("Code", ""))
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if code in _S3_UNAUTHORIZED:
@@ -315,6 +315,7 @@ def _s3_errors(source: S3Source, progress: Progress) -> Iterator[None]:
             raise SourceFileMissing(f"{where}: {what} ({code})", file=progress.file) from None
         raise _by_status(f"{where}: {code}", status, progress.file) from None
     except BotoCoreError as exc:
+        where = source.uri + (progress.file or "")
         raise SourceUnreachable(
             f"{where}: the S3 endpoint did not answer ({type(exc).__name__})", file=progress.file
         ) from None

@@ -68,12 +68,12 @@ def test_a_missing_or_an_undeclared_file_is_a_mismatch(tmp_path: Path) -> None:
     digests = write_adapter(tmp_path / "a")
     (tmp_path / "a" / "extra.bin").write_bytes(b"x")
     with pytest.raises(
-        DigestMismatch, match="extra.bin is in the staged directory but not declared"
+        DigestMismatch, match=r"extra\.bin is in the staged directory but not declared"
     ):
         verify_directory(tmp_path / "a", files=sorted(digests), digests=digests)
     (tmp_path / "a" / "extra.bin").unlink()
     (tmp_path / "a" / "adapter_model.safetensors").unlink()
-    with pytest.raises(DigestMismatch, match="adapter_model.safetensors is missing"):
+    with pytest.raises(DigestMismatch, match=r"adapter_model\.safetensors is missing"):
         verify_directory(tmp_path / "a", files=sorted(digests), digests=digests)
 
 

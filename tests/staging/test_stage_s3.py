@@ -1,0 +1,122 @@
+"""Staging from a real S3-compatible server on loopback (moto's ``moto_server``) through boto3."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from pulumi_lora._staging._errors import DigestMismatch, SourceFileMissing
+from pulumi_lora._staging._fetch import stage
+from pulumi_lora._staging._source import parse_source
+
+from .conftest import Adapter, MotoServer, leftovers
+
+# moto_server starts in about a second: once per module, so the module is in the full tier.
+pytestmark = pytest.mark.full
+
+WEIGHTS = "adapter_model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def bucket(moto: MotoServer) -> Iterator[Any]:
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto.endpoint,
+        aws_access_key_id=moto.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=moto.env["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket="adapters")
+    yield client
+
+
+def upload(client: Any, prefix: str, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        client.put_object(Bucket="adapters", Key=prefix + name, Body=data)
+
+
+def test_a_pinned_prefix_lands_verified_at_its_key_and_stages_once(
+    moto: MotoServer, bucket: Any, adapter: Adapter, tmp_path: Path
+) -> None:
+    upload(bucket, "sql/", adapter.files)
+    request = parse_source("s3://adapters/sql/", digests=adapter.digests, s3_endpoint=moto.endpoint)
+    events: list[str] = []
+    first = stage(request, tmp_path, env=moto.env, log=lambda e, **_f: events.append(e))
+    assert first.fetched and leftovers(tmp_path) == [first.key]
+    assert {n: (Path(first.path) / n).read_bytes() for n in adapter.files} == adapter.files
+    assert events.count("fetched_file") == 2
+
+    # Staging again fetches nothing: with the objects gone it still succeeds from the volume.
+    for name in adapter.files:
+        bucket.delete_object(Bucket="adapters", Key=f"sql/{name}")
+    again = stage(request, tmp_path, env=moto.env)
+    assert not again.fetched and again.files == first.files
+
+
+def test_the_endpoint_can_come_from_aws_endpoint_url(
+    moto: MotoServer, bucket: Any, adapter: Adapter, tmp_path: Path
+) -> None:
+    upload(bucket, "env/", adapter.files)
+    request = parse_source("s3://adapters/env/", digests=adapter.digests)
+    result = stage(request, tmp_path, env={**moto.env, "AWS_ENDPOINT_URL": moto.endpoint})
+    assert sorted(result.files) == sorted(adapter.files)
+
+
+def test_an_unpinned_prefix_is_listed_when_allowed(
+    moto: MotoServer, bucket: Any, adapter: Adapter, tmp_path: Path
+) -> None:
+    upload(bucket, "listed/", {**adapter.files, "sub/notes.txt": b"n", ".keep": b""})
+    request = parse_source("s3://adapters/listed/", allow_mutable=True, s3_endpoint=moto.endpoint)
+    result = stage(request, tmp_path, env=moto.env)
+    assert sorted(result.files) == ["adapter_config.json", WEIGHTS, "sub/notes.txt"]
+
+
+def test_a_flipped_byte_fails_naming_the_file_and_leaves_nothing(
+    moto: MotoServer, bucket: Any, adapter: Adapter, tmp_path: Path
+) -> None:
+    served = bytearray(adapter.files[WEIGHTS])
+    served[-1] ^= 0x01
+    upload(bucket, "flipped/", {**adapter.files, WEIGHTS: bytes(served)})
+    request = parse_source(
+        "s3://adapters/flipped/", digests=adapter.digests, s3_endpoint=moto.endpoint
+    )
+    with pytest.raises(DigestMismatch) as mismatch:
+        stage(request, tmp_path, env=moto.env)
+    assert mismatch.value.file == WEIGHTS
+    assert leftovers(tmp_path) == []
+
+
+def test_a_missing_object_and_a_missing_bucket_are_named(
+    moto: MotoServer, bucket: Any, adapter: Adapter, tmp_path: Path
+) -> None:
+    upload(bucket, "partial/", {"adapter_config.json": adapter.files["adapter_config.json"]})
+    request = parse_source(
+        "s3://adapters/partial/", digests=adapter.digests, s3_endpoint=moto.endpoint
+    )
+    with pytest.raises(SourceFileMissing) as missing:
+        stage(request, tmp_path, env=moto.env)
+    assert missing.value.file == WEIGHTS
+    assert missing.value.detail == (f"s3://adapters/partial/{WEIGHTS}: no such object (NoSuchKey)")
+    nowhere = parse_source(
+        "s3://no-such-bucket/x/", digests=adapter.digests, s3_endpoint=moto.endpoint
+    )
+    with pytest.raises(SourceFileMissing, match=r"no such bucket \(NoSuchBucket\)"):
+        stage(nowhere, tmp_path, env=moto.env)
+    assert leftovers(tmp_path) == []
+
+
+def test_credentials_never_reach_messages_or_results(
+    moto: MotoServer, bucket: Any, adapter: Adapter, tmp_path: Path
+) -> None:
+    upload(bucket, "secret/", adapter.files)
+    request = parse_source(
+        "s3://adapters/secret/", digests=adapter.digests, s3_endpoint=moto.endpoint
+    )
+    result = stage(request, tmp_path, env=moto.env)
+    text = repr(result.document())
+    assert moto.env["AWS_SECRET_ACCESS_KEY"] not in text
+    assert moto.env["AWS_ACCESS_KEY_ID"] not in text
