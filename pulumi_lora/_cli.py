@@ -54,6 +54,7 @@ _SUBCOMMANDS = {
     "finish-delete": "pulumi_lora._finish:finish_delete_command",
     "component-moves": "pulumi_lora._moves:moves_command",
     "resync": "pulumi_lora._resync._cli:resync_command",
+    "stage": "pulumi_lora._staging._cli:stage_command",
 }
 
 

@@ -591,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Provision everything; print one line per tool and the phase timings."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv")
-    parser.add_argument("--extras", default="test,dev,metrics,kubernetes")
+    parser.add_argument("--extras", default="test,dev,metrics,kubernetes,staging")
     parser.add_argument("--skip-go", action="store_true", help="only the Python side")
     parser.add_argument("--skip-image", action="store_true", help="no podman or loop image")
     parser.add_argument("--json", action="store_true", help="print the tool paths as JSON")
