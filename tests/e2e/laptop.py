@@ -199,12 +199,19 @@ def provider_across_expiry(kubeconfig: str, admin: str, namespace: str, path: st
         subprocess.run(
             [os.environ["PLUGIN_KUBECTL"], "--kubeconfig", admin, *args], check=True, timeout=60
         )
-    stale = httpx.get(
-        f"{server}/api/v1/namespaces/{namespace}/pods",
-        headers={"Authorization": f"Bearer {last['token']}"},
-        verify=False,  # only the status matters: the stale token is refused
-        timeout=30,
-    )
+    # The apiserver caches a token's successful review for 10 s (--token-auth cache TTL): the
+    # old token is refused once that has passed. Wait for it, so the read below must renew.
+    deadline = time.monotonic() + 60
+    while True:
+        stale = httpx.get(
+            f"{server}/api/v1/namespaces/{namespace}/pods",
+            headers={"Authorization": f"Bearer {last['token']}"},
+            verify=False,  # only the status matters: the stale token is refused
+            timeout=30,
+        )
+        if stale.status_code == 401 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     report["stale_status"] = stale.status_code
     report["read"] = provider.read(created.id, created.outs).outs
     provider.delete(created.id, report["read"])  # type: ignore[arg-type]
