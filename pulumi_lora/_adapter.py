@@ -59,7 +59,7 @@ class AdapterInputs(TypedDict):
     ready_timeout_seconds: NotRequired[pulumi.Input[float]]
     """How long to wait for the target's pods to be Ready (default 300)."""
     transport: NotRequired[pulumi.Input[str]]
-    """``direct`` (pod IPs; default), ``proxy`` (pod proxy; no exec plugin) or ``delegated``."""
+    """``direct`` (pod IPs; default), ``proxy`` (pod proxy; no API key) or ``delegated``."""
     api_key_secret_name: NotRequired[pulumi.Input[str]]
     """A Secret in the InferenceService's namespace holding the SGLang API key."""
     api_key_secret_key: NotRequired[pulumi.Input[str]]

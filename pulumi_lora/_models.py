@@ -201,8 +201,8 @@ class Transport(StrEnum):
     """How the provider reaches each pod's SGLang server."""
 
     DIRECT = "direct"  # pod IP and container port: in-cluster, or a routed pod network
-    # the apiserver's pod proxy: a kubeconfig with a token or client certificate (not an exec or
-    # auth-provider plugin, as EKS, GKE and AKS use), and no API key
+    # the apiserver's pod proxy: any kubeconfig (token, client certificate, exec plugin, oidc),
+    # and no API key (the proxy strips Authorization)
     PROXY = "proxy"
     DELEGATED = "delegated"  # apply the CR and await the in-cluster re-sync loop's status
 

@@ -48,9 +48,9 @@ ENUMS: dict[str, tuple[str, dict[str, str]]] = {
         {
             Transport.DIRECT: "Pod IP and container port: the engine runs in the cluster or the "
             "pod network is routed to it.",
-            Transport.PROXY: "The apiserver's pod proxy (`pods/NAME:PORT/proxy`): a kubeconfig "
-            "with a token or client certificate and unkeyed servers (the proxy strips "
-            "`Authorization`); not with exec-plugin or auth-provider kubeconfigs.",
+            Transport.PROXY: "The apiserver's pod proxy (`pods/NAME:PORT/proxy`): a laptop or CI "
+            "runner with any kubeconfig (token, client certificate, exec plugin as EKS, GKE and "
+            "AKS write, oidc) and unkeyed servers (the proxy strips `Authorization`).",
             Transport.DELEGATED: "Apply the CR and wait for the in-cluster re-sync loop's "
             "status: CI outside the cluster with keyed servers, or any managed cluster.",
         },

@@ -144,7 +144,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly resourceName: pulumi.Output<string | undefined>;
     /**
-     * `direct` (pod IPs; default), `proxy` (pod proxy; no exec plugin) or `delegated`.
+     * `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
      */
     declare public readonly transport: pulumi.Output<enums.Transport | undefined>;
 
@@ -286,7 +286,7 @@ export interface LoRAAdapterArgs {
      */
     resourceName?: pulumi.Input<string | undefined>;
     /**
-     * `direct` (pod IPs; default), `proxy` (pod proxy; no exec plugin) or `delegated`.
+     * `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
      */
     transport?: pulumi.Input<enums.Transport | undefined>;
 }

@@ -64,7 +64,7 @@ type LoRAAdapter struct {
 	ReadyTimeoutSeconds pulumi.Float64PtrOutput `pulumi:"readyTimeoutSeconds"`
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName pulumi.StringPtrOutput `pulumi:"resourceName"`
-	// `direct` (pod IPs; default), `proxy` (pod proxy; no exec plugin) or `delegated`.
+	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport TransportPtrOutput `pulumi:"transport"`
 }
 
@@ -172,7 +172,7 @@ type loRAAdapterArgs struct {
 	ReadyTimeoutSeconds *float64 `pulumi:"readyTimeoutSeconds"`
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName *string `pulumi:"resourceName"`
-	// `direct` (pod IPs; default), `proxy` (pod proxy; no exec plugin) or `delegated`.
+	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport *Transport `pulumi:"transport"`
 }
 
@@ -206,7 +206,7 @@ type LoRAAdapterArgs struct {
 	ReadyTimeoutSeconds pulumi.Float64PtrInput
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName pulumi.StringPtrInput
-	// `direct` (pod IPs; default), `proxy` (pod proxy; no exec plugin) or `delegated`.
+	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport TransportPtrInput
 }
 
@@ -417,7 +417,7 @@ func (o LoRAAdapterOutput) ResourceName() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.ResourceName }).(pulumi.StringPtrOutput)
 }
 
-// `direct` (pod IPs; default), `proxy` (pod proxy; no exec plugin) or `delegated`.
+// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 func (o LoRAAdapterOutput) Transport() TransportPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) TransportPtrOutput { return v.Transport }).(TransportPtrOutput)
 }

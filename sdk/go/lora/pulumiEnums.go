@@ -184,7 +184,7 @@ type Transport string
 const (
 	// Pod IP and container port: the engine runs in the cluster or the pod network is routed to it.
 	TransportDirect = Transport("direct")
-	// The apiserver's pod proxy (`pods/NAME:PORT/proxy`): a kubeconfig with a token or client certificate and unkeyed servers (the proxy strips `Authorization`); not with exec-plugin or auth-provider kubeconfigs.
+	// The apiserver's pod proxy (`pods/NAME:PORT/proxy`): a laptop or CI runner with any kubeconfig (token, client certificate, exec plugin as EKS, GKE and AKS write, oidc) and unkeyed servers (the proxy strips `Authorization`).
 	TransportProxy = Transport("proxy")
 	// Apply the CR and wait for the in-cluster re-sync loop's status: CI outside the cluster with keyed servers, or any managed cluster.
 	TransportDelegated = Transport("delegated")

@@ -24,7 +24,7 @@ export const Transport = {
      */
     Direct: "direct",
     /**
-     * The apiserver's pod proxy (`pods/NAME:PORT/proxy`): a kubeconfig with a token or client certificate and unkeyed servers (the proxy strips `Authorization`); not with exec-plugin or auth-provider kubeconfigs.
+     * The apiserver's pod proxy (`pods/NAME:PORT/proxy`): a laptop or CI runner with any kubeconfig (token, client certificate, exec plugin as EKS, GKE and AKS write, oidc) and unkeyed servers (the proxy strips `Authorization`).
      */
     Proxy: "proxy",
     /**
