@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
+from pulumi_lora._staging._verify import (  # SGLang's module names, kept once
+    _ALL_LINEAR,
+    ALL_TARGET_MODULES,
+    normalize_target_modules,
+)
 from pulumi_lora.testing.emulator._state import AdapterReadError, AdapterSpec
 
 __all__ = [
@@ -39,31 +43,8 @@ SUPPORTED_LORA_TARGET_MODULES = (
 )
 """The values ``--lora-target-modules`` accepts, besides ``all``."""
 
-ALL_TARGET_MODULES = "all"
-
-_STACKED = {
-    "q_proj": "qkv_proj",
-    "k_proj": "qkv_proj",
-    "v_proj": "qkv_proj",
-    "gate_proj": "gate_up_proj",
-    "up_proj": "gate_up_proj",
-    "vocab_emb": "embed_tokens",
-    "embeddings": "embed_tokens",
-    "word_embeddings": "embed_tokens",
-    "output": "lm_head",
-}
-_ALL_LINEAR = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
 _REPO_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
 _CONFIG_FILE = "adapter_config.json"
-
-
-def normalize_target_modules(names: Iterable[str]) -> frozenset[str]:
-    """SGLang's module names: the last dotted part, with q/k/v and gate/up stacked. Pure."""
-    result: set[str] = set()
-    for name in names:
-        base = name.rsplit(".", 1)[-1]
-        result.add(_STACKED.get(base, base))
-    return frozenset(result)
 
 
 def read_adapter(path: str, fs_root: Path | None = None) -> AdapterSpec:
