@@ -46,6 +46,7 @@ from pulumi_lora._lifecycle._state import (
 )
 from pulumi_lora._models import (
     ANNOTATION_MANAGED_BY,
+    LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
     AdapterArgs,
     Condition,
@@ -289,10 +290,12 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
 
     The CR outlives every pod's unload, whatever LLMKube's controller does: it is held by
     pulumi-lora's own finalizer (:data:`UNLOAD_FINALIZER`) and marked for deletion first (a CR
-    being deleted is never loaded again, by LLMKube or the loop), then every Ready pod unloads.
-    A pod that fails leaves the CR in place, being deleted, with conditions and a Warning Event
-    naming each pod that still serves the adapter; a retry unloads again and lets it go. A
-    delegated adapter is unloaded by the loop once the CR is gone (docs/protocol.md rule 6).
+    being deleted is never loaded again, by LLMKube or the loop); LLMKube's finalizer is released
+    (its controller would unload one random pod and overwrite the conditions), then every Ready
+    pod unloads. A pod that fails leaves the CR in place, being deleted, with conditions and a
+    Warning Event naming each pod that still serves the adapter; a retry unloads again and lets
+    it go. A delegated adapter is unloaded by the loop once the CR is gone (docs/protocol.md
+    rule 6).
     """
     session = Session(args, config)
     cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
@@ -300,6 +303,12 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
     if cr is not None and not (cr.get("metadata") or {}).get("deletionTimestamp") and not delegated:
         cr = session.apply_cr(operation="delete", hold=True)
         k8s.begin_delete(session.kube, args.namespace, args.cr_name)
+    if cr is not None and not delegated:
+        # The unload is pulumi-lora's from here. LLMKube's controller would unload through the
+        # Service (one random pod) and write Loaded=False and its own Error over the conditions
+        # that name the pods still serving; once its finalizer is gone it cannot come back (a
+        # CR being deleted takes no new finalizer) and every write it had in flight conflicts.
+        k8s.release_finalizer(session.kube, args.namespace, args.cr_name, LLMKUBE_FINALIZER)
     try:
         target = session.resolve_target()
     except ClusterError:

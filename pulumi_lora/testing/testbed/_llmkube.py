@@ -41,7 +41,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -160,6 +160,8 @@ class LLMKubeLoRAController:
         self._seen: dict[tuple[str, str], str] = {}
         self.queue = WorkQueue(time_scale)
         self._current: tuple[str, str] | None = None  # the key a reconcile is working on
+        self._running = threading.Event()  # cleared: the worker takes no key (``paused``)
+        self._running.set()
         self._thread: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -198,32 +200,77 @@ class LLMKubeLoRAController:
         with self._lock:
             return self._current != (namespace, name)
 
+    def caught_up(self, namespace: str, name: str, resource_version: str) -> bool:
+        """Whether the controller is done with the CR as it stands at ``resource_version``.
+
+        Its cache holds that version, the worker has seen it, and no reconcile of the CR is
+        running or queued (now or later): nothing it does can still write over what a test
+        reads at that version. Queue, cache bookkeeping and the running key change together
+        under the controller's lock, so no moment between them reads as idle.
+        """
+        key = (namespace, name)
+        cached = self.informer.get(namespace, name)
+        if cached is None or cached["metadata"].get("resourceVersion") != resource_version:
+            return False
+        with self._lock:
+            return (
+                self._seen.get(key) == resource_version
+                and self._current != key
+                and not self.queue.holds(key)
+            )
+
+    @contextlib.contextmanager
+    def paused(self, timeout: float = 60.0) -> Iterator[None]:
+        """Keep the worker from taking keys meanwhile (a controller busy with other keys, or
+        backing off: on a loaded cluster it reaches an event late). Events queue up and are
+        reconciled, in order, once it resumes; a reconcile under way finishes first."""
+        self._running.clear()
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                with self._lock:
+                    if self._current is None:
+                        break
+                if time.monotonic() > deadline:
+                    raise TimeoutError("LLMKube's controller did not finish its reconcile")
+                time.sleep(0.01)
+            yield
+        finally:
+            self._running.set()
+            self._wake.set()
+
     # --- the queue -------------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._collect_events()
-            key = self.queue.get()
+            with self._lock:  # ``paused`` clears ``_running`` and then reads ``_current`` here
+                running = self._running.is_set()
+                if running:
+                    self._collect_events()
+                key = self._current = self.queue.get() if running else None
+            if not running:
+                self._running.wait(0.1)
+                continue
             if key is None:
                 self._wake.wait(self.queue.idle_for(1.0))
                 self._wake.clear()
                 continue
-            with self._lock:
-                self._current = key
+            requeue: float | None = None
+            failed = False
             try:
                 requeue = self._reconcile(key)
             except Exception as exc:  # what controller-runtime does with a returned error
-                with self._lock:
-                    self.stats.errors += 1
+                failed = True
                 _log.debug("llmkube: reconcile %s/%s failed: %s", *key, exc)
-                self.queue.add_rate_limited(key)
-                continue
-            finally:
-                with self._lock:
-                    self._current = None
-            self.queue.forget(key)
-            if requeue:
-                self.queue.add_after(key, requeue)
+            with self._lock:
+                if failed:
+                    self.stats.errors += 1
+                    self.queue.add_rate_limited(key)
+                else:
+                    self.queue.forget(key)
+                    if requeue:
+                        self.queue.add_after(key, requeue)
+                self._current = None
 
     def _collect_events(self) -> None:
         """Queue every CR whose resourceVersion changed since last seen (a watch event)."""

@@ -76,6 +76,10 @@ class WorkQueue:
         self.add_after(key, delay)
         return delay
 
+    def holds(self, key: Key) -> bool:
+        """Whether ``key`` waits to be taken, now or later."""
+        return key in self._ready or any(k == key for _, k in self._waiting)
+
     def forget(self, key: Key) -> None:
         """Reset ``key``'s back-off (a reconcile that succeeded or asked for ``RequeueAfter``)."""
         self._failures.pop(key, None)
