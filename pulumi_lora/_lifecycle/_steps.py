@@ -126,6 +126,9 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
 def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     """Re-apply the CR and swap (or load) on every Ready pod; status records any failure."""
     session = Session(args, config)
+    refusal = deletion_refusal(k8s.get_adapter(session.kube, args.namespace, args.cr_name), args)
+    if refusal:  # an apply would drop the finalizer that holds a failed destroy's CR
+        raise ClusterError(refusal)
     cr = session.apply_cr(operation="update")
     try:
         session.release_llmkube(cr)
@@ -427,6 +430,30 @@ def await_delegated(session: Session, cr: Mapping[str, Any], poll: float = 0.5) 
                 "the delegated transport needs `pulumi-lora resync` running in the cluster",
             )
         time.sleep(poll)
+
+
+def deletion_refusal(existing: Mapping[str, Any] | None, args: AdapterArgs) -> str | None:
+    """Pure: why ``update`` must not apply the CR ``existing`` (it is being deleted), or None.
+
+    A CR a failed ``pulumi destroy`` left carries :data:`UNLOAD_FINALIZER` until every Ready pod
+    has unloaded it; an apply would drop that finalizer (server-side apply removes what the
+    manifest leaves out) and the CR would go while a pod still serves the adapter.
+    """
+    meta = (existing or {}).get("metadata") or {}
+    if not meta.get("deletionTimestamp"):
+        return None
+    where = f"LoRAAdapter {args.namespace}/{args.cr_name}"
+    if UNLOAD_FINALIZER in (meta.get("finalizers") or []):
+        return (
+            f"{where} is being deleted: a failed `pulumi destroy` left it until every Ready pod "
+            "has unloaded its adapter (`kubectl describe lora` names the pods). Finish the "
+            f"deletion first (`pulumi destroy` again, or `pulumi-lora finish-delete "
+            f"{args.namespace}/{args.cr_name}`), then `pulumi up` creates it anew"
+        )
+    return (
+        f"{where} is being deleted (finalizers {meta.get('finalizers') or []}); "
+        "`pulumi up` again once it is gone creates it anew"
+    )
 
 
 def adoption_refusal(existing: Mapping[str, Any], args: AdapterArgs) -> str | None:

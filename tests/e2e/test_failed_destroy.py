@@ -160,6 +160,12 @@ def fail_then_retry(
     with pytest.raises(PulumiLoRAError):  # a retry while the pod still refuses changes nothing
         provider.delete("", outs)
     assert finalizers(kubectl_cr(bed, namespace, "sql-lora")) == [UNLOAD_FINALIZER]
+    # A `pulumi up` that changes the resource meanwhile is refused: its apply would drop the
+    # finalizer, and the CR would go while the pod still serves the adapter.
+    with pytest.raises(PulumiLoRAError) as refused:
+        provider.update("", outs, {**outs, "pinned": True})
+    assert "is being deleted: a failed `pulumi destroy` left it" in str(refused.value)
+    assert finalizers(kubectl_cr(bed, namespace, "sql-lora")) == [UNLOAD_FINALIZER]
 
     disarm(stuck)
     if by_cli:

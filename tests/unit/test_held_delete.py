@@ -8,11 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pulumi_lora._errors import ConfigurationError
-from pulumi_lora._lifecycle._steps import split_id
+from pulumi_lora._lifecycle._steps import deletion_refusal, split_id
 from pulumi_lora._llmkube import adapter_manifest
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
+    AdapterArgs,
     Condition,
     ConditionStatus,
     format_time,
@@ -96,3 +97,30 @@ def test_only_a_deleted_cr_with_pulumi_loras_finalizer_is_held() -> None:
     assert not is_held(cr(finalizers=[UNLOAD_FINALIZER]))  # not being deleted
     assert not is_held(cr(deletionTimestamp=deleting, finalizers=[LLMKUBE_FINALIZER]))
     assert not is_held(cr())
+
+
+def _cr(**meta: object) -> dict[str, object]:
+    return {"metadata": {"name": "sql-lora", "namespace": "models", **meta}}
+
+
+def test_an_update_refuses_a_cr_that_a_failed_destroy_holds() -> None:
+    args = AdapterArgs(
+        adapter_name="sql-lora", path="/adapters/sql", inference_service="llama", namespace="models"
+    )
+    assert deletion_refusal(None, args) is None
+    assert deletion_refusal(_cr(finalizers=[LLMKUBE_FINALIZER]), args) is None
+    held = deletion_refusal(
+        _cr(deletionTimestamp=format_time(NOW), finalizers=[UNLOAD_FINALIZER]), args
+    )
+    assert held is not None
+    assert held.startswith(
+        "LoRAAdapter models/sql-lora is being deleted: a failed `pulumi destroy`"
+    )
+    assert "`pulumi-lora finish-delete models/sql-lora`" in held
+    other = deletion_refusal(
+        _cr(deletionTimestamp=format_time(NOW), finalizers=[LLMKUBE_FINALIZER]), args
+    )
+    assert other == (
+        "LoRAAdapter models/sql-lora is being deleted (finalizers "
+        f"['{LLMKUBE_FINALIZER}']); `pulumi up` again once it is gone creates it anew"
+    )
