@@ -36,22 +36,20 @@ ADAPTER_CONFIG = "adapter_config.json"
 BLOCK = 1 << 20
 """Bytes read at a time while hashing."""
 
-SUPPORTED_TARGET_MODULES = frozenset(
-    {
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-        "qkv_proj",
-        "gate_up_proj",
-        "embed_tokens",
-        "lm_head",
-    }
+SUPPORTED_TARGET_MODULES = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "qkv_proj",
+    "gate_up_proj",
+    "embed_tokens",
+    "lm_head",
 )
-"""The names SGLang's ``--lora-target-modules`` accepts, besides ``all``."""
+"""The names SGLang's ``--lora-target-modules`` accepts, besides ``all``, in its order."""
 ALL_TARGET_MODULES = "all"
 
 # SGLang stacks q/k/v and gate/up into one module each, and knows a few embedding aliases
@@ -145,7 +143,7 @@ def check_against_server(config: AdapterConfig, limits: ServerLimits) -> None:
     if limits.target_modules is None:
         return
     allowed = (
-        SUPPORTED_TARGET_MODULES
+        frozenset(SUPPORTED_TARGET_MODULES)
         if ALL_TARGET_MODULES in limits.target_modules
         else normalize_target_modules(limits.target_modules)
     )

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from pulumi_lora._staging._verify import (  # SGLang's module names, kept once
     _ALL_LINEAR,
     ALL_TARGET_MODULES,
+    SUPPORTED_TARGET_MODULES,
     normalize_target_modules,
 )
 from pulumi_lora.testing.emulator._state import AdapterReadError, AdapterSpec
@@ -28,19 +29,7 @@ __all__ = [
     "read_adapter",
 ]
 
-SUPPORTED_LORA_TARGET_MODULES = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "qkv_proj",
-    "gate_up_proj",
-    "embed_tokens",
-    "lm_head",
-)
+SUPPORTED_LORA_TARGET_MODULES = SUPPORTED_TARGET_MODULES
 """The values ``--lora-target-modules`` accepts, besides ``all``."""
 
 _REPO_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
