@@ -215,6 +215,8 @@ _LOADED_WORDS = {
     _status.ServedState.WRONG_PATH: "wrong path",
     _status.ServedState.UNREACHABLE: "unknown",
     _status.ServedState.NOT_READY: "not ready",
+    _status.ServedState.STILL_SERVED: "yes (deleting)",
+    _status.ServedState.UNLOADED: "no (unloaded)",
 }
 
 
@@ -248,6 +250,13 @@ def _status_table(report: _status.StatusReport, where: str | None) -> str:
         f"{counts['adapters']} LoRAAdapter(s): {counts['ok']} ok, {counts['drift']} drift, "
         f"{counts['error']} error"
     )
+    if counts["deleting"]:  # only then: the line reads as before for stacks without one
+        summary += f", {counts['deleting']} deleting"
+    deleting = [a for a in report.adapters if a.verdict is _status.AdapterVerdict.DELETING]
+    if deleting:  # what lets each go (a failed destroy's CR waits on its pods)
+        summary += "\n\nBeing deleted:\n" + "\n".join(
+            f"  {line.namespace}/{line.name}: {line.error}" for line in deleting
+        )
     contested = [line for line in report.adapters if line.llmkube]
     if contested:
         summary += "\n\nLLMKube's own LoRA controller acts on:\n" + "\n".join(

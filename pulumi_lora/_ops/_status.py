@@ -2,8 +2,9 @@
 
 :func:`adapter_line` turns one CR plus what each of its target's pods serves (the per-pod
 reports ``_lifecycle.observe`` returns, as ``pulumi refresh`` reads them) into a verdict: ok,
-drift or error. Plain dicts and values in, frozen values out: no I/O, no clock, so every rule is
-unit-tested without a cluster. The reading itself is ``_gather``'s.
+drift, error, or deleting (a CR being deleted, which no pod should serve any more). Plain dicts
+and values in, frozen values out: no I/O, no clock, so every rule is unit-tested without a
+cluster. The reading itself is ``_gather``'s.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
+    UNLOAD_FINALIZER,
     AdapterArgs,
     ConditionKind,
     ConditionStatus,
@@ -37,6 +39,7 @@ __all__ = [
     "StatusReport",
     "adapter_line",
     "args_from_cr",
+    "deleting_line",
     "llmkube_signs",
     "loop_verdicts",
     "pod_line",
@@ -75,6 +78,8 @@ class ServedState(StrEnum):
     WRONG_PATH = "wrong-path"  # Ready, serves the adapter at another path (drift)
     UNREACHABLE = "unreachable"  # Ready, but its /v1/models could not be read (error)
     NOT_READY = "not-ready"  # not Ready: not counted, nothing is expected of it yet
+    STILL_SERVED = "still-served"  # CR being deleted: Ready, still serves the adapter
+    UNLOADED = "unloaded"  # CR being deleted: Ready, no longer serves the adapter
 
 
 class AdapterVerdict(StrEnum):
@@ -83,6 +88,7 @@ class AdapterVerdict(StrEnum):
     OK = "ok"  # loaded at the declared path on every Ready pod
     DRIFT = "drift"  # some Ready pod lacks it or serves another path
     ERROR = "error"  # the truth could not be read (target, Secret, pod unreachable, no Ready pod)
+    DELETING = "deleting"  # being deleted (a failed destroy holds it until every pod unloaded)
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ class AdapterLine:
                     "pod": p.pod,
                     "ready": p.ready,
                     "state": p.state.value,
-                    "loaded": p.state is ServedState.OK,
+                    "loaded": p.state in (ServedState.OK, ServedState.STILL_SERVED),
                     "path": p.path,
                     "error": p.error,
                 }
@@ -263,6 +269,8 @@ def adapter_line(
     line = replace(line, not_served_since=since, capacity=capacity)
     if error:
         return replace(line, verdict=AdapterVerdict.ERROR, error=error)
+    if meta.get("deletionTimestamp"):
+        return deleting_line(line, cr)
     if pods is None:
         verdict, problem = _verdict_from_conditions(cr)
         return replace(line, verdict=verdict, error=problem)
@@ -281,6 +289,39 @@ def adapter_line(
             line, verdict=AdapterVerdict.DRIFT, error=f"drift on {drifted}/{ready} Ready pods"
         )
     return line
+
+
+def deleting_line(line: AdapterLine, cr: Mapping[str, Any]) -> AdapterLine:
+    """Pure: the line of a CR being deleted: which Ready pods still serve its adapter (whatever
+    the path) and what lets it go. Held by :data:`UNLOAD_FINALIZER`, it is what a failed
+    ``pulumi destroy`` left (docs/operations.md, ``pulumi-lora finish-delete``)."""
+    meta = cr.get("metadata") or {}
+    held = UNLOAD_FINALIZER in (meta.get("finalizers") or [])
+    pods = tuple(
+        p
+        if p.state in (ServedState.NOT_READY, ServedState.UNREACHABLE)
+        else replace(p, state=ServedState.STILL_SERVED, error="still serves it")
+        if p.state in (ServedState.OK, ServedState.WRONG_PATH)
+        else replace(p, state=ServedState.UNLOADED, error="")
+        for p in line.pods
+    )
+    serving = [p.pod for p in pods if p.state is ServedState.STILL_SERVED]
+    finish = f"`pulumi-lora finish-delete {line.namespace}/{line.name}`"
+    if not held:
+        problem = "being deleted"
+    elif serving:
+        problem = (
+            f"being deleted, held ({UNLOAD_FINALIZER}) while Ready pods still serve it: "
+            f"{', '.join(serving)}; once they answer, `pulumi destroy` again or {finish}"
+        )
+    elif line.observed == "conditions":
+        problem = f"being deleted, held ({UNLOAD_FINALIZER}): {finish} lets it go"
+    else:
+        problem = (
+            f"being deleted, held ({UNLOAD_FINALIZER}); no Ready pod serves it any more: "
+            f"{finish} lets it go"
+        )
+    return replace(line, verdict=AdapterVerdict.DELETING, error=problem, pods=pods)
 
 
 COEXISTENCE_FIX = (

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -149,12 +148,7 @@ def project(
 
 def served(handle: InferenceServiceHandle, key: str = "") -> dict[str, dict[str, str]]:
     """Every Ready pod's adapters (name → path), read from its own ``/v1/models``."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    result = {}
-    for pod in handle.ready_pods():
-        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", headers=headers, timeout=5).json()
-        result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
-    return result
+    return handle.served(api_key=key)
 
 
 def example_beside_provider(name: str, into: Path, *ignore: str) -> Path:

@@ -4,7 +4,6 @@ provider config, a Ready InferenceService, and helpers to inspect pods."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,37 +56,15 @@ def adapter_props(
 
 def served(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
     """Every Ready pod's adapters (name → path), read from its own /v1/models."""
-    result = {}
-    for pod in handle.ready_pods():  # a loaded machine's emulator can take seconds to answer
-        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=30).json()
-        result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
-    return result
+    return handle.served()
 
 
 def served_by_every_running_pod(
     handle: InferenceServiceHandle, patience: float = 60.0
 ) -> dict[str, dict[str, str]]:
-    """Every running pod's adapters, Ready or not (a starved machine fails readiness probes,
-    and a pod that is not Ready still holds what it loaded).
-
-    A pod that does not answer is asked again until ``patience`` runs out, then named in the
-    failure: leaving it out would read as "serves nothing" (CI once took a slow pod for an
-    unloaded one)."""
-    result = {}
-    for pod in handle.pods():
-        deadline = time.monotonic() + patience
-        while True:
-            try:
-                body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=10).json()
-                break
-            except httpx.HTTPError as exc:
-                if time.monotonic() >= deadline:
-                    raise AssertionError(
-                        f"pod {pod.name} ({pod.url}) did not answer: {exc!r}"
-                    ) from exc
-                time.sleep(0.2)
-        result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
-    return result
+    """Every pod's adapters, Ready or not (a starved machine fails readiness probes, and a pod
+    that is not Ready still holds what it loaded)."""
+    return handle.served(every_pod=True, patience=patience)
 
 
 def emulator_post(url: str, route: str, body: dict[str, Any]) -> httpx.Response:

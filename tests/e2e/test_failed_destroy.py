@@ -141,6 +141,16 @@ def fail_once(
     now = served(handle)
     assert now[stuck.name] == {"sql-lora": path}, now
     assert all(now[pod.name] == {} for pod in others), now
+    # What an on-call engineer's `pulumi-lora status` says of it.
+    status = CliRunner().invoke(
+        cli, ["status", "-n", namespace, "--kubeconfig", str(bed.kubeconfig_path)]
+    )
+    assert status.exit_code == 1, status.output
+    rows = {line.split()[4]: line for line in status.output.splitlines() if "sql-lora" in line}
+    assert "yes (deleting)" in rows[stuck.name], status.output
+    assert all("no (unloaded)" in rows[pod.name] for pod in others), status.output
+    assert "0 error, 1 deleting" in status.output, status.output
+    assert f"`pulumi-lora finish-delete {namespace}/sql-lora`" in status.output, status.output
     return provider, outs, stuck.url
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 import pytest
@@ -20,11 +19,7 @@ def served() -> Served:
     """``served(handle)``: every Ready pod's adapters (name → path), from its own /v1/models."""
 
     def read(handle: InferenceServiceHandle) -> dict[str, dict[str, str]]:
-        result = {}
-        for pod in handle.ready_pods():
-            body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=5).json()
-            result[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
-        return result
+        return handle.served()
 
     return read
 

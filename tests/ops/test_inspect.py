@@ -425,7 +425,7 @@ def test_status_report_exit_code_and_json_shape() -> None:
     data = mixed.to_json()
     assert set(data) == {"ok", "summary", "adapters"}
     assert data["ok"] is False
-    assert data["summary"] == {"adapters": 2, "ok": 1, "drift": 1, "error": 0}
+    assert data["summary"] == {"adapters": 2, "ok": 1, "drift": 1, "error": 0, "deleting": 0}
     line = data["adapters"][1]
     assert set(line) == {
         "namespace",

@@ -92,7 +92,7 @@ def test_status_json_and_scope_options(fake_status: list[tuple[Any, ...]]) -> No
     result = CliRunner().invoke(status_command, ["-A", "-o", "json", "--transport", "proxy"])
     assert result.exit_code == 1
     data = json.loads(result.output)
-    assert data["summary"] == {"adapters": 3, "ok": 1, "drift": 1, "error": 1}
+    assert data["summary"] == {"adapters": 3, "ok": 1, "drift": 1, "error": 1, "deleting": 0}
     assert [a["verdict"] for a in data["adapters"]] == ["ok", "drift", "error"]
     assert fake_status[0][1:] == (None, Transport.PROXY)
 

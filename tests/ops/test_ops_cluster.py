@@ -69,7 +69,7 @@ def test_status_reads_every_pod_and_reports_drift(
     clean = run(status_command, testbed, "-n", namespace, "-o", "json")
     assert clean.exit_code == 0, clean.output
     data = as_json(clean)
-    assert data["summary"] == {"adapters": 2, "ok": 2, "drift": 0, "error": 0}
+    assert data["summary"] == {"adapters": 2, "ok": 2, "drift": 0, "error": 0, "deleting": 0}
     by_name = {a["name"]: a for a in data["adapters"]}
     assert by_name["sql-ops"]["path"] == sql
     assert by_name["sql-ops"]["last_loaded_at"]  # from the CR's status

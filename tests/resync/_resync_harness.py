@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,28 +99,10 @@ PROBE = httpx.Client(trust_env=False, timeout=5, limits=httpx.Limits(max_keepali
 
 
 def served(handle: Any, patience: float = 30.0) -> dict[str, dict[str, str]]:
-    """Every Ready pod's adapters (name → path) from its own ``/v1/models``.
-
-    A pod that does not answer is left out only once it is no longer Ready (restarted or
-    replaced meanwhile); one still Ready is asked again until ``patience`` runs out, then named
-    in the failure: leaving it out would read as "serves nothing"."""
-    found = {}
-    for pod in handle.ready_pods():
-        deadline = time.monotonic() + patience
-        while True:
-            try:
-                body = PROBE.get(f"{pod.url}/v1/models").json()
-                break
-            except httpx.HTTPError as exc:
-                if pod.name not in {p.name for p in handle.ready_pods()}:
-                    body = None
-                    break
-                if time.monotonic() >= deadline:
-                    raise AssertionError(f"Ready pod {pod.name} did not answer: {exc!r}") from exc
-                time.sleep(0.1)
-        if body is not None:
-            found[pod.name] = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
-    return found
+    """Every Ready pod's adapters (name → path) from its own ``/v1/models``
+    (:meth:`InferenceServiceHandle.served`)."""
+    served: dict[str, dict[str, str]] = handle.served(patience=patience)
+    return served
 
 
 def everywhere(handle: Any, expected: Mapping[str, str], replicas: int | None = None) -> bool:

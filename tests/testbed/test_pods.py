@@ -369,6 +369,11 @@ def test_crashes_make_pods_not_ready(
         ),
         what="isvc readyReplicas 0",
     )
+    # Reading what pods serve: the Ready ones (none now), or every pod, where one that does not
+    # answer is named rather than read as serving nothing.
+    assert isvc.served() == {}
+    with pytest.raises(AssertionError, match=rf"pod {killed.name} \(.*\) did not answer"):
+        isvc.served(every_pod=True, patience=0.5)
     # A restart brings a crashed pod back.
     testbed.restart_pod(namespace, killed.name)
     wait_for(lambda: isvc.pod(killed.name).ready, timeout=30, what="the restarted pod")

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed._kubelet import (
     Network,
@@ -194,6 +196,46 @@ class InferenceServiceHandle:
     def ready_pods(self) -> list[PodInfo]:
         """Snapshots of the Ready pods."""
         return [info for info in self.pods() if info.ready]
+
+    def served(
+        self, *, every_pod: bool = False, api_key: str = "", patience: float = 30.0
+    ) -> dict[str, dict[str, str]]:
+        """What each pod serves, from its own ``/v1/models``: pod name → adapter name → path.
+
+        The Ready pods (``every_pod``: every pod, Ready or not: a starved machine fails
+        readiness probes, and a pod that is not Ready still holds what it loaded). A
+        pod that does not answer is asked again until ``patience`` runs out, then named in the
+        failure; leaving it out would read as "serves nothing" (CI once took a slow pod for an
+        unloaded one). Only a pod that stopped being one of those meanwhile is left out.
+        """
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+        def wanted() -> list[PodInfo]:
+            return self.pods() if every_pod else self.ready_pods()
+
+        found: dict[str, dict[str, str]] = {}
+        with httpx.Client(trust_env=False, timeout=10.0, headers=headers) as client:
+            for pod in wanted():
+                deadline = time.monotonic() + patience
+                while True:
+                    try:
+                        answer = client.get(f"{pod.url}/v1/models")
+                        answer.raise_for_status()
+                        models = answer.json()["data"]
+                        break
+                    except httpx.HTTPError as exc:
+                        if pod.name not in {p.name for p in wanted()}:
+                            models = None
+                            break
+                        if time.monotonic() >= deadline:
+                            raise AssertionError(
+                                f"pod {pod.name} ({pod.url}) did not answer /v1/models in "
+                                f"{patience:g} s: {exc!r}"
+                            ) from exc
+                        time.sleep(0.1)
+                if models is not None:
+                    found[pod.name] = {m["id"]: m["root"] for m in models if m.get("parent")}
+        return found
 
     def _settled(self) -> bool:
         """``replicas`` pods, all of the current template, all Ready."""
