@@ -17,20 +17,15 @@ from pathlib import Path, PurePosixPath
 from pulumi_lora._staging._verify import (  # SGLang's module names, kept once
     _ALL_LINEAR,
     ALL_TARGET_MODULES,
-    SUPPORTED_TARGET_MODULES,
     normalize_target_modules,
 )
 from pulumi_lora.testing.emulator._state import AdapterReadError, AdapterSpec
 
 __all__ = [
     "ALL_TARGET_MODULES",
-    "SUPPORTED_LORA_TARGET_MODULES",
     "normalize_target_modules",
     "read_adapter",
 ]
-
-SUPPORTED_LORA_TARGET_MODULES = SUPPORTED_TARGET_MODULES
-"""The values ``--lora-target-modules`` accepts, besides ``all``."""
 
 _REPO_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
 _CONFIG_FILE = "adapter_config.json"

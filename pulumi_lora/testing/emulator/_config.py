@@ -10,10 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pulumi_lora.testing.emulator._adapters import (
-    ALL_TARGET_MODULES,
-    SUPPORTED_LORA_TARGET_MODULES,
-)
+from pulumi_lora._staging._verify import ALL_TARGET_MODULES, SUPPORTED_TARGET_MODULES
 from pulumi_lora.testing.emulator._faults import Fault
 
 __all__ = ["EmulatorConfig", "EmulatorConfigError", "StartupAdapter"]
@@ -94,7 +91,7 @@ class EmulatorConfig:
     def pool_target_modules(self) -> tuple[str, ...] | None:
         """``lora_target_modules`` with ``all`` expanded, as SGLang stores it."""
         if ALL_TARGET_MODULES in (self.lora_target_modules or ()):
-            return SUPPORTED_LORA_TARGET_MODULES
+            return SUPPORTED_TARGET_MODULES
         return self.lora_target_modules
 
     @property
@@ -117,11 +114,11 @@ def _check_lora(config: EmulatorConfig) -> None:
     if config.max_loras_per_batch <= 0:
         raise EmulatorConfigError("max_loras_per_batch must be positive.")
     modules = config.lora_target_modules or ()
-    unknown = sorted(set(modules) - {*SUPPORTED_LORA_TARGET_MODULES, ALL_TARGET_MODULES})
+    unknown = sorted(set(modules) - {*SUPPORTED_TARGET_MODULES, ALL_TARGET_MODULES})
     if unknown:
         raise EmulatorConfigError(
             f"Unsupported --lora-target-modules {unknown}; "
-            f"choose from {[*SUPPORTED_LORA_TARGET_MODULES, ALL_TARGET_MODULES]}."
+            f"choose from {[*SUPPORTED_TARGET_MODULES, ALL_TARGET_MODULES]}."
         )
     if ALL_TARGET_MODULES in modules and len(set(modules)) != 1:
         raise EmulatorConfigError(
