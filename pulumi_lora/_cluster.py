@@ -53,6 +53,7 @@ from pulumi_lora._llmkube import (
     target_from_object,
 )
 from pulumi_lora._models import API_VERSION, GROUP, ISVC_KIND, ISVC_PLURAL, KIND, PLURAL, VERSION
+from pulumi_lora._retry import retried, retry_apiserver_answers
 from pulumi_lora._wire import hold_writes
 
 #: LLMKube's vocabulary (``_llmkube``: DEFAULT_SGLANG_PORT, HTTP_PORT_NAME, SERVICE_LABEL,
@@ -184,10 +185,11 @@ def _looks_like_content(value: str) -> bool:
 def make_client(source: KubeSource) -> Client:
     """A lightkube client for ``source`` (TLS verified as the kubeconfig says: on by default),
     authenticating as its user does: token, client certificate, or a credential plugin whose
-    tokens are renewed before they expire (``_kubeauth``)."""
+    tokens are renewed before they expire (``_kubeauth``); what a busy apiserver sheds (429,
+    503) is sent again after its ``Retry-After`` (``_retry``)."""
     config, credentials = resolve(source)
     client = Client(config=config, field_manager=SPEC_MANAGER)
-    return held_writes(use_credentials(client, credentials))
+    return retry_apiserver_answers(held_writes(use_credentials(client, credentials)))
 
 
 _CREDENTIALS: dict[tuple[KubeSource, str], Credentials] = {}
@@ -426,14 +428,16 @@ def delete_adapter(
     deadline = time.monotonic() + timeout
     while (obj := get_adapter(client, namespace, name)) is not None:
         held = (obj.get("metadata") or {}).get("finalizers") or []
-        if mine := [f for f in release if f in held]:
-            for finalizer in mine:
-                release_finalizer(client, namespace, name, finalizer)
+        mine = [f for f in release if f in held]
+        # A release that took is looked at again at once; one refused (a webhook refusing every
+        # update answers 409/422 each time) waits its turn like any other finalizer.
+        if [f for f in mine if release_finalizer(client, namespace, name, f)]:
             continue
         if time.monotonic() >= deadline:
             raise ClusterError(
                 f"LoRAAdapter {namespace}/{name} still exists {timeout:.0f}s after its deletion"
                 + (f"; finalizers {held} hold it" if held else "")
+                + (f" (removing {mine} was refused each time)" if mine else "")
             )
         time.sleep(poll)
 
@@ -568,5 +572,5 @@ _UNAVAILABLE = frozenset({429, 503, 504})
 
 def _cluster_error(action: str, exc: ApiError) -> ClusterError:
     status = exc.status
-    detail = f"{action} failed: HTTP {status.code} {status.reason}: {status.message}"
+    detail = f"{action} failed: HTTP {status.code} {status.reason}: {status.message}{retried(exc)}"
     return ApiserverUnreachable(detail) if status.code in _UNAVAILABLE else ClusterError(detail)

@@ -15,6 +15,7 @@ from lightkube import Client
 
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
+    GONE,
     ClusterError,
     NameCollision,
     NoReadyPods,
@@ -204,7 +205,7 @@ class Session:
         """List the target now: the InferenceService (None when it can't be used), its pods."""
         try:
             target = self.resolve_target()
-        except ClusterError:
+        except GONE:  # any other failure is no answer: it is raised, never taken for "gone"
             return TargetPods(None)
         listing = k8s.list_target_pods(self.kube, target)
         return TargetPods(target, listing.pods, listing.untrusted)

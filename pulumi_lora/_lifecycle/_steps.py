@@ -17,6 +17,7 @@ from typing import Any
 
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
+    GONE,
     AdapterNotLoaded,
     ClusterError,
     ConfigurationError,
@@ -314,8 +315,16 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
         k8s.release_finalizer(session.kube, args.namespace, args.cr_name, LLMKUBE_FINALIZER)
     try:
         target = session.resolve_target()
-    except ClusterError:
-        target = None  # a vanished (or changed) target has nothing left to unload
+    except GONE:
+        target = None  # no InferenceService (or no sglang one): no pod of it to unload from
+    except ClusterError as exc:
+        # Any other failure (403, 500, a shed request past its retries, a credential plugin
+        # that failed) says nothing of the pods: the CR stays, held, for a retry to finish.
+        if cr is None or delegated:
+            raise
+        raise AdapterNotLoaded(
+            args.adapter_name, str(exc), held_advice(args), unloading=True
+        ) from exc
     if (
         target is not None
         and not delegated
@@ -333,12 +342,19 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
             raise AdapterNotLoaded(
                 args.adapter_name,
                 "; ".join(f"pod {o.pod}: {o.error}" for o in failed),
-                f"LoRAAdapter {args.namespace}/{args.cr_name} stays, being deleted, until every "
-                "Ready pod has unloaded it: run `pulumi destroy` again once the pod answers (or "
-                f"`pulumi-lora finish-delete {args.namespace}/{args.cr_name}` without Pulumi)",
+                held_advice(args, "the pod answers"),
                 unloading=True,
             )
     session.delete_cr()
+
+
+def held_advice(args: AdapterArgs, once: str = "the apiserver answers") -> str:
+    """Pure: what a user does about a CR a failed delete left held (being deleted)."""
+    return (
+        f"LoRAAdapter {args.namespace}/{args.cr_name} stays, being deleted, until every Ready "
+        f"pod has unloaded it: run `pulumi destroy` again once {once} (or `pulumi-lora "
+        f"finish-delete {args.namespace}/{args.cr_name}` without Pulumi)"
+    )
 
 
 @k8s.apiserver_errors()

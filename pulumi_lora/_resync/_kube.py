@@ -31,6 +31,7 @@ from pulumi_lora._resync._decide import WatchAction, after_watch_error, backoff_
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._settings import FIELD_MANAGER
 from pulumi_lora._resync._views import SecretRef
+from pulumi_lora._retry import retry_apiserver_answers
 
 T = TypeVar("T")
 
@@ -134,11 +135,11 @@ class Kube:
     def __init__(self, source: k8s.KubeSource, namespace: str | None, threads: int = 8) -> None:
         config, credentials = k8s.resolve(source)  # a credential plugin's, renewed on expiry
         self.namespace = namespace
-        self.client = use_credentials(
-            AsyncClient(config=config, field_manager=FIELD_MANAGER), credentials
+        self.client = retry_apiserver_answers(
+            use_credentials(AsyncClient(config=config, field_manager=FIELD_MANAGER), credentials)
         )
         sync = Client(config=config, field_manager=FIELD_MANAGER)
-        self._sync = k8s.held_writes(use_credentials(sync, credentials))
+        self._sync = retry_apiserver_answers(k8s.held_writes(use_credentials(sync, credentials)))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="resync-kube")
 
     async def close(self) -> None:
