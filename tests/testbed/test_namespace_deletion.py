@@ -67,16 +67,14 @@ def test_a_namespace_holding_the_platform_deletes_completely(testbed: Testbed) -
     ]
     loop = resync_manifests(ns, "pulumi-lora:testbed", watch_namespace=ns, name=f"loop-{ns}"[:60])
     cluster_wide = [m for m in loop if m["metadata"].get("namespace") != ns]
-    apply(testbed, isvc, *adapters, *loop)
+    # The loop's manifests carry the coexistence policy, which refuses LLMKube's LoRA controller
+    # every write on the CRs the loop serves once the apiserver has loaded it (moments after the
+    # apply): applied together, the CRs LLMKube had not reached by then never got its finalizer
+    # (a CI run saw one). So the loop comes once LLMKube has marked both.
+    apply(testbed, isvc, *adapters)
     try:
         handle = wait_until(lambda: _handle(testbed, ns), 30, what="the operator's Deployment")
         pids = [info.pid for info in handle.wait_ready(30)]
-        listed = testbed.kubectl("get", "all,loraadapters,serviceaccounts,roles,rolebindings",
-                                 "-n", ns, "-o", "name")  # fmt: skip
-        held = set(listed.stdout.split())
-        assert {"service/llama", "deployment.apps/llama", "deployment.apps/" + f"loop-{ns}"[:60],
-                "loraadapter.inference.llmkube.dev/sql"} <= held, held  # fmt: skip
-        assert len([h for h in held if h.startswith("pod/llama-")]) == 2
         # LLMKube's LoRA controller put its finalizer on each: it must take it off again.
         wait_until(
             lambda: all(
@@ -86,6 +84,13 @@ def test_a_namespace_holding_the_platform_deletes_completely(testbed: Testbed) -
             30,
             what="LLMKube's finalizer on the LoRAAdapters",
         )
+        apply(testbed, *loop)
+        listed = testbed.kubectl("get", "all,loraadapters,serviceaccounts,roles,rolebindings",
+                                 "-n", ns, "-o", "name")  # fmt: skip
+        held = set(listed.stdout.split())
+        assert {"service/llama", "deployment.apps/llama", "deployment.apps/" + f"loop-{ns}"[:60],
+                "loraadapter.inference.llmkube.dev/sql"} <= held, held  # fmt: skip
+        assert len([h for h in held if h.startswith("pod/llama-")]) == 2
 
         done = testbed.kubectl("delete", "namespace", ns, "--timeout=120s", timeout=150)
         assert done.returncode == 0, done.stderr
