@@ -5,8 +5,9 @@ queue with ``429 Too Many Requests`` and ``Retry-After``; an apiserver that is s
 webhook or aggregated API that is not, answers 503. Neither answer did anything, so every
 request, a write included, may be sent again. client-go does so for every call (up to 10
 times, waiting what ``Retry-After`` says); `RetryingTransport` and `AsyncRetryingTransport` do
-the same under lightkube's clients (the provider's, the CLI's and the loop's), within a bound
-of waiting per request, so a shedding apiserver delays a step instead of failing it.
+the same under lightkube's clients (the provider's, the CLI's and the loop's) and, for 429
+only, under the SGLang clients that go through the apiserver's pod proxy, within a bound of
+waiting per request, so a shedding apiserver delays a step instead of failing it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 __all__ = [
+    "PROXY_POLICY",
     "RETRIED_STATUSES",
     "AsyncRetryingTransport",
     "RetryPolicy",
@@ -44,6 +46,8 @@ class RetryPolicy:
     """The longest single wait, in seconds, whatever ``Retry-After`` asks."""
     budget: float = 30.0
     """Seconds of waiting per request in all; past it the last answer is the caller's."""
+    statuses: frozenset[int] = RETRIED_STATUSES
+    """The answers sent again (through the pod proxy, 429 only: a 503 there is the pod's)."""
 
     def delay(self, status: int, retry_after: str | None, retries: int, waited: float) -> float:
         """Pure: seconds to wait before sending again, or -1 to hand the answer to the caller.
@@ -52,7 +56,7 @@ class RetryPolicy:
         it has waited in all. A ``Retry-After`` of seconds is honoured up to ``max_wait``; an
         HTTP date, or none, waits ``default_wait``.
         """
-        if status not in RETRIED_STATUSES or retries >= self.attempts:
+        if status not in self.statuses or retries >= self.attempts:
             return -1
         wait = _seconds(retry_after, self.default_wait)
         wait = min(max(wait, 0.0), self.max_wait)
@@ -69,6 +73,11 @@ def _seconds(value: str | None, default: float) -> float:
 
 
 DEFAULT_POLICY = RetryPolicy()
+
+#: Through the apiserver's pod proxy (``pods/NAME:PORT/proxy``): what API Priority and Fairness
+#: sheds is sent again; a 503 comes from the pod (SGLang starting) or the proxy failing to reach
+#: it, which the SGLang client judges itself.
+PROXY_POLICY = RetryPolicy(statuses=frozenset({429}))
 
 _C = TypeVar("_C")
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import ssl
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 from lightkube import Client
 
 from pulumi_lora import _cluster as k8s
+from pulumi_lora._retry import RetryingTransport, RetryPolicy
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient, deadline_transport
 
@@ -55,14 +57,25 @@ class ClientPool:
         label: str,
         tls: ssl.SSLContext | None,
         auth: httpx.Auth | None = None,
+        retry: RetryPolicy | None = None,
     ) -> SGLangClient:
         """The SGLang client for one server and credential (the key is only a dict key here).
 
         ``tls`` is the context to verify the server with (the cluster CA for the pod proxy);
         None means the system's default trust store, built once per process. ``auth`` carries a
-        kubeconfig credential plugin's renewed tokens to the apiserver's pod proxy.
+        kubeconfig credential plugin's renewed tokens to the apiserver's pod proxy; ``retry``
+        says which of its answers to send again (``_retry.PROXY_POLICY``).
         """
-        key = (url, api_key, tuple(sorted(headers.items())), timeouts, label, id(tls), id(auth))
+        key = (
+            url,
+            api_key,
+            tuple(sorted(headers.items())),
+            timeouts,
+            label,
+            id(tls),
+            id(auth),
+            retry,
+        )
         with self._lock:
             client = self._sglang.get(key)
             if client is None:
@@ -75,11 +88,15 @@ class ClientPool:
                     extra_headers=headers,
                     timeouts=timeouts,
                     label=label,
-                    transport=deadline_transport(verify=tls),
+                    transport=_retrying(deadline_transport(verify=tls), retry),
                     auth=auth,
                 )
                 self._sglang[key] = client
             return client
+
+
+def _retrying(transport: httpx.HTTPTransport, retry: RetryPolicy | None) -> Any:
+    return transport if retry is None else RetryingTransport(transport, retry)
 
 
 POOL = ClientPool()

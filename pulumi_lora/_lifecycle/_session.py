@@ -67,6 +67,7 @@ from pulumi_lora._reconcile import (
     summarize,
     unload_conditions,
 )
+from pulumi_lora._retry import PROXY_POLICY
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
 from pulumi_lora._shared_views import SharedViews
@@ -260,6 +261,7 @@ class Session:
                     label=f"pod {p.name} (via apiserver proxy)",
                     tls=access.ssl_context,
                     auth=access.auth,
+                    retry=PROXY_POLICY,
                 )
                 for p in pods
             }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 
 import httpx2
 import pytest
@@ -14,12 +15,15 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
 
 from pulumi_lora import _cluster as k8s
+from pulumi_lora._lifecycle._pool import ClientPool
 from pulumi_lora._retry import (
+    PROXY_POLICY,
     AsyncRetryingTransport,
     RetryingTransport,
     RetryPolicy,
     retry_apiserver_answers,
 )
+from pulumi_lora._settings import ClientTimeouts
 
 SHED = {"kind": "Status", "status": "Failure", "reason": "TooManyRequests", "code": 429}
 QUICK = RetryPolicy(attempts=10, default_wait=0.0, max_wait=0.0, budget=1.0)
@@ -146,3 +150,29 @@ current-context: x
 
 def _config() -> KubeConfig:
     return KubeConfig.from_dict(yaml.safe_load(_KUBECONFIG))
+
+
+def test_through_the_pod_proxy_only_a_shed_request_is_sent_again() -> None:
+    """A 429 there is the apiserver's shedding; a 503 is the pod's (SGLang starting) or the
+    proxy's failing to reach it, which the SGLang client judges itself."""
+    quick = replace(PROXY_POLICY, default_wait=0.0, max_wait=0.0)
+    for status, sends in ((429, 2), (503, 1)):
+        handle, bodies = shedding(first=1, status=status)
+        http = httpx2.Client(transport=RetryingTransport(httpx2.MockTransport(handle), quick))
+        http.post("http://apiserver/api/v1/namespaces/n/pods/p:30000/proxy/load_lora_adapter")
+        assert len(bodies) == sends, status
+
+
+def test_the_proxy_transports_sglang_clients_retry() -> None:
+    access = ClientTimeouts()
+    client = ClientPool().sglang(
+        "https://apiserver/api/v1/namespaces/n/pods/p:30000/proxy",
+        api_key=None,
+        headers={},
+        timeouts=access,
+        label="pod p (via apiserver proxy)",
+        tls=None,
+        retry=PROXY_POLICY,
+    )
+    transport = client._http._transport
+    assert isinstance(transport, RetryingTransport) and transport._policy is PROXY_POLICY
