@@ -14,9 +14,11 @@ What lands in ``dist/`` (``V`` is ``pulumi_lora/_version.py``'s version):
 * ``pulumi-resource-pulumi-lora-vV-{linux,darwin}-{amd64,arm64}.tar.gz``: the provider plugin as
   ``pulumi plugin install resource pulumi-lora V --file ARCHIVE`` takes it: the POSIX launcher
   ``tools/release_files/pulumi-resource-pulumi-lora`` (it makes a virtualenv beside itself on
-  first run), the product's wheel and ``constraints.txt`` (the tested dependency versions). The
-  four archives hold the same bytes (the wheel is pure Python; the dependencies' binary wheels
-  come from the user's index on first run): the names are the ones the engine looks for;
+  first run), the product's wheel and ``constraints.txt``: every distribution the wheel pulls in
+  (its dependencies, theirs, the extras they name), at the version installed in the project venv,
+  the one every test ran with; the plugin's venv installs exactly those. The four archives hold
+  the same bytes (the wheel is pure Python; the dependencies' binary wheels come from the user's
+  index on first run): the names are the ones the engine looks for;
 * ``pulumi-lora-sdk-{nodejs,go}-vV.tar.gz``: the SDKs generated from the schema
   (``tools/sdkgen.py``; needs the ``pulumi-lora-sdkgen`` tool ``tools/provision.py`` builds;
   ``--no-sdks`` leaves them out);
@@ -27,16 +29,19 @@ What lands in ``dist/`` (``V`` is ``pulumi_lora/_version.py``'s version):
 No Windows archive: the launcher is a POSIX shell script, and nothing on this machine can run a
 Windows one (see docs/release.md). Archives are reproducible: fixed times, owners and order.
 Every step prints its duration. Standard library only; ``--python`` (default: ``.venv``'s) runs
-``python -m build``.
+``python -m build``, and its environment's installed versions are the plugin's pins (a release
+refuses one that lacks a dependency or disagrees with ``tools/versions.toml``).
 """
 
 from __future__ import annotations
 
 import argparse
+import email
 import gzip
 import hashlib
 import importlib.util
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -45,7 +50,8 @@ import tarfile
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -103,17 +109,85 @@ def archive_name(release: str, os: str, arch: str) -> str:
     return f"pulumi-resource-{PACKAGE}-v{release}-{os}-{arch}.tar.gz"
 
 
-def constraints() -> str:
-    """Pure but for reading files: ``name==version`` for each base dependency that
-    ``tools/versions.toml`` pins (the versions every test ran with), the Pulumi SDK included."""
+CLOSURE = """
+import importlib.metadata as metadata, json, sys
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+except ImportError:  # pip's own copy
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
+
+pins, missing, unmet, seen = {}, [], [], set()
+todo = [(Requirement(line), "") for line in sys.argv[1:]]
+while todo:
+    req, extra = todo.pop()
+    if req.marker is not None and not req.marker.evaluate({"extra": extra}):
+        continue
+    try:
+        dist = metadata.distribution(req.name)
+    except metadata.PackageNotFoundError:
+        missing.append(str(req))
+        continue
+    pins[canonicalize_name(req.name)] = dist.version
+    if not req.specifier.contains(dist.version, prereleases=True):
+        unmet.append(f"{req} (installed: {dist.version})")
+    for wanted in {"", *req.extras}:
+        if (canonicalize_name(req.name), wanted) not in seen:
+            seen.add((canonicalize_name(req.name), wanted))
+            todo += [(Requirement(line), wanted) for line in dist.requires or []]
+print(json.dumps({"pins": pins, "missing": missing, "unmet": unmet}))
+"""
+"""Run by ``--python``: every distribution that installing the requirements in ``argv`` pulls in
+(extras and environment markers followed as pip follows them), at the version installed there."""
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """The ``Requires-Dist`` lines of a wheel's METADATA: what ``pip install`` of it resolves
+    (the extras' lines among them, which the closure skips unless asked for)."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        text = zf.read(name).decode()
+    return email.message_from_string(text).get_all("Requires-Dist") or []
+
+
+def installed_closure(python: str, requirements: Sequence[str]) -> dict[str, str]:
+    """``{name: version}`` for every distribution that installing ``requirements`` pulls in, as
+    installed in ``python``'s environment (the project venv: the versions every test ran with).
+
+    Raises :class:`ReleaseError` when one is not installed there or its version does not meet a
+    requirement: such an environment was not the tested one.
+    """
+    found = json.loads(run([python, "-I", "-c", CLOSURE, *requirements]))
+    if found["missing"] or found["unmet"]:
+        raise ReleaseError(
+            f"{python}'s environment does not hold the product's dependencies "
+            f"(run tools/provision.py): missing {found['missing']}, unmet {found['unmet']}"
+        )
+    pins: dict[str, str] = found["pins"]
+    return pins
+
+
+def constraints(closure: Mapping[str, str]) -> str:
+    """Pure but for reading ``tools/versions.toml``: ``name==version`` for each distribution of
+    ``closure`` (the product's tested dependencies, all of them: the plugin's venv installs
+    exactly these, not whatever their ranges allow the day a user first runs it).
+
+    Raises :class:`ReleaseError` where ``closure`` disagrees with a version ``versions.toml``
+    pins: the environment is stale.
+    """
     with (ROOT / "tools" / "versions.toml").open("rb") as f:
         versions = tomllib.load(f)
-    pins = dict(versions["python"])
-    pins["pulumi"] = versions["pulumi"]["python_sdk"]
-    with (ROOT / "pyproject.toml").open("rb") as f:
-        declared = tomllib.load(f)["project"]["dependencies"]
-    names = [re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0] for d in declared]
-    return "".join(f"{n}=={pins[n]}\n" for n in sorted(names) if n in pins)
+    pinned = dict(versions["python"])
+    pinned["pulumi"] = versions["pulumi"]["python_sdk"]
+    stale = [
+        f"{name} {closure[name]} (versions.toml: {version})"
+        for name, version in sorted(pinned.items())
+        if name in closure and closure[name] != version
+    ]
+    if stale:
+        raise ReleaseError(f"the environment is stale (run tools/provision.py): {', '.join(stale)}")
+    return "".join(f"{name}=={closure[name]}\n" for name in sorted(closure))
 
 
 # --- Python packages --------------------------------------------------------------------------
@@ -175,9 +249,14 @@ def plugin_archive(path: Path, wheels: Sequence[Path], pins: str) -> Path:
     return path
 
 
-def plugin_archives(out: Path, release: str, wheels: Sequence[Path]) -> list[Path]:
-    """The archive for every platform the launcher runs on (see the module's doc)."""
-    pins = constraints()
+def plugin_archives(
+    out: Path, release: str, wheels: Sequence[Path], python: str | None = None
+) -> list[Path]:
+    """The archive for every platform the launcher runs on (see the module's doc); its
+    ``constraints.txt`` pins everything the wheels require, as installed for ``python``
+    (default: the project's venv)."""
+    requirements = [line for wheel in wheels for line in wheel_requirements(wheel)]
+    pins = constraints(installed_closure(python or default_python(), requirements))
     return [plugin_archive(out / archive_name(release, o, a), wheels, pins) for o, a in PLATFORMS]
 
 
@@ -260,7 +339,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Make the release; print each artifact's path."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "dist")
-    parser.add_argument("--python", default=default_python(), help="runs python -m build")
+    parser.add_argument(
+        "--python",
+        default=default_python(),
+        help="runs python -m build; the plugin pins the versions installed for it",
+    )
     parser.add_argument("--image", action="store_true", help="also the loop's image (podman)")
     parser.add_argument("--no-sdks", action="store_true", help="without the generated SDKs")
     parser.add_argument("--local-base", action="store_true", help="image base by mmdebstrap")
@@ -275,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             build_testing(args.python, args.out, release)
         with step("plugin archives"):
             wheels = [p for p in product if p.suffix == ".whl"]
-            plugin_archives(args.out, release, wheels)
+            plugin_archives(args.out, release, wheels, args.python)
         if not args.no_sdks:
             with step("generated SDKs"):
                 sdk_archives(args.out, release)

@@ -1,12 +1,14 @@
 """The release, installed the way users install it, with no checkout on any path.
 
 ``tools/release.py`` runs once for the module into a temporary ``dist/``; each test then uses
-only that folder and a wheelhouse of the dependencies (``pip download``, so ``pip install
---no-index`` spends no time on the network): a fresh virtualenv gets ``pulumi-lora`` (no test
-rig inside) and then ``pulumi-lora-testing``; a fresh ``PULUMI_HOME`` gets the plugin with
-``pulumi plugin install resource pulumi-lora VERSION --file ARCHIVE``, and a YAML program that
-names only the package's type creates, refreshes and destroys an adapter on the testbed. The
-plugin's launcher makes its own virtualenv on that first run, from the archive's wheel.
+only that folder and a wheelhouse of the dependencies (``pip download`` at the versions the
+plugin pins, so ``pip install --no-index`` spends no time on the network): a fresh virtualenv
+gets ``pulumi-lora`` (no test rig inside) and then ``pulumi-lora-testing``; a fresh
+``PULUMI_HOME`` gets the plugin with ``pulumi plugin install resource pulumi-lora VERSION
+--file ARCHIVE``, and a YAML program that names only the package's type creates, refreshes and
+destroys an adapter on the testbed. The plugin's launcher makes its own virtualenv on that first
+run, from the archive's wheel; pip's dry run of the product's wheel resolves nothing that the
+archive's ``constraints.txt`` leaves unpinned.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from pulumi_lora import __version__
 from pulumi_lora.testing.engine import LocalEngine, find_pulumi
@@ -91,9 +94,19 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     run([python, ROOT / "tools" / "release.py", "--out", dist], cwd=base)
     rig = dist / f"pulumi_lora_testing-{__version__}-py3-none-any.whl"  # needs the product too
     pins = ROOT / ".venv" / "constraints.txt"  # tools/provision.py's pins
-    download = [python, "-m", "pip", "download", "-q", "-d", wheelhouse, "-c", pins]
-    run([*download, "--find-links", dist, rig], cwd=base)
+    plugin_pins = base / "plugin-constraints.txt"  # the plugin's: every dependency, exactly
+    plugin_pins.write_text(plugin_constraints(dist))
+    download: list[str | Path] = [python, "-m", "pip", "download", "-q", "-d", wheelhouse]
+    run([*download, "-c", pins, "-c", plugin_pins, "--find-links", dist, rig], cwd=base)
     return Release(dist, wheelhouse)
+
+
+def plugin_constraints(dist: Path) -> str:
+    """The ``constraints.txt`` in the release's plugin archive."""
+    with tarfile.open(dist / ARCHIVE) as tar:
+        member = tar.extractfile("constraints.txt")
+        assert member is not None
+        return member.read().decode()
 
 
 def test_the_release_holds_the_product_the_rig_and_their_checksums(release: Release) -> None:
@@ -113,6 +126,27 @@ def test_the_release_holds_the_product_the_rig_and_their_checksums(release: Rele
     assert packaged == {"testing"}
     metadata = rig.read(f"pulumi_lora_testing-{__version__}.dist-info/METADATA").decode()
     assert f"Requires-Dist: pulumi-lora=={__version__}" in metadata
+
+
+def test_the_plugins_constraints_pin_everything_pip_installs_for_the_product(
+    release: Release, tmp_path: Path
+) -> None:
+    """pip's own resolution of the product's wheel (offline, as the launcher's first run would
+    install it here) installs nothing that ``constraints.txt`` leaves floating."""
+    pins = dict(line.split("==") for line in plugin_constraints(release.dist).splitlines())
+    (tmp_path / "constraints.txt").write_text(plugin_constraints(release.dist))
+    report = tmp_path / "report.json"
+    wheel = release.dist / f"pulumi_lora-{__version__}-py3-none-any.whl"
+    pip: list[str | Path] = [ROOT / ".venv" / "bin" / "python", "-m", "pip", "install", "-q"]
+    pip += ["--dry-run", "--ignore-installed", "--report", report]
+    pip += ["-c", tmp_path / "constraints.txt"]
+    run([*pip, wheel], cwd=tmp_path, env=release.pip_env())
+    resolved: dict[str, str] = {
+        canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    assert resolved.pop("pulumi-lora") == __version__
+    assert resolved == pins
 
 
 def test_a_fresh_venv_gets_the_product_then_the_rig(release: Release, tmp_path: Path) -> None:

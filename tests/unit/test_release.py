@@ -12,10 +12,14 @@ import subprocess
 import sys
 import tarfile
 import tomllib
+import zipfile
+from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,11 +45,64 @@ def test_archive_names_are_the_ones_the_engine_looks_for() -> None:
     }
 
 
-def test_the_plugin_pins_the_tested_versions_of_the_base_dependencies_only() -> None:
-    pins = release().constraints().splitlines()
-    names = {line.split("==")[0] for line in pins}
-    assert {"pulumi", "httpx", "pydantic", "lightkube", "click", "pyyaml"} <= names
-    assert not names & {"pytest", "pulumi-kubernetes", "prometheus-client", "ruff", "mypy"}
+def stand_in_product_wheel(folder: Path) -> Path:
+    """A wheel whose METADATA requires what the product's wheel requires (``pyproject.toml``'s
+    dependencies, and its extras' behind ``extra ==`` markers, as hatchling writes them)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = list(project["dependencies"])
+    for extra, deps in project["optional-dependencies"].items():
+        lines += [f"{dep}; extra == '{extra}'" for dep in deps]
+    metadata = "Metadata-Version: 2.1\nName: pulumi-lora\nVersion: 9.9.9\n"
+    metadata += "".join(f"Requires-Dist: {line}\n" for line in lines)
+    wheel = folder / "pulumi_lora-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("pulumi_lora-9.9.9.dist-info/METADATA", metadata)
+    return wheel
+
+
+def closure_in_this_venv() -> dict[str, str]:
+    """What ``pip install`` of the product resolves, at the versions this venv (the project's,
+    where every test runs) holds: its dependencies, theirs, and the extras they name."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found: dict[str, str] = {}
+    todo = [(Requirement(line), "") for line in project["dependencies"]]
+    done: set[tuple[str, str]] = set()
+    while todo:
+        req, extra = todo.pop()
+        if req.marker and not req.marker.evaluate({"extra": extra}):
+            continue
+        dist = metadata.distribution(req.name)
+        found[canonicalize_name(req.name)] = dist.version
+        for wanted in {"", *req.extras}:
+            if (req.name, wanted) not in done:
+                done.add((req.name, wanted))
+                todo += [(Requirement(line), wanted) for line in dist.requires or []]
+    return found
+
+
+def test_the_plugin_pins_every_distribution_its_wheel_pulls_in_at_the_tested_version(
+    tmp_path: Path,
+) -> None:
+    tool = release()
+    tool.plugin_archives(tmp_path, "9.9.9", [stand_in_product_wheel(tmp_path)])
+    with tarfile.open(tmp_path / tool.archive_name("9.9.9", "linux", "amd64")) as tar:
+        member = tar.extractfile("constraints.txt")
+        assert member is not None
+        text = member.read().decode()
+    pins = dict(line.split("==") for line in text.splitlines())
+    assert pins == closure_in_this_venv()
+    # the Pulumi SDK's gRPC stack and the HTTP clients' own dependencies, not only the direct
+    assert {"pulumi", "grpcio", "protobuf", "httpcore", "h11", "pydantic-core", "h2"} <= set(pins)
+    assert not set(pins) & {"pytest", "pulumi-kubernetes", "prometheus-client", "boto3", "ruff"}
+
+
+def test_the_pins_are_refused_from_an_environment_that_was_not_the_tested_one() -> None:
+    tool = release()
+    assert tool.constraints({"grpcio": "1.2.3", "h11": "0.16.0"}) == "grpcio==1.2.3\nh11==0.16.0\n"
+    with pytest.raises(tool.ReleaseError, match=r"stale.*pulumi 3\.0\.0 \(versions\.toml: "):
+        tool.constraints({"pulumi": "3.0.0"})
+    with pytest.raises(tool.ReleaseError, match=r"missing \['no-such-distribution>=1'\]"):
+        tool.installed_closure(sys.executable, ["no-such-distribution>=1", "click"])
 
 
 def test_a_plugin_archive_is_reproducible_and_its_launcher_executable(tmp_path: Path) -> None:
@@ -70,7 +127,7 @@ def test_the_launcher_is_posix_sh_and_keeps_stdout_for_the_port() -> None:
     assert subprocess.run(["sh", "-n", str(launcher)], check=False).returncode == 0
     text = launcher.read_text()
     assert text.startswith("#!/bin/sh\n")
-    assert 'exec "$venv/bin/python" -u -m pulumi_lora._plugin "$@"' in text
+    assert 'exec "$venv/bin/python" -I -u -m pulumi_lora._plugin "$@"' in text
     assert "} >&2; then" in text  # venv and pip say nothing on stdout
 
 
