@@ -2,14 +2,18 @@
 
 It stages one source at ``<root>/<content key>``, prints one JSON result line on stdout and
 writes the same JSON to ``/dev/termination-log`` when that file exists (Kubernetes hands it to
-whoever reads the Job's pod: the provider). Progress and events are JSON lines on stderr. A
-failure exits 1 with the message (on stderr, and in the termination log as ``{"error": ...}``).
+whoever reads the Job's pod: the provider). Progress and events are JSON lines on stderr. Any
+failure, a staging error or not, exits non-zero (1; a usage error 2) with the message on stderr
+and in the termination log as ``{"error", "reason", "file"}``, never a traceback; the
+termination message is always one JSON document within Kubernetes' 4096 bytes
+(`termination_message`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +21,9 @@ from typing import Any
 
 import click
 
-from pulumi_lora._staging._errors import StagingError
+from pulumi_lora._staging._errors import as_staging_error
 from pulumi_lora._staging._source import parse_digest, parse_source
+from pulumi_lora._staging._transfer import DEFAULT_DEADLINE, TransferLimits
 from pulumi_lora._staging._verify import ServerLimits
 
 __all__ = ["TERMINATION_LOG", "stage_command"]
@@ -39,24 +44,138 @@ def _emit(event: str, **fields: Any) -> None:
 
 
 def termination_message(document: dict[str, Any]) -> str:
-    """``document`` as JSON within Kubernetes' 4096 bytes: the per-file facts are dropped (the
-    file count kept) when they don't fit. Pure."""
-    text = json.dumps(document, separators=(",", ":"))
-    if len(text.encode()) <= TERMINATION_LIMIT or not isinstance(document.get("files"), dict):
-        return text[:TERMINATION_LIMIT]
-    return json.dumps(
-        {**document, "files": len(document["files"]), "filesTruncated": True},
-        separators=(",", ":"),
-    )[:TERMINATION_LIMIT]
+    """``document`` as one JSON document within Kubernetes' 4096 bytes. Pure.
+
+    Kubernetes keeps the *last* 4096 bytes of a longer message, which would not parse: the text
+    is never cut. The per-file facts become a count first; then every string value longer than
+    a common bound (a long error, a file name) is shortened in the middle to it, marked with
+    ``…``, the bound the largest that fits.
+    """
+    text = _json(document)
+    if len(text) <= TERMINATION_LIMIT:
+        return text
+    if isinstance(document.get("files"), dict):
+        document = {**document, "files": len(document["files"]), "filesTruncated": True}
+        text = _json(document)
+        if len(text) <= TERMINATION_LIMIT:
+            return text
+
+    def bounded(limit: int) -> dict[str, Any]:
+        return {
+            key: _shorten(value, limit)
+            if isinstance(value, str) and len(_json(value)) > limit
+            else value
+            for key, value in document.items()
+        }
+
+    low, high = 0, TERMINATION_LIMIT  # the bound on each string's JSON: ``low`` fits, if any
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(_json(bounded(middle))) <= TERMINATION_LIMIT:
+            low = middle
+        else:
+            high = middle - 1
+    text = _json(bounded(low))
+    if len(text) > TERMINATION_LIMIT:  # keys and numbers alone do not fit
+        return _json({"error": "the termination message did not fit", "reason": "TooLong"})
+    return text
+
+
+def _json(value: Any) -> str:
+    """Compact JSON, ASCII only (so its length in characters is its length in bytes)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+
+
+def _shorten(text: str, budget: int) -> str:
+    """``text`` cut in the middle (its start says what failed, its end what to do), ``…``
+    marking the cut, to the longest that encodes in at most ``budget`` bytes of JSON. Pure."""
+
+    def cut(keep: int) -> str:
+        head = keep - keep // 3
+        return text[:head] + "…" + text[len(text) - (keep - head) :]
+
+    low, high = 0, len(text) - 1  # characters kept: ``low`` always fits (or nothing does)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(_json(cut(middle))) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return cut(low) if len(_json(cut(low))) <= budget else ""
 
 
 def _terminate(document: dict[str, Any], path: Path) -> None:
-    if path.exists():
-        path.write_text(termination_message(document))
+    """Write the termination message when the file exists (as it does in a pod); a log that
+    cannot be written is said on stderr, not raised over the failure being reported."""
+    if not path.exists():
+        return
+    try:
+        path.write_text(termination_message(document), encoding="utf-8")
+    except OSError as exc:
+        _emit("termination_log_unwritable", path=str(path), error=exc.strerror)
+
+
+_QUANTITY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+_FACTORS = {
+    None: 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+}
+
+
+class _Bytes(click.ParamType[int]):
+    """A byte count: an integer, or a Kubernetes-style quantity (``500Mi``, ``16Gi``, ``2G``)."""
+
+    name = "BYTES"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        match = _QUANTITY.fullmatch(str(value).strip())
+        if match is None or int(match[1]) == 0:
+            self.fail(f"{value!r} is not a positive byte count (e.g. 500Mi, 16Gi)", param, ctx)
+        return int(match[1]) * _FACTORS[match[2]]
+
+
+class _StageCommand(click.Command):
+    """The command, whose usage errors (an unknown option, a bad value) reach the termination
+    log too: the provider reads only that (an image older than the options it is given, say)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        given = list(args)
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            document = {"error": exc.format_message(), "reason": "InvalidArguments", "file": None}
+            _terminate(document, _termination_log_in(given))
+            raise
+
+
+def _termination_log_in(args: Sequence[str]) -> Path:
+    """The ``--termination-log`` among raw arguments (the default when absent). Pure."""
+    for index, arg in enumerate(args):
+        if arg.startswith("--termination-log="):
+            return Path(arg.partition("=")[2])
+        if arg == "--termination-log" and index + 1 < len(args):
+            return Path(args[index + 1])
+    return TERMINATION_LOG
 
 
 @click.command(
     "stage",
+    cls=_StageCommand,
     context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
 )
 @click.option(
@@ -90,6 +209,19 @@ def _terminate(document: dict[str, Any], path: Path) -> None:
     is_flag=True,
     help="Stage a branch, a tag or an unpinned URL without a digest for every file.",
 )
+@click.option(
+    "--max-bytes",
+    type=_Bytes(),
+    default="16Gi",
+    help="At most this many bytes fetched over all files (500Mi, 16Gi, …).",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True, max=7 * 86400),
+    default=DEFAULT_DEADLINE,
+    metavar="SECONDS",
+    help="The whole fetch must end within this many seconds.",
+)
 @click.option("--max-lora-rank", type=click.IntRange(min=1), help="The server's --max-lora-rank.")
 @click.option(
     "--lora-target-modules",
@@ -110,6 +242,8 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
     root: Path,
     s3_endpoint: str | None,
     allow_mutable: bool,
+    max_bytes: int,
+    deadline: float,
     max_lora_rank: int | None,
     lora_target_modules: Sequence[str],
     termination_log: Path,
@@ -128,10 +262,13 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
             s3_endpoint=s3_endpoint,
             allow_mutable=allow_mutable,
         )
-        result = stage(request, root, limits=limits, log=_emit)
-    except StagingError as exc:
-        _terminate({"error": str(exc), "reason": exc.reason, "file": exc.file}, termination_log)
-        raise click.ClickException(str(exc)) from None
-    document = result.document()
+        transfer = TransferLimits(max_bytes=max_bytes, deadline=deadline)
+        document = stage(request, root, limits=limits, transfer=transfer, log=_emit).document()
+    except Exception as exc:  # every failure, a staging error or not, reaches the log
+        error = as_staging_error(exc)
+        _terminate(
+            {"error": str(error), "reason": error.reason, "file": error.file}, termination_log
+        )
+        raise click.ClickException(str(error)) from None
     click.echo(json.dumps(document, separators=(",", ":")))
     _terminate(document, termination_log)

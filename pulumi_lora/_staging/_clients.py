@@ -10,21 +10,25 @@ library's failures into the staging errors in this one place.
   without them), so no shared file, profile or instance metadata is ever consulted.
 * ``https://``: ``httpx``, files relative to the base URL; no credentials.
 
-The libraries are imported when their scheme is used: the ``staging`` extra brings them.
+Every transfer is bounded by `_transfer` (bytes, the deadline, no https → http); a name a
+listing returns that is not a plain relative path is refused (`SourceRefused`), not skipped. The
+libraries are imported when their scheme is used: the ``staging`` extra brings them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import closing, contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Any, cast
+from urllib.parse import quote, urlsplit
 
 import httpx
 
 from pulumi_lora._staging._errors import (
     SourceFileMissing,
+    SourceRefused,
     SourceUnauthorized,
     SourceUnreachable,
     StagingError,
@@ -36,54 +40,30 @@ from pulumi_lora._staging._source import (
     StagingRequest,
     check_file_name,
 )
+from pulumi_lora._staging._transfer import (
+    Progress,
+    active,
+    bound_client,
+    pumped,
+    refuse_long_waits,
+    waited,
+)
 from pulumi_lora._staging._verify import BLOCK
 
-__all__ = ["EXTRA_MISSING", "Progress", "fetch_files"]
+__all__ = ["EXTRA_MISSING", "fetch_files"]
 
 EXTRA_MISSING = "staging from {scheme}:// needs {module}: pip install 'pulumi-lora[staging]'"
 
 _TIMEOUT = httpx.Timeout(60.0, connect=10.0)
-
-
-class Progress:
-    """Counts the bytes fetched and logs each file's start, every ``step`` bytes, and its end.
-
-    The reports follow the bytes, not the clock: a 1 GiB file logs 64 lines at the default step
-    whatever the network's speed.
-    """
-
-    def __init__(self, log: Callable[..., None], step: int = 16 << 20) -> None:
-        self._log = log
-        self._step = step
-        self.file: str | None = None
-        """The file being fetched (errors name it)."""
-        self.file_bytes = 0
-        self.total_bytes = 0
-        self._next = step
-
-    def start(self, file: str) -> None:
-        """A file starts."""
-        self.file, self.file_bytes, self._next = file, 0, self._step
-        self._log("fetch_file", file=file)
-
-    def add(self, count: int) -> None:
-        """``count`` more bytes of the current file arrived (negative: a client restarted)."""
-        self.file_bytes += count
-        self.total_bytes += count
-        if self.file_bytes >= self._next:
-            self._log("fetch_progress", file=self.file, bytes=self.file_bytes)
-            self._next = (self.file_bytes // self._step + 1) * self._step
-
-    def done(self) -> None:
-        """The current file is complete."""
-        self._log("fetched_file", file=self.file, bytes=self.file_bytes)
+"""Each wait for a connection or a chunk; the whole fetch has the deadline of `_transfer`."""
 
 
 def fetch_files(
     request: StagingRequest, into: Path, env: Mapping[str, str], progress: Progress
 ) -> dict[str, str]:
-    """Fetch the request's files into ``into``. Returns the digests the source itself vouches for
-    (the Hub's sha256 of LFS files), to be checked with the pinned ones."""
+    """Fetch the request's files into ``into``, within ``progress``'s limits. Returns the
+    digests the source itself vouches for (the Hub's sha256 of LFS files), to be checked with
+    the pinned ones."""
     source = request.source
     if isinstance(source, HfSource):
         return _fetch_hf(source, request.files, into, env, progress)
@@ -95,12 +75,30 @@ def fetch_files(
 
 
 def write_chunks(chunks: Iterable[bytes], path: Path, progress: Progress) -> None:
-    """Write ``chunks`` to ``path`` (its folders made), counting them."""
+    """Write ``chunks`` to ``path`` (its folders made), each counted (and bounded) before it is
+    written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as stream:
         for chunk in chunks:
-            stream.write(chunk)
             progress.add(len(chunk))
+            stream.write(chunk)
+
+
+def _listed(where: str, name: str) -> str:
+    """A file name a source listed, if it is a plain relative path; else `SourceRefused`."""
+    try:
+        return check_file_name(name)
+    except ValueError:
+        raise SourceRefused(
+            f"{where}: the source lists {name!r}, not a plain relative file path (an empty, "
+            "'.' or '..' part, or a leading '/'): remove it from the source, or declare the "
+            "files to stage (--digest, --file)",
+            file=name,
+        ) from None
+
+
+def _hidden(path: str) -> bool:
+    return any(part.startswith(".") for part in path.split("/"))
 
 
 # --- Hugging Face ---------------------------------------------------------------------------
@@ -115,25 +113,34 @@ def _fetch_hf(
 ) -> dict[str, str]:
     try:
         import huggingface_hub  # noqa: PLC0415 - the staging extra, only for hf://
+        from huggingface_hub import constants  # noqa: PLC0415
     except ModuleNotFoundError:
         raise StagingError(EXTRA_MISSING.format(scheme="hf", module="huggingface_hub")) from None
     endpoint = env.get("HF_ENDPOINT") or None
     token: str | bool = env.get("HF_TOKEN") or False
+    # Every byte over HTTP, through a client bounded by the transfer: a Xet transfer (Rust, its
+    # own sockets) would bypass the deadline. A fresh session per staging, from our factory.
+    constants.HF_HUB_DISABLE_XET = True
+    huggingface_hub.set_client_factory(_hf_client)
+    https_only = urlsplit(endpoint or constants.ENDPOINT).scheme == "https"
     vouched: dict[str, str] = {}
+    declared: dict[str, int] = {}
     names = list(files)
-    with _hf_errors(source, progress):
+    with active(progress, https_only=https_only), _hf_errors(source, progress):
         if not names:
             api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
             tree = api.list_repo_tree(source.repo_id, revision=source.revision, recursive=True)
             for entry in tree:
                 if not isinstance(entry, huggingface_hub.hf_api.RepoFile) or _hidden(entry.path):
                     continue
-                names.append(check_file_name(entry.path))
+                names.append(_listed(source.uri, entry.path))
+                declared[entry.path] = entry.size
                 if entry.lfs is not None:
                     vouched[entry.path] = entry.lfs.sha256
+            progress.declare_all(declared.values(), source.uri)
         bar = _progress_bar(progress)
         for name in sorted(names):
-            progress.start(name)
+            progress.start(name, declared.get(name))
             huggingface_hub.hf_hub_download(
                 source.repo_id,
                 name,
@@ -148,18 +155,27 @@ def _fetch_hf(
     return vouched
 
 
-def _hidden(path: str) -> bool:
-    return any(part.startswith(".") for part in path.split("/"))
+def _hf_client() -> Any:
+    """``huggingface_hub``'s own client, bounded by the active transfer (`bound_client`), and
+    failing at once when the Hub asks to wait past the deadline (``Retry-After``)."""
+    from huggingface_hub.utils._http import default_client_factory  # noqa: PLC0415
+
+    client = bound_client(default_client_factory())
+    client.event_hooks["response"].append(refuse_long_waits)
+    return client
 
 
 def _progress_bar(progress: Progress) -> Any:
-    """A tqdm class for ``huggingface_hub`` that draws nothing and counts into ``progress``."""
+    """A tqdm class for ``huggingface_hub`` that draws nothing and counts into ``progress``
+    (the size it is made with is the file's declared size)."""
     from huggingface_hub.utils.tqdm import tqdm  # noqa: PLC0415
 
     class CountingBar(tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call] # tqdm is untyped
+            total = kwargs.get("total")
+            progress.declare(int(total) if total is not None else None)
 
         def update(self, n: float | None = 1) -> bool | None:
             progress.add(int(n or 0))
@@ -173,6 +189,8 @@ def _hf_errors(source: HfSource, progress: Progress) -> Iterator[None]:
     """``huggingface_hub``'s failures as staging errors, naming the file being fetched."""
     try:
         yield
+    except StagingError:
+        raise
     except Exception as exc:
         mapped = _hf_error(exc, source, progress.file)
         if mapped is None:
@@ -205,9 +223,11 @@ def _hf_error(exc: Exception, source: HfSource, file: str | None) -> StagingErro
         return SourceFileMissing(f"{where}: no such file at this revision", file=file)
     if isinstance(exc, hf.HfHubHTTPError):
         return _by_status(where, status, file)
-    if isinstance(exc, hf.LocalEntryNotFoundError | httpx2.TransportError):
+    if isinstance(exc, httpx2.TooManyRedirects):
+        return SourceUnreachable(f"{where}: too many redirects", file=file)
+    if isinstance(exc, hf.LocalEntryNotFoundError | httpx2.RequestError):
         return SourceUnreachable(
-            f"{where}: the Hub endpoint did not answer ({type(exc).__name__})", file=file
+            f"{where}: no usable answer from the Hub endpoint ({type(exc).__name__})", file=file
         )
     if isinstance(exc, OSError) and exc.errno is None and "Consistency check failed" in str(exc):
         return SourceUnreachable(
@@ -264,20 +284,37 @@ def _fetch_s3(
         config=config,
     )
     with _s3_errors(source, progress):
-        names = list(files) or _list_s3(client, source)
+        if files:
+            names = list(files)
+        else:
+            listed = waited(partial(_list_s3, client, source), progress)
+            progress.declare_all(listed.values(), source.uri)
+            names = sorted(listed)
         for name in names:
             progress.start(name)
-            answer = client.get_object(Bucket=source.bucket, Key=source.prefix + name)
-            body = answer["Body"]
-            try:
-                write_chunks(body.iter_chunks(BLOCK), into / name, progress)
-            finally:
-                body.close()
+            with closing(pumped(partial(_s3_object, client, source, name), progress)) as items:
+                size = next(items)
+                progress.declare(size if isinstance(size, int) and size >= 0 else None)
+                write_chunks(cast(Iterator[bytes], items), into / name, progress)
             progress.done()
 
 
-def _list_s3(client: Any, source: S3Source) -> list[str]:
-    names = []
+def _s3_object(client: Any, source: S3Source, name: str) -> Iterator[int | bytes]:
+    """One object: its declared size (``ContentLength``, -1 if none), then its bytes. Runs in
+    the pump's thread, which owns the body (closing it from another would wait for its read)."""
+    answer = client.get_object(Bucket=source.bucket, Key=source.prefix + name)
+    body = answer["Body"]
+    try:
+        length = answer.get("ContentLength")
+        yield int(length) if length is not None else -1
+        yield from body.iter_chunks(BLOCK)
+    finally:
+        body.close()
+
+
+def _list_s3(client: Any, source: S3Source) -> dict[str, int]:
+    """Every object under the prefix (but folder markers and hidden names): name → size."""
+    listed: dict[str, int] = {}
     pages = client.get_paginator("list_objects_v2").paginate(
         Bucket=source.bucket, Prefix=source.prefix
     )
@@ -285,10 +322,10 @@ def _list_s3(client: Any, source: S3Source) -> list[str]:
         for entry in page.get("Contents", []):
             relative = str(entry["Key"])[len(source.prefix) :]
             if relative and not relative.endswith("/") and not _hidden(relative):
-                names.append(check_file_name(relative))
-    if not names:
+                listed[_listed(source.uri, relative)] = int(entry.get("Size", 0))
+    if not listed:
         raise SourceFileMissing(f"{source.uri}: no object under the prefix")
-    return sorted(names)
+    return listed
 
 
 _S3_UNAUTHORIZED = frozenset(
@@ -327,7 +364,9 @@ def _s3_errors(source: S3Source, progress: Progress) -> Iterator[None]:
 def _fetch_https(
     source: HttpsSource, files: tuple[str, ...], into: Path, progress: Progress
 ) -> None:
-    with httpx.Client(follow_redirects=True, timeout=_TIMEOUT) as client:
+    client = bound_client(httpx.Client(follow_redirects=True, timeout=_TIMEOUT))
+    https_only = urlsplit(source.base_url).scheme == "https"
+    with client, active(progress, https_only=https_only):
         for name in files:
             progress.start(name)
             url = source.base_url + quote(name)
@@ -335,9 +374,23 @@ def _fetch_https(
                 with client.stream("GET", url) as response:
                     if response.status_code != 200:
                         raise _by_status(f"{url}", response.status_code, name)
+                    progress.declare(_content_length(response))
                     write_chunks(response.iter_bytes(BLOCK), into / name, progress)
-            except httpx.TransportError as exc:
-                raise SourceUnreachable(
-                    f"{url}: no answer ({type(exc).__name__})", file=name
-                ) from None
+            except httpx.RequestError as exc:
+                raise _https_error(exc, url, name, client.max_redirects) from None
             progress.done()
+
+
+def _content_length(response: httpx.Response) -> int | None:
+    """The size an answer declares for its body, when it declares one."""
+    value = response.headers.get("content-length", "")
+    return int(value) if value.isdigit() else None
+
+
+def _https_error(exc: httpx.RequestError, url: str, name: str, redirects: int) -> StagingError:
+    """httpx's failures (no connection, a timeout, a redirect loop, an undecodable body)."""
+    if isinstance(exc, httpx.TooManyRedirects):
+        return SourceUnreachable(f"{url}: more than {redirects} redirects", file=name)
+    if isinstance(exc, httpx.DecodingError):
+        return SourceUnreachable(f"{url}: the answer could not be decoded", file=name)
+    return SourceUnreachable(f"{url}: no answer ({type(exc).__name__})", file=name)

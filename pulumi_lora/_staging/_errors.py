@@ -10,6 +10,9 @@
         ├── SourceUnauthorized       the source said 401/403: the credentials are missing or wrong
         ├── SourceFileMissing        the source has no such repository, revision, bucket or file
         ├── SourceUnreachable        retryable: no usable answer from the source
+        │   └── SourceTooSlow        the fetch did not end by the deadline (--deadline)
+        ├── SourceTooLarge           the source declares or sends more than --max-bytes
+        ├── InsecureRedirect         an https source redirected to plain http
         ├── DigestMismatch           a staged file is not what the digests pin (or is extra)
         ├── AdapterConfigInvalid     ``adapter_config.json`` missing, unreadable, or not LoRA
         ├── AdapterIncompatible      rank or target modules beyond the server's LoRA flags
@@ -18,7 +21,8 @@
 
 Every message names the file (or the cause) and says what to do. Messages are built from the
 source as declared (which holds no credential: userinfo and query strings are refused) and from
-file names, never from request headers or environment values.
+file names, never from request headers or environment values. Any other exception is translated
+by `as_staging_error`, the one place where foreign errors become staging errors.
 """
 
 # ruff: noqa: N818 - the names say what happened, as in pulumi_lora._errors
@@ -33,15 +37,22 @@ __all__ = [
     "AdapterConfigInvalid",
     "AdapterIncompatible",
     "DigestMismatch",
+    "InsecureRedirect",
     "MutableSourceRefused",
     "SourceFileMissing",
     "SourceRefused",
+    "SourceTooLarge",
+    "SourceTooSlow",
     "SourceUnauthorized",
     "SourceUnreachable",
     "StagingError",
     "VolumeFull",
     "VolumeUnusable",
+    "as_staging_error",
 ]
+
+FOREIGN_MESSAGE_CHARS = 500
+"""At most this much of a foreign exception's own message is quoted."""
 
 
 class StagingError(PulumiLoRAError):
@@ -99,6 +110,36 @@ class SourceUnreachable(StagingError):
     advice = "check the endpoint and the network from the stager's pod; staging again may work"
 
 
+class SourceTooSlow(SourceUnreachable):
+    """The fetch did not end within the overall deadline: a stalled or dripping source."""
+
+    reason = "SourceTooSlow"
+    advice = (
+        "the source is too slow or stalled: check the network from the stager's pod, or raise "
+        "--deadline for a large adapter; the partial download was removed"
+    )
+
+
+class SourceTooLarge(StagingError):
+    """The source declares or sends more bytes than the overall limit allows."""
+
+    reason = "SourceTooLarge"
+    advice = (
+        "check the source (an endless or wrong answer?); raise --max-bytes if the adapter is "
+        "really that large; the partial download was removed"
+    )
+
+
+class InsecureRedirect(StagingError):
+    """An https source (or Hub endpoint) redirected to plain http, which is never followed."""
+
+    reason = "InsecureRedirect"
+    advice = (
+        "the source must stay on https: fix its redirect, or declare the final https URL; "
+        "nothing was fetched over plain http"
+    )
+
+
 class DigestMismatch(StagingError):
     """A file's sha256 is not the pinned one, or the directory holds a file nothing pins."""
 
@@ -145,3 +186,20 @@ class VolumeUnusable(StagingError):
 
     reason = "VolumeUnusable"
     advice = "mount the claim writable at the root given to the stager (and as its user)"
+
+
+def as_staging_error(exc: BaseException, *, file: str | None = None) -> StagingError:
+    """``exc`` as a staging error: itself if it is one, else a `StagingError` naming its type,
+    the file being staged and (the start of) its message. Pure.
+
+    The clients translate their libraries' failures they know; this is where anything else
+    (a malformed answer, a library's ``ValueError``, a bug) becomes a message the Job reports.
+    """
+    if isinstance(exc, StagingError):
+        return exc
+    where = f" while staging {file}" if file else ""
+    text = str(exc)
+    if len(text) > FOREIGN_MESSAGE_CHARS:
+        text = text[:FOREIGN_MESSAGE_CHARS] + "…"
+    detail = f": {text}" if text else ""
+    return StagingError(f"unexpected {type(exc).__name__}{where}{detail}", file=file)

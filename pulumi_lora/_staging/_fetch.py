@@ -1,11 +1,16 @@
 """Staging one request on the volume: fetch into a temporary directory beside the final one,
-verify, rename into place.
+verify, record, rename into place.
 
 ``<root>/<key>`` is either absent or complete and verified: files land in
-``<root>/.<key>.tmp-<random>``, which is removed on any failure; a directory already at
-``<root>/<key>`` that verifies is used as it is (nothing fetched), one that does not is staged
-again and replaced (set aside, renamed over, removed), so the final path never shows a partial
-directory.
+``<root>/.<key>.tmp-<random>``, which is removed on any failure; once verified, their facts are
+recorded in the directory's manifest (``_verify.MANIFEST``) and the whole directory is sealed
+and renamed into place at once. A directory already at ``<root>/<key>`` is used as it is
+(nothing fetched) only if it verifies against its manifest (``_verify.verify_staged``); one
+that does not (or has no manifest) is staged again and replaced (set aside, renamed over,
+removed), so the final path never shows a partial directory.
+
+`stage` raises only staging errors: whatever else a step raises is translated at its boundary
+(`_translated`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -20,20 +26,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pulumi_lora._staging._clients import Progress, fetch_files
+from pulumi_lora._staging._clients import fetch_files
 from pulumi_lora._staging._errors import (
     AdapterConfigInvalid,
     DigestMismatch,
+    SourceUnreachable,
     StagingError,
     VolumeFull,
     VolumeUnusable,
+    as_staging_error,
 )
 from pulumi_lora._staging._source import StagingRequest, content_key
+from pulumi_lora._staging._transfer import Progress, TransferLimits
 from pulumi_lora._staging._verify import (
+    MANIFEST,
     AdapterConfig,
     FileFacts,
     ServerLimits,
+    manifest_text,
     verify_directory,
+    verify_staged,
 )
 
 __all__ = ["StageResult", "stage"]
@@ -88,48 +100,80 @@ def stage(
     root: Path,
     *,
     limits: ServerLimits | None = None,
+    transfer: TransferLimits | None = None,
     env: Mapping[str, str] | None = None,
     log: Log = _quiet,
 ) -> StageResult:
     """Stage ``request`` at ``<root>/<content key>`` and return what is there.
 
-    ``env`` holds the clients' settings and credentials (``os.environ`` by default); ``log``
-    hears ``event, **fields`` (never a credential). Raises a ``StagingError``.
+    ``transfer`` bounds the fetch (bytes over all files, seconds from now; the defaults of
+    `TransferLimits` when ``None``); ``env`` holds the clients' settings and credentials
+    (``os.environ`` by default); ``log`` hears ``event, **fields`` (never a credential).
+    Raises a ``StagingError``, and nothing else.
     """
     started = time.monotonic()
     env = os.environ if env is None else env
     key = content_key(request)
     final = root / key
-    _make_root(root)
-    log("stage", key=key, source=request.source.uri, files=len(request.files) or None)
-
-    def result(
-        facts: dict[str, FileFacts], config: AdapterConfig, fetched: int | None
-    ) -> StageResult:
-        return StageResult(
-            key=key,
-            path=str(final),
-            files=facts,
-            config=config,
-            seconds=time.monotonic() - started,
-            fetched=fetched is not None,
-            source=request.source.uri,
-            bytes_fetched=fetched or 0,
-        )
-
-    if final.is_dir():
-        try:
-            facts, config = verify_directory(
-                final, files=request.files, digests=request.digests, limits=limits
+    progress = Progress(log, transfer)
+    try:
+        _make_root(root)
+        log("stage", key=key, source=request.source.uri, files=len(request.files) or None)
+        reused = _reuse(final, request, limits, log)
+        if reused is None:
+            facts, config = _fetch(
+                request, root, final, env=env, limits=limits, progress=progress, log=log
             )
-        except (DigestMismatch, AdapterConfigInvalid) as exc:
-            log("restage", key=key, reason=str(exc.detail))
+            log("staged", key=key, path=str(final), bytes=progress.total_bytes)
         else:
-            log("already_staged", key=key)
-            return result(facts, config, None)
+            facts, config = reused
+    except StagingError:
+        raise
+    except Exception as exc:
+        raise _translated(exc, progress.file, root) from exc
+    return StageResult(
+        key=key,
+        path=str(final),
+        files=facts,
+        config=config,
+        seconds=time.monotonic() - started,
+        fetched=reused is None,
+        source=request.source.uri,
+        bytes_fetched=0 if reused is not None else progress.total_bytes,
+    )
 
-    progress = Progress(log)
-    temporary = _temporary(root, key)
+
+def _reuse(
+    final: Path, request: StagingRequest, limits: ServerLimits | None, log: Log
+) -> tuple[dict[str, FileFacts], AdapterConfig] | None:
+    """What is at ``final``, if it verifies against its manifest; ``None``: stage it (again)."""
+    if not final.exists() and not final.is_symlink():
+        return None
+    try:
+        if final.is_symlink() or not final.is_dir():
+            raise DigestMismatch(f"{final.name} is not a plain directory")
+        staged = verify_staged(
+            final, key=final.name, files=request.files, digests=request.digests, limits=limits
+        )
+    except (DigestMismatch, AdapterConfigInvalid) as exc:
+        log("restage", key=final.name, reason=str(exc.detail))
+        return None
+    log("already_staged", key=final.name)
+    return staged
+
+
+def _fetch(
+    request: StagingRequest,
+    root: Path,
+    final: Path,
+    *,
+    env: Mapping[str, str],
+    limits: ServerLimits | None,
+    progress: Progress,
+    log: Log,
+) -> tuple[dict[str, FileFacts], AdapterConfig]:
+    """Fetch into a temporary directory, verify, record the manifest, seal, rename into place."""
+    temporary = _temporary(root, final.name)
     try:
         vouched = fetch_files(request, temporary, env, progress)
         shutil.rmtree(temporary / ".cache", ignore_errors=True)  # huggingface_hub's bookkeeping
@@ -139,14 +183,24 @@ def stage(
             digests={**vouched, **request.digests},
             limits=limits,
         )
+        manifest = manifest_text(final.name, request.source.uri, facts)
+        (temporary / MANIFEST).write_text(manifest, encoding="utf-8")
         _seal(temporary)
         _install(temporary, final, request, limits, log)
-    except OSError as exc:
-        raise _volume_error(exc, progress.file, root) from None
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
-    log("staged", key=key, path=str(final), bytes=progress.total_bytes)
-    return result(facts, config, progress.total_bytes)
+    return facts, config
+
+
+def _translated(exc: Exception, file: str | None, root: Path) -> StagingError:
+    """Any exception as a staging error: the volume's and the network's own ``OSError``s by
+    their errno, anything else by `as_staging_error` (its type and message, naming ``file``)."""
+    if isinstance(exc, ConnectionError | TimeoutError | socket.gaierror):
+        where = f"{file}: " if file else ""
+        return SourceUnreachable(f"{where}the connection failed ({exc})", file=file)
+    if isinstance(exc, OSError):
+        return _volume_error(exc, file, root)
+    return as_staging_error(exc, file=file)
 
 
 def _make_root(root: Path) -> None:
@@ -159,10 +213,7 @@ def _make_root(root: Path) -> None:
 
 
 def _temporary(root: Path, key: str) -> Path:
-    try:
-        return Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=root))
-    except OSError as exc:
-        raise _volume_error(exc, None, root) from None
+    return Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=root))
 
 
 def _seal(directory: Path) -> None:
@@ -207,7 +258,9 @@ def _install(
         if exc.errno not in {errno.EEXIST, errno.ENOTEMPTY}:
             raise
         # Another stager renamed the same content into place first: keep it if it verifies.
-        verify_directory(final, files=request.files, digests=request.digests, limits=limits)
+        verify_staged(
+            final, key=final.name, files=request.files, digests=request.digests, limits=limits
+        )
         log("staged_concurrently", key=final.name)
     finally:
         if aside is not None:

@@ -2,7 +2,13 @@
 
 No network and no I/O library: the checks read local files (streaming, in 1 MiB blocks) and
 decide; the rules themselves (``check_digests``, ``parse_adapter_config``,
-``check_against_server``) are pure functions of values.
+``check_against_server``, ``parse_manifest``) are pure functions of values.
+
+A staged directory keeps what was checked when it was fetched in its **manifest**
+(``.pulumi-lora-staged.json``: every file's size and sha256, computed from the bytes after they
+matched the pinned digests and the Hub's own sha256). A directory is reused only if it holds
+exactly the manifest's files with those digests (`verify_staged`): a missing, changed or extra
+file, or no manifest at all, means staging again.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pulumi_lora._staging._errors import AdapterConfigInvalid, AdapterIncompatible, DigestMismatch
+from pulumi_lora._staging._source import check_file_name
 
 __all__ = [
     "ADAPTER_CONFIG",
     "ALL_TARGET_MODULES",
+    "MANIFEST",
     "SUPPORTED_TARGET_MODULES",
     "AdapterConfig",
     "FileFacts",
@@ -26,13 +34,20 @@ __all__ = [
     "check_against_server",
     "check_digests",
     "hash_file",
+    "manifest_text",
     "normalize_target_modules",
     "parse_adapter_config",
+    "parse_manifest",
     "staged_files",
     "verify_directory",
+    "verify_staged",
 ]
 
 ADAPTER_CONFIG = "adapter_config.json"
+MANIFEST = ".pulumi-lora-staged.json"
+"""The staged directory's own record (a hidden name: no source file can take it)."""
+MANIFEST_VERSION = 1
+_SHA256_HEX = frozenset("0123456789abcdef")
 BLOCK = 1 << 20
 """Bytes read at a time while hashing."""
 
@@ -185,8 +200,8 @@ def hash_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> File
 
 
 def staged_files(directory: Path) -> list[str]:
-    """Every regular file under ``directory`` as a relative POSIX path, sorted; a symlink or any
-    other kind of entry is a ``DigestMismatch`` (a staged directory holds plain files only)."""
+    """Every regular file under ``directory`` as a relative POSIX path, sorted, but the manifest;
+    a symlink or any other kind of entry is a ``DigestMismatch`` (plain files only)."""
     names: list[str] = []
     for current, dirs, files in os.walk(directory, followlinks=False):
         base = Path(current)
@@ -196,7 +211,7 @@ def staged_files(directory: Path) -> list[str]:
             if path.is_symlink() or not (path.is_dir() or path.is_file()):
                 raise DigestMismatch(f"{relative} is not a plain file or directory", file=relative)
         names += [(base / name).relative_to(directory).as_posix() for name in files]
-    return sorted(names)
+    return sorted(name for name in names if name != MANIFEST)
 
 
 def verify_directory(
@@ -230,3 +245,86 @@ def verify_directory(
     if limits is not None:
         check_against_server(config, limits)
     return facts, config
+
+
+def manifest_text(key: str, source: str, facts: Mapping[str, FileFacts]) -> str:
+    """The manifest of a staged directory: its key, its source and every file's facts. Pure."""
+    document = {
+        "version": MANIFEST_VERSION,
+        "key": key,
+        "source": source,
+        "files": {
+            name: {"bytes": facts[name].size, "sha256": facts[name].sha256}
+            for name in sorted(facts)
+        },
+    }
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+def parse_manifest(text: str, *, key: str) -> dict[str, FileFacts]:
+    """The files a manifest records for the directory ``key``; ``DigestMismatch`` when it is
+    not one (not JSON, another version or key, a malformed entry). Pure."""
+
+    def invalid(why: str) -> DigestMismatch:
+        return DigestMismatch(f"{MANIFEST} {why}", file=MANIFEST)
+
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise invalid("is not JSON") from None
+    if not isinstance(document, dict) or document.get("version") != MANIFEST_VERSION:
+        raise invalid(f"is not a version {MANIFEST_VERSION} manifest")
+    if document.get("key") != key:
+        raise invalid(f"names the key {document.get('key')!r}, not {key!r}")
+    files = document.get("files")
+    if not isinstance(files, dict) or not files:
+        raise invalid("lists no file")
+    recorded: dict[str, FileFacts] = {}
+    for name, entry in files.items():
+        size = entry.get("bytes") if isinstance(entry, dict) else None
+        sha = entry.get("sha256") if isinstance(entry, dict) else None
+        if (
+            not isinstance(size, int)
+            or isinstance(size, bool)
+            or size < 0
+            or not isinstance(sha, str)
+            or len(sha) != 64
+            or not set(sha) <= _SHA256_HEX
+        ):
+            raise invalid(f"has a malformed entry for {name!r}")
+        try:
+            recorded[check_file_name(name)] = FileFacts(size=size, sha256=sha)
+        except ValueError:
+            raise invalid(f"lists {name!r}, not a plain relative path") from None
+    return recorded
+
+
+def verify_staged(
+    directory: Path,
+    *,
+    key: str,
+    files: Iterable[str],
+    digests: Mapping[str, str],
+    limits: ServerLimits | None = None,
+) -> tuple[dict[str, FileFacts], AdapterConfig]:
+    """A directory staged before, checked before it is reused: its manifest (`MANIFEST`) agrees
+    with the request (the declared ``files``, the pinned ``digests``), and the directory holds
+    exactly the recorded files (none missing, none extra: an extra weights file would be loaded
+    too) with the recorded sha256, and a LoRA ``adapter_config.json`` within ``limits``.
+    ``DigestMismatch`` (or ``AdapterConfigInvalid``) otherwise."""
+    path = directory / MANIFEST
+    if path.is_symlink() or not path.is_file():
+        raise DigestMismatch(
+            f"{MANIFEST} is missing: the directory's content was never recorded", file=MANIFEST
+        )
+    recorded = parse_manifest(path.read_text(encoding="utf-8", errors="replace"), key=key)
+    wanted = sorted(files)
+    if wanted and wanted != sorted(recorded):
+        raise DigestMismatch(f"{MANIFEST} records other files than declared", file=MANIFEST)
+    check_digests(recorded, digests)
+    return verify_directory(
+        directory,
+        files=sorted(recorded),
+        digests={name: entry.sha256 for name, entry in recorded.items()},
+        limits=limits,
+    )

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -19,6 +20,8 @@ import pytest
 
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.hub import PlayedHub
+
+from .played import PlayedHttp, self_signed
 
 TOKEN = "hf_played_token_0123456789"
 ADAPTER_CONFIG = {"peft_type": "LORA", "r": 16, "target_modules": ["q_proj", "v_proj"]}
@@ -119,3 +122,37 @@ def tiny_volume(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def played() -> Iterator[PlayedHttp]:
+    """A hostile plain-HTTP server on 127.0.0.1 (see `played.PlayedHttp`)."""
+    server = PlayedHttp()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and localhost, and its key."""
+    if shutil.which("openssl") is None:
+        missing_real_part("making a test certificate needs the openssl command")
+    return self_signed(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def played_tls(
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[PlayedHttp]:
+    """The hostile server over TLS, its certificate trusted by httpx (``SSL_CERT_FILE``)."""
+    cert, key = certificate
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    server = PlayedHttp(tls=context)
+    try:
+        yield server
+    finally:
+        server.close()

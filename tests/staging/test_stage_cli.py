@@ -16,6 +16,7 @@ from pulumi_lora._staging._cli import termination_message
 from pulumi_lora.testing.hub import PlayedHub
 
 from .conftest import TOKEN, Adapter
+from .played import PlayedHttp, Reply
 
 
 def run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
@@ -82,6 +83,137 @@ def test_no_termination_log_file_means_none_is_written(tmp_path: Path) -> None:
         ["--source=hf://acme/cli@main", f"--root={tmp_path}", f"--termination-log={absent}"], {}
     )
     assert code == 1 and not absent.parent.exists()
+
+
+def termination(path: Path) -> dict[str, object]:
+    """The termination message written: one JSON document within Kubernetes' 4096 bytes."""
+    raw = path.read_bytes()
+    assert 0 < len(raw) <= 4096, len(raw)
+    document = json.loads(raw)
+    assert isinstance(document, dict)
+    return document
+
+
+def test_a_redirect_loop_reaches_the_termination_log(played: PlayedHttp, tmp_path: Path) -> None:
+    """httpx's TooManyRedirects is no StagingError: it used to end the command in a traceback."""
+    played.routes["GET /loop/adapter_config.json"] = Reply(
+        302, {"Location": f"{played.url}/loop/adapter_config.json"}
+    )
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    code, out, err = run(
+        [
+            f"--source={played.url}/loop/",
+            "--digest=adapter_config.json=" + "0" * 64,
+            f"--root={tmp_path / 'adapters'}",
+            f"--termination-log={log}",
+        ],
+        {},
+    )
+    assert (code, out) == (1, "")
+    message = f"{played.url}/loop/adapter_config.json: more than 20 redirects"
+    assert err.splitlines()[-1].startswith(f"Error: {message}: check the endpoint")
+    assert termination(log) == {
+        "error": err.splitlines()[-1].removeprefix("Error: "),
+        "reason": "SourceUnreachable",
+        "file": "adapter_config.json",
+    }
+
+
+def test_an_unexpected_error_reaches_the_termination_log(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Whatever goes wrong (here a bug in a client) is reported, not raised as a traceback."""
+
+    def broken(*_args: object) -> dict[str, str]:
+        raise KeyError("Contents")
+
+    monkeypatch.setattr("pulumi_lora._staging._fetch.fetch_files", broken)
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    code, out, err = run(
+        [
+            f"--source=hf://acme/cli@{'1' * 40}",
+            f"--root={tmp_path / 'adapters'}",
+            f"--termination-log={log}",
+        ],
+        {},
+    )
+    assert (code, out) == (1, "")
+    assert err.splitlines()[-1] == "Error: unexpected KeyError: 'Contents'"
+    assert termination(log) == {
+        "error": "unexpected KeyError: 'Contents'",
+        "reason": "StagingFailed",
+        "file": None,
+    }
+    assert (tmp_path / "adapters").exists() and list((tmp_path / "adapters").iterdir()) == []
+
+
+def test_a_usage_error_reaches_the_termination_log(tmp_path: Path) -> None:
+    """An option the image does not know, or a bad value, is reported where the provider reads."""
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    code, _out, err = run(
+        ["--source=hf://acme/cli@main", "--max-lora-rank=zero", f"--termination-log={log}"], {}
+    )
+    assert code == 2 and "'zero' is not a valid integer" in err
+    document = termination(log)
+    assert document["reason"] == "InvalidArguments" and document["file"] is None
+    assert "'zero' is not a valid integer" in str(document["error"])
+
+
+def test_max_bytes_reads_kubernetes_quantities(played: PlayedHttp, tmp_path: Path) -> None:
+    played.routes["GET /big/adapter_config.json"] = Reply(body=b"x" * 2048)
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    args = [
+        f"--source={played.url}/big/",
+        "--digest=adapter_config.json=" + "0" * 64,
+        f"--root={tmp_path / 'adapters'}",
+        f"--termination-log={log}",
+    ]
+    code, _out, err = run([*args, "--max-bytes=lots"], {})
+    assert code == 2 and "'lots' is not a positive byte count (e.g. 500Mi, 16Gi)" in err
+    code, _out, _err = run([*args, "--max-bytes=1Ki"], {})
+    assert code == 1 and termination(log)["error"] == (
+        "adapter_config.json: the source declares 2048 bytes, more than the 1024 bytes left of "
+        "--max-bytes 1024: check the source (an endless or wrong answer?); raise --max-bytes if "
+        "the adapter is really that large; the partial download was removed"
+    )
+
+
+def test_a_very_long_error_keeps_the_termination_message_valid_json(tmp_path: Path) -> None:
+    """Kubernetes keeps the last 4096 bytes of a longer message: it must never be longer."""
+    name = "a" * 6000 + ".safetensors"
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    code, _out, err = run(
+        [
+            "--source=hf://acme/cli@main",
+            f"--digest={name}=zz",
+            f"--root={tmp_path}",
+            f"--termination-log={log}",
+        ],
+        {},
+    )
+    assert code == 1 and len(err) > 6000  # stderr has it all
+    document = termination(log)
+    assert document["reason"] == "InvalidSource"
+    error, file = str(document["error"]), str(document["file"])
+    assert error.startswith("digest of aaaa") and error.endswith(
+        ".safetensors is not 64 hex characters of sha256: 'zz'"
+    )
+    assert "…" in error and file.startswith("aaa") and file.endswith("a.safetensors")
+
+
+@pytest.mark.parametrize("text", ["x" * 9000, "é" * 9000, '"\\' * 3000])
+def test_a_long_error_is_shortened_in_the_message_not_cut_from_the_document(text: str) -> None:
+    message = termination_message({"error": text, "reason": "StagingFailed", "file": "f"})
+    assert len(message.encode()) <= 4096
+    document = json.loads(message)
+    assert document["reason"] == "StagingFailed" and document["file"] == "f"
+    assert document["error"].startswith(text[:100]) and document["error"].endswith(text[-50:])
+    assert "…" in document["error"]
 
 
 def test_a_long_result_keeps_within_kubernetes_4096_bytes() -> None:

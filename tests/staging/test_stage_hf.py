@@ -16,7 +16,7 @@ from pulumi_lora._staging._errors import (
 )
 from pulumi_lora._staging._fetch import stage
 from pulumi_lora._staging._source import content_key, parse_source
-from pulumi_lora._staging._verify import ServerLimits
+from pulumi_lora._staging._verify import MANIFEST, ServerLimits
 from pulumi_lora.testing.hub import PlayedHub
 
 from .conftest import TOKEN, Adapter, leftovers, make_adapter
@@ -40,7 +40,7 @@ def test_a_pinned_commit_lands_verified_at_its_key_and_stages_once(
     assert first.fetched and first.key == content_key(request)
     assert first.path == str(tmp_path / first.key)
     assert leftovers(tmp_path) == [first.key]  # no temporary directory, no hub bookkeeping
-    assert sorted(os.listdir(first.path)) == sorted(adapter.files)
+    assert sorted(os.listdir(first.path)) == sorted([*adapter.files, MANIFEST])
     assert {n: (tmp_path / first.key / n).read_bytes() for n in adapter.files} == adapter.files
     assert {n: f.sha256 for n, f in first.files.items()} == adapter.digests
     assert first.document()["bytes"] == sum(map(len, adapter.files.values()))
@@ -166,5 +166,73 @@ def test_a_changed_staged_directory_is_staged_again(
     events: list[str] = []
     healed = stage(request, tmp_path, env=env, log=lambda e, **_f: events.append(e))
     assert healed.fetched and "restage" in events
+    assert weights.read_bytes() == adapter.files[WEIGHTS]
+    assert leftovers(tmp_path) == [first.key]
+
+
+def test_a_planted_directory_without_a_manifest_is_staged_again(
+    hub: PlayedHub, adapter: Adapter, tmp_path: Path
+) -> None:
+    """The recommended form, a commit without digests: a directory at the key holding only an
+    adapter_config.json and a junk file is not taken for the adapter."""
+    commit = publish(hub, "acme/planted", adapter)
+    request = parse_source(f"hf://acme/planted@{commit}")
+    planted = tmp_path / content_key(request)
+    planted.mkdir()
+    (planted / "adapter_config.json").write_bytes(adapter.files["adapter_config.json"])
+    (planted / "junk.bin").write_bytes(b"junk")
+    events: list[tuple[str, dict[str, Any]]] = []
+    result = stage(
+        request,
+        tmp_path,
+        env={"HF_ENDPOINT": hub.endpoint},
+        log=lambda e, **f: events.append((e, f)),
+    )
+    assert result.fetched and result.path == str(planted)
+    assert (
+        "restage",
+        {
+            "key": result.key,
+            "reason": f"{MANIFEST} is missing: the directory's content was never recorded",
+        },
+    ) in events
+    assert sorted(os.listdir(planted)) == sorted([*adapter.files, MANIFEST])
+    assert leftovers(tmp_path) == [result.key]
+
+
+@pytest.mark.parametrize("change", ["flipped", "extra", "missing", "manifest-only"])
+def test_a_staged_directory_is_reused_only_as_its_manifest_records_it(
+    hub: PlayedHub, adapter: Adapter, tmp_path: Path, change: str
+) -> None:
+    """Without digests too: every file present with the sha256 recorded when it was fetched, no
+    other file (an extra weights file would be loaded too)."""
+    commit = publish(hub, f"acme/kept-{change}", adapter)
+    request = parse_source(f"hf://acme/kept-{change}@{commit}")
+    env = {"HF_ENDPOINT": hub.endpoint}
+    first = stage(request, tmp_path, env=env)
+    fetched = len(hub.file_requests())
+    again = stage(request, tmp_path, env=env)
+    assert not again.fetched and again.files == first.files
+    assert len(hub.file_requests()) == fetched  # intact: nothing fetched
+
+    staged = Path(first.path)
+    staged.chmod(0o755)
+    weights = staged / WEIGHTS
+    if change == "flipped":
+        data = bytearray(weights.read_bytes())
+        data[100] ^= 0x01
+        weights.chmod(0o644)
+        weights.write_bytes(bytes(data))
+    elif change == "extra":
+        (staged / "adapter_model.bin").write_bytes(b"other weights")
+    elif change == "missing":
+        weights.unlink()
+    else:  # a directory whose every file but the manifest is gone
+        for name in adapter.files:
+            (staged / name).unlink()
+    events: list[str] = []
+    healed = stage(request, tmp_path, env=env, log=lambda e, **_f: events.append(e))
+    assert healed.fetched and "restage" in events and "already_staged" not in events
+    assert sorted(os.listdir(staged)) == sorted([*adapter.files, MANIFEST])
     assert weights.read_bytes() == adapter.files[WEIGHTS]
     assert leftovers(tmp_path) == [first.key]

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+from click.testing import CliRunner
 
-from pulumi_lora._staging._errors import DigestMismatch, SourceFileMissing
+from pulumi_lora._cli import cli
+from pulumi_lora._staging._errors import DigestMismatch, SourceFileMissing, SourceTooLarge
 from pulumi_lora._staging._fetch import stage
 from pulumi_lora._staging._source import parse_source
+from pulumi_lora._staging._transfer import TransferLimits
 
 from .conftest import Adapter, MotoServer, leftovers
 
@@ -120,3 +124,51 @@ def test_credentials_never_reach_messages_or_results(
     text = repr(result.document())
     assert moto.env["AWS_SECRET_ACCESS_KEY"] not in text
     assert moto.env["AWS_ACCESS_KEY_ID"] not in text
+
+
+def test_a_listed_key_that_is_no_plain_path_reaches_the_termination_log(
+    moto: MotoServer, bucket: Any, adapter: Adapter, tmp_path: Path
+) -> None:
+    """check_file_name's ValueError on a listed key used to end the command in a traceback."""
+    upload(bucket, "ad/", {**adapter.files, "x//y.bin": b"y"})
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    result = CliRunner().invoke(
+        cli,
+        [
+            "stage",
+            "--source=s3://adapters/ad/",
+            "--allow-mutable",
+            f"--s3-endpoint={moto.endpoint}",
+            f"--root={tmp_path / 'root'}",
+            f"--termination-log={log}",
+        ],
+        env=moto.env,
+        catch_exceptions=False,
+    )
+    assert (result.exit_code, result.stdout) == (1, "")
+    document = json.loads(log.read_text())
+    assert document["reason"] == "InvalidSource" and document["file"] == "x//y.bin"
+    assert document["error"].startswith(
+        "s3://adapters/ad/: the source lists 'x//y.bin', not a plain relative file path"
+    )
+    assert result.stderr.splitlines()[-1] == f"Error: {document['error']}"
+    assert leftovers(tmp_path / "root") == []
+
+
+def test_a_listing_beyond_max_bytes_is_refused_before_any_object_is_fetched(
+    moto: MotoServer, bucket: Any, adapter: Adapter, tmp_path: Path
+) -> None:
+    upload(bucket, "big/", adapter.files)
+    request = parse_source("s3://adapters/big/", allow_mutable=True, s3_endpoint=moto.endpoint)
+    events: list[str] = []
+    with pytest.raises(SourceTooLarge, match=r"the files listed add up to \d+ bytes, more than"):
+        stage(
+            request,
+            tmp_path,
+            env=moto.env,
+            transfer=TransferLimits(max_bytes=100 << 10),
+            log=lambda e, **_f: events.append(e),
+        )
+    assert "fetch_file" not in events
+    assert leftovers(tmp_path) == []

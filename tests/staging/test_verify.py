@@ -10,12 +10,16 @@ import pytest
 
 from pulumi_lora._staging._errors import AdapterConfigInvalid, AdapterIncompatible, DigestMismatch
 from pulumi_lora._staging._verify import (
+    MANIFEST,
     AdapterConfig,
     ServerLimits,
     check_against_server,
     hash_file,
+    manifest_text,
     parse_adapter_config,
+    parse_manifest,
     verify_directory,
+    verify_staged,
 )
 
 CONFIG = {"peft_type": "LORA", "r": 16, "target_modules": ["q_proj", "v_proj", "o_proj"]}
@@ -139,3 +143,69 @@ def test_server_flags_bound_rank_and_modules() -> None:
         "adapter_config.json: target modules o_proj are not in the server's "
         "--lora-target-modules q_proj v_proj"
     )
+
+
+def record(directory: Path, key: str = "k" * 16) -> dict[str, str]:
+    """An adapter directory with its manifest, as staging leaves it; returns its digests."""
+    digests = write_adapter(directory)
+    facts, _config = verify_directory(directory, files=sorted(digests), digests=digests)
+    (directory / MANIFEST).write_text(manifest_text(key, "hf://acme/x@" + "1" * 40, facts))
+    return digests
+
+
+def test_a_recorded_directory_verifies_without_digests(tmp_path: Path) -> None:
+    digests = record(tmp_path / "a")
+    facts, config = verify_staged(tmp_path / "a", key="k" * 16, files=(), digests={})
+    assert {name: f.sha256 for name, f in facts.items()} == digests  # the manifest is no file
+    assert config.rank == 16
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ("no manifest", f"{MANIFEST} is missing"),
+        ("flipped", "adapter_model.safetensors: sha256"),
+        ("extra", "extra.bin is in the staged directory but not declared"),
+        ("missing", "adapter_model.safetensors is missing from the staged directory"),
+        ("other key", f"{MANIFEST} names the key 'kkkkkkkkkkkkkkkk', not 'other'"),
+        ("not json", f"{MANIFEST} is not JSON"),
+        ("bad entry", f"{MANIFEST} has a malformed entry for 'adapter_config.json'"),
+        ("other pin", "adapter_config.json: sha256"),
+    ],
+)
+def test_a_recorded_directory_that_changed_is_a_mismatch(
+    tmp_path: Path, change: str, words: str
+) -> None:
+    directory = tmp_path / "a"
+    record(directory)
+    manifest = directory / MANIFEST
+    key, pinned = "k" * 16, {}
+    if change == "no manifest":
+        manifest.unlink()
+    elif change == "flipped":
+        (directory / "adapter_model.safetensors").write_bytes(b"w" * 2999 + b"x")
+    elif change == "extra":
+        (directory / "extra.bin").write_bytes(b"x")
+    elif change == "missing":
+        (directory / "adapter_model.safetensors").unlink()
+    elif change == "other key":
+        key = "other"
+    elif change == "not json":
+        manifest.write_text("{")
+    elif change == "bad entry":
+        document = json.loads(manifest.read_text())
+        document["files"]["adapter_config.json"]["sha256"] = "nothex"
+        manifest.write_text(json.dumps(document))
+    else:  # the request pins another digest than the one recorded
+        pinned = {"adapter_config.json": "0" * 64}
+    with pytest.raises(DigestMismatch) as mismatch:
+        verify_staged(directory, key=key, files=(), digests=pinned)
+    assert words in str(mismatch.value)
+
+
+def test_a_manifest_lists_only_plain_relative_names() -> None:
+    text = json.dumps(
+        {"version": 1, "key": "k", "files": {"../x": {"bytes": 1, "sha256": "a" * 64}}}
+    )
+    with pytest.raises(DigestMismatch, match=r"lists '\.\./x', not a plain relative path"):
+        parse_manifest(text, key="k")
