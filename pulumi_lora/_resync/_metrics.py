@@ -40,7 +40,8 @@ STATE_METRICS = {
     f"{_P}_adapter_served": "1 if the Ready pod serves the CR's adapter, else 0 (per-pod detail)",
     f"{_P}_adapter_not_served_since_timestamp_seconds": (
         "Unix time since which a Ready pod has not served the CR's adapter (per pod; with "
-        "--adapter-metrics per-adapter, the earliest over its pods); absent while served"
+        "--adapter-metrics per-adapter, the earliest over its pods); absent while served; a "
+        "new leader takes an outage's start from the CR's status"
     ),
     f"{_P}_adapter_llmkube_contested": (
         "1 when LLMKube's own LoRA controller acts on the CR (its finalizer, or conditions it "

@@ -4,20 +4,36 @@ The counters of ``_metrics`` say what the loop *did*; an on-call engineer asks w
 adapter is not served on which Ready pod, since when, and how full each server is against its
 ``--max-loaded-loras``. :func:`fleet_state` answers from the :class:`~._world.World` (the CRs,
 the trusted pods, the outcome each pod run recorded) at the moment it is asked (a scrape of
-``/metrics``), and :class:`NotServedClock` remembers when each (CR, pod) pair was first seen not
-served, so an alert can say "for 5 minutes" with ``time() - since`` instead of its own ``for:``
-state. Pure: no I/O; the caller passes the wall clock.
+``/metrics``), and :class:`NotServedClock` keeps when each (CR, pod) pair stopped being served,
+so an alert can say "for 5 minutes" with ``time() - since`` instead of its own ``for:`` state.
+
+"Since" must not restart with each leader (a failover would delay the alert by 5 minutes, a
+leader crash-looping faster would never raise it). Its durable record is the CR's status: the
+``lastTransitionTime`` of ``Loaded=False`` / ``Error=True`` that the loop writes for the current
+generation and every leader carries over. A leader dates a pair it sees failing from that
+record (never before the pod's start) when the outage may predate it, i.e. the pair has not been
+served since its first look; a pair it saw served and then fail, or whose run is still to come,
+counts from its own look. No new field: LLMKube's status schema is closed. Pure: no I/O; the
+caller passes the wall clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import ValidationError
 
-from pulumi_lora._models import LLMKUBE_FINALIZER, LoRAAdapterStatus, written_by_llmkube
+from pulumi_lora._llmkube import PodEndpoint
+from pulumi_lora._models import (
+    LLMKUBE_FINALIZER,
+    ConditionKind,
+    ConditionStatus,
+    LoRAAdapterStatus,
+    written_by_llmkube,
+)
 from pulumi_lora._reconcile import extra_arg_value
 from pulumi_lora._resync._views import AdapterCR, Key
 from pulumi_lora._resync._world import PodRecord, World
@@ -100,22 +116,68 @@ class FleetState:
 
 
 class NotServedClock:
-    """When each (CR, pod) pair was first seen not served; forgotten once served again (or
-    gone). Kept by the leader across scrapes; a new leader starts from its first look."""
+    """When each (CR, pod) pair stopped being served; forgotten once served again (or gone).
+    Kept by the leader across scrapes; a new leader starts with a new one."""
 
     def __init__(self) -> None:
         self._since: dict[tuple[Key, Key], float] = {}
+        #: Pairs not served at this leader's first look and ever since: the outage may be older.
+        self._inherited: set[tuple[Key, Key]] | None = None
 
     def observe(
-        self, not_served: Iterable[tuple[Key, Key]], now: float
+        self, not_served: Mapping[tuple[Key, Key], float | None], now: float
     ) -> dict[Key, dict[Key, float]]:
-        """Record the pairs not served at ``now``; return ``{cr: {pod: since}}`` for them."""
-        seen = set(not_served)
-        self._since = {pair: self._since.get(pair, now) for pair in seen}
+        """Record the pairs not served at ``now``, each with the since its CR's status records
+        (None: no record, or not known to fail yet); return ``{cr: {pod: since}}`` for them.
+
+        A pair's since is when this leader first saw it not served, or the recorded one if that
+        is earlier and the pair has not been served since this leader's first look."""
+        if self._inherited is None:
+            self._inherited = set(not_served)
+        else:
+            self._inherited &= not_served.keys()
+        self._since = {
+            pair: (
+                min(self._since.get(pair, now), recorded)
+                if recorded is not None and pair in self._inherited
+                else self._since.get(pair, now)
+            )
+            for pair, recorded in not_served.items()
+        }
         found: dict[Key, dict[Key, float]] = {}
         for (cr, pod), since in self._since.items():
             found.setdefault(cr, {})[pod] = since
         return found
+
+
+def _recorded_since(cr: AdapterCR) -> float | None:
+    """Pure: since when the CR's status says it is not served, as unix time: the earliest
+    ``lastTransitionTime`` of ``Loaded=False`` and ``Error=True`` for its current generation
+    (LLMKube's conditions left out). None when it says served, or nothing readable."""
+    try:
+        conditions = LoRAAdapterStatus.model_validate(cr.status or {}).conditions or []
+    except ValidationError:
+        return None
+    times = [
+        c.last_transition_time.timestamp()
+        for c in conditions
+        if c.observed_generation in (None, cr.generation)
+        and not written_by_llmkube(c)
+        and (c.type, c.status)
+        in (
+            (ConditionKind.LOADED.value, ConditionStatus.FALSE),
+            (ConditionKind.ERROR.value, ConditionStatus.TRUE),
+        )
+    ]
+    return min(times) if times else None
+
+
+def _started(facts: PodEndpoint) -> float | None:
+    """When the pod's server container started (unix time), if known."""
+    try:
+        return datetime.fromisoformat(facts.started_at).timestamp() if facts.started_at else None
+    except ValueError:
+        return None
 
 
 def llmkube_contests(cr: AdapterCR, returned: Set[Key]) -> bool:
@@ -145,7 +207,7 @@ def fleet_state(
     world: World, clock: NotServedClock, now: float, returned: Set[Key] = frozenset()
 ) -> FleetState:
     """Pure (but for ``clock``'s memory): every CR x Ready pod of its target, and every pod's
-    capacity, at wall time ``now``.
+    capacity, at wall time ``now``; "not served since" as :class:`NotServedClock` keeps it.
 
     A CR is served on a Ready pod when that pod's last run recorded it loaded, at its declared
     path, for its current generation. Anything else is "not served": the run is still to come,
@@ -153,7 +215,7 @@ def fleet_state(
     owns, a target that is missing or not SGLang: the CR's conditions say which).
     """
     rows: list[tuple[AdapterCR, list[tuple[str, bool, str]]]] = []
-    missing: list[tuple[Key, Key]] = []
+    missing: dict[tuple[Key, Key], float | None] = {}
     pods_by_target: dict[Key, list[PodRecord]] = {}
     for key in sorted(world.crs):
         cr = world.crs[key]
@@ -161,14 +223,25 @@ def fleet_state(
         if pods is None:
             pods = pods_by_target[cr.target] = world.pods_of(cr.target)
         found = []
+        unserved = []
         for state in pods:
             if not state.facts.serving:
                 continue
             served, reason = _served(cr, state)
             found.append((state.facts.name, served, reason))
             if not served:
-                missing.append((key, state.facts.key))
+                unserved.append(state)
         rows.append((cr, found))
+        recorded = _recorded_since(cr) if unserved else None
+        # Known not to serve it: a run of this leader recorded so, or none runs (not Available).
+        runs = recorded is not None and world.availability(cr).ok
+        for state in unserved:
+            outcome = state.outcomes.get(key)
+            known = not runs or (outcome is not None and outcome.generation == cr.generation)
+            dated = None
+            if recorded is not None and known:
+                dated = max(recorded, _started(state.facts) or recorded)
+            missing[(key, state.facts.key)] = dated
     since = clock.observe(missing, now)
     adapters = []
     for cr, found in rows:

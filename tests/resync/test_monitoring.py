@@ -9,7 +9,9 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS
 HERE = Path(__file__).resolve().parent
 RULES = HERE.parents[1] / "pulumi_lora" / "_monitoring" / "rules.yaml"
 NOT_SERVED = "PulumiLoRAAdapterNotServed"
+SINCE = "pulumi_lora_resync_adapter_not_served_since_timestamp_seconds"
 #: The comparison that ends an alert's expression (its threshold): stripped, the expression
 #: must still return series, i.e. the metrics it reads exist.
 THRESHOLD = re.compile(r"\s*(>=|<=|==|>|<)\s*[0-9.]+\s*$")
@@ -59,9 +62,9 @@ def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
 
 
 class Prometheus:
-    """A real ``prometheus`` on loopback, scraping one loop every second."""
+    """A real ``prometheus`` on loopback, scraping the replicas of one loop every second."""
 
-    def __init__(self, directory: Path, target: str) -> None:
+    def __init__(self, directory: Path, *targets: str) -> None:
         rules = alert_rules()
         for rule in rules["groups"][0]["rules"]:
             if rule["alert"] == NOT_SERVED:  # seconds, not 5 minutes
@@ -78,7 +81,7 @@ class Prometheus:
                     "honor_labels": True,
                     "static_configs": [
                         {
-                            "targets": [target],
+                            "targets": list(targets),
                             "labels": {"namespace": "loop-namespace", "pod": "loop-pod"},
                         }
                     ],
@@ -139,8 +142,8 @@ def prometheus_factory(tmp_path: Path) -> Iterator[Any]:
     tool("prometheus")
     started: list[Prometheus] = []
 
-    def start(target: str) -> Prometheus:
-        started.append(Prometheus(tmp_path, target))
+    def start(*targets: str) -> Prometheus:
+        started.append(Prometheus(tmp_path, *targets))
         return started[-1]
 
     yield start
@@ -210,3 +213,56 @@ def test_prometheus_alerts_on_a_pod_whose_loads_fail_and_the_dashboard_has_data(
         what=f"{NOT_SERVED} resolved",
     )
     assert prom.query("pulumi_lora_resync_adapter_not_served_since_timestamp_seconds") == []
+
+
+def recorded_since(cluster: Cluster, name: str) -> float | None:
+    """The loop's record of the outage on the CR: when its ``Loaded=False`` / ``Error=True``
+    turned so (the earliest), or None while neither is."""
+    times = [
+        datetime.fromisoformat(c["lastTransitionTime"]).timestamp()
+        for c in cluster.conditions(name).values()
+        if (c["type"], c["status"]) in (("Loaded", "False"), ("Error", "True"))
+    ]
+    return min(times) if times else None
+
+
+def since_by_target(prom: Prometheus, scraped_after: float = 0.0) -> dict[str, float]:
+    """The not-served-since of the one failing pair, by loop replica (scrape target), from
+    scrapes after ``scraped_after`` (unix time)."""
+    return {
+        s["metric"]["instance"]: float(s["value"][1])
+        for s in prom.query(f"{SINCE} and timestamp({SINCE}) > {scraped_after}")
+    }
+
+
+@pytest.mark.full
+def test_a_new_leader_reports_the_same_not_served_since(
+    cluster: Cluster, loops: LoopFactory, prometheus_factory: Any
+) -> None:
+    """After a failover the new leader's series carries the outage's start (the CR's status
+    records it), not its own first look: the alert's age goes on instead of restarting."""
+    bad = cluster.deploy("broken", replicas=1, emulator_args=FAILING_LOADS)
+    cluster.apply_cr("chat", cluster.tb.make_adapter("chat"), isvc="broken")
+    first = loops(cluster.namespace)
+    first.wait_event("leadership_acquired")
+    second = loops(cluster.namespace)
+    wait_until(lambda: second.get("/readyz").text.strip() == "standby", WAIT, what="a standby")
+    recorded = wait_until(lambda: recorded_since(cluster, "chat"), WAIT, what="Loaded=False")
+    old, new = (loop.url.removeprefix("http://") for loop in (first, second))
+    prom = prometheus_factory(old, new)
+
+    before = wait_until(lambda: since_by_target(prom), WAIT, interval=0.5, what="a since")
+    assert before == {old: recorded}, before
+    handed_over = time.time()
+    assert first.stop() == 0
+    second.wait_event("leadership_acquired", timeout=WAIT)
+    ran = second.wait_event("pod_synced", timeout=WAIT)["ts"]  # its own run failed too
+    after = wait_until(
+        lambda: since_by_target(prom, ran).get(new), WAIT, interval=0.5, what="its since"
+    )
+    assert after == recorded < handed_over
+    assert recorded_since(cluster, "chat") == recorded  # the new leader kept the record
+    firing = wait_until(lambda: prom.alerts(NOT_SERVED), WAIT, interval=0.5, what=NOT_SERVED)
+    assert [(a["lora_adapter"], a["pod"], a.get("instance")) for a in firing] == [
+        ("chat", bad.pods()[0].name, None)
+    ], firing

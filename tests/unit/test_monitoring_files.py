@@ -71,6 +71,19 @@ def test_every_query_and_alert_names_metrics_the_loop_exports() -> None:
         assert named and named <= exported, f"{expr}: unknown {named - exported}"
 
 
+def test_the_leader_is_judged_per_loop() -> None:
+    """A loop that leads must not hide one that does not (loops are deployed per namespace):
+    every query of the Lease gauge groups by the loop's target labels, and the alert also fires
+    when no loop reports at all (promtool runs the cases: tests/resync/rules_test.yaml)."""
+    queries = [t["expr"] for p in grafana_dashboard()["panels"] for t in p["targets"]]
+    using = [e for e in queries + [a["expr"] for a in alerts()] if "_resync_leader" in e]
+    assert len(using) == 2, using  # the dashboard's Leader panel and PulumiLoRAResyncNoLeader
+    for expr in using:
+        assert "by (namespace, job) (pulumi_lora_resync_leader)" in expr, expr
+    no_leader = next(a for a in alerts() if a["alert"] == "PulumiLoRAResyncNoLeader")
+    assert "absent(pulumi_lora_resync_leader)" in no_leader["expr"]
+
+
 def test_every_alert_has_a_runbook_and_names_what_it_is_about() -> None:
     headings = {
         re.sub(r"[^a-z0-9-]", "", line.lstrip("#").strip().lower().replace(" ", "-"))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from test_resync_world import NOW, TARGET, cr, pod, world
@@ -133,3 +135,101 @@ def test_per_adapter_detail_drops_the_pod_series() -> None:
     assert not any(
         "pod" in dict(labels) for n, labels in found if n.startswith("pulumi_lora_resync_adapter")
     )
+
+
+# --- "since" survives a leader change: the CR's status is its record -----------------------
+
+#: When the loop (an earlier leader) wrote ``Loaded=False`` / ``Error=True`` on the CR.
+RECORDED = datetime(2026, 12, 1, 11, 50, tzinfo=UTC)
+LATER = NOW.timestamp()  # ten minutes on: a new leader's first look
+
+
+def not_loaded(
+    since: datetime = RECORDED, *, generation: int = 1, reason: str = "ServerError"
+) -> dict[str, Any]:
+    """A CR status as the loop writes it while a Ready pod fails to load the adapter."""
+    at = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    common = {"lastTransitionTime": at, "observedGeneration": generation, "reason": reason}
+    return {
+        "conditions": [
+            {"type": "Loaded", "status": "False", "message": "pod b: 500", **common},
+            {"type": "Error", "status": "True", "message": "pod b: 500", **common},
+        ]
+    }
+
+
+def with_status(w: World, name: str, status: dict[str, Any]) -> None:
+    w.put_cr(replace(w.crs[("models", name)], status=status))
+
+
+def since_by_pod(state: FleetState, adapter: str) -> dict[str, float | None]:
+    found = next(a for a in state.adapters if a.adapter == adapter)
+    return {p.pod: p.not_served_since for p in found.pods}
+
+
+def test_a_new_leader_reports_the_since_the_cr_status_recorded() -> None:
+    """A failover (a new clock) keeps the outage's start: the alert fires on time, not 5 minutes
+    after every new leader."""
+    w = fleet()  # sql: served on a, failing on b
+    with_status(w, "sql", not_loaded())
+    with_status(w, "chat", not_loaded())  # chat: no run recorded yet on this leader
+    clock = NotServedClock()
+    state = fleet_state(w, clock, LATER)
+    assert since_by_pod(state, "sql") == {"a": None, "b": RECORDED.timestamp()}
+    # A pair whose run is still to come is not taken as failing (the old leader may have
+    # served it): it starts at the first look, and takes the record once its run fails.
+    assert since_by_pod(state, "chat") == {"a": LATER, "b": LATER}
+    task = next(t for t in w.pod_work(("models", "a"), NOW).tasks if t.name == "chat")
+    w.record(("models", "a"), task, PodOutcome("a", loaded=False, reason="ServerError"))
+    state = fleet_state(w, clock, LATER + 15)
+    assert since_by_pod(state, "chat") == {"a": RECORDED.timestamp(), "b": LATER}
+    assert since_by_pod(state, "sql")["b"] == RECORDED.timestamp()
+
+
+def test_a_pod_started_after_the_record_counts_from_its_start() -> None:
+    w = fleet()
+    started = datetime(2026, 12, 1, 11, 55, tzinfo=UTC)
+    b = w.pods[("models", "b")]
+    b.facts = replace(b.facts, started_at=started.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    with_status(w, "sql", not_loaded())
+    assert since_by_pod(fleet_state(w, NotServedClock(), LATER), "sql")["b"] == (
+        started.timestamp()
+    )
+
+
+def test_only_the_loops_conditions_for_the_current_generation_count() -> None:
+    for status in (
+        not_loaded(generation=0),  # about an older spec
+        not_loaded(reason="ReconcilerError"),  # LLMKube's own controller wrote it
+        {"conditions": "unreadable"},
+    ):
+        w = fleet()
+        with_status(w, "sql", status)
+        assert since_by_pod(fleet_state(w, NotServedClock(), LATER), "sql")["b"] == LATER
+
+
+def test_an_outage_this_leader_saw_start_keeps_its_own_since() -> None:
+    """The record is the CR's (its first failing pod): a pod this leader saw served and then
+    fail is not dated back to it."""
+    w = fleet()
+    with_status(w, "sql", not_loaded())
+    task = next(t for t in w.pod_work(("models", "b"), NOW).tasks if t.name == "sql")
+    w.record(("models", "b"), task, PodOutcome("b", loaded=True, path=task.path))
+    clock = NotServedClock()
+    assert since_by_pod(fleet_state(w, clock, LATER), "sql")["b"] is None
+    w.record(("models", "b"), task, PodOutcome("b", loaded=False, reason="ServerError"))
+    assert since_by_pod(fleet_state(w, clock, LATER + 60), "sql")["b"] == LATER + 60
+
+
+def test_a_cr_the_loop_may_not_act_on_keeps_its_record_on_every_pod() -> None:
+    """A name another CR owns gets no run, hence no outcome: its conditions are the record."""
+    w = fleet()
+    w.put_cr(cr("sql-copy", "sql", created="2026-12-01T11:00:00Z"))  # sql owns the name
+    with_status(w, "sql-copy", not_loaded(reason="NameCollision"))
+    state = fleet_state(w, NotServedClock(), LATER)
+    assert since_by_pod(state, "sql") == {"a": None, "b": LATER}  # no record on sql
+    copy = next(a for a in state.adapters if a.cr == ("models", "sql-copy"))
+    assert {p.pod: p.not_served_since for p in copy.pods} == {
+        "a": RECORDED.timestamp(),
+        "b": RECORDED.timestamp(),
+    }
