@@ -34,6 +34,7 @@ import os
 import subprocess
 import threading
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -188,15 +189,19 @@ def run_plugin(argv: Sequence[str], env: Mapping[str, str], hint: str | None) ->
 class Credentials:
     """A token that may expire, shared by every client of one kubeconfig user; thread-safe.
 
-    :meth:`bearer` returns a token that is `usable` now, obtaining a new one when needed (one
-    thread obtains it, the others wait); :meth:`rejected` drops a token the apiserver answered
-    401 to, so the next :meth:`bearer` obtains another.
+    :meth:`bearer` (threads) and :meth:`abearer` (coroutines) return a token that is `usable`
+    now, obtaining a new one when needed. One run of the plugin at a time: every caller that asks
+    while it runs waits for that run and gets its token or its failure (the very exception), so
+    a hung or failing plugin costs its callers one run, not one each; the next call after a
+    failure runs it again. :meth:`rejected` drops a token the apiserver answered 401 to, so the
+    next call obtains another.
     """
 
     def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._token: Token | None = None
+        self._pending: Future[Token] | None = None  # the plugin run under way, if any
         self.obtained = 0  # how many tokens were obtained (tests and the CLI count plugin runs)
 
     def cached(self) -> str | None:
@@ -205,19 +210,56 @@ class Credentials:
         return token.value if token is not None and usable(token, self._clock()) else None
 
     def bearer(self) -> str:
-        """A token usable now (runs the plugin when the cached one is missing or expiring)."""
-        with self._lock:
-            if not usable(self._token, self._clock()):
-                self._token = self._obtain(self._clock())
-                self.obtained += 1
-            assert self._token is not None
-            return self._token.value
+        """A token usable now (runs the plugin, or waits for its run under way, when the cached
+        one is missing or expiring); a failed run's error is raised in every caller it had."""
+        joined = self._join()
+        if isinstance(joined, str):
+            return joined
+        run, mine = joined
+        if mine:
+            self._fill(run)
+        return run.result().value
+
+    async def abearer(self) -> str:
+        """:meth:`bearer` for a coroutine: the plugin runs in a thread, the waiting does not."""
+        joined = self._join()
+        if isinstance(joined, str):
+            return joined
+        run, mine = joined
+        if mine:
+            await asyncio.to_thread(self._fill, run)
+        return (await asyncio.wrap_future(run)).value
 
     def rejected(self, value: str) -> None:
         """The apiserver refused ``value`` (401): forget it, unless another was obtained since."""
         with self._lock:
             if self._token is not None and self._token.value == value:
                 self._token = None
+
+    def _join(self) -> str | tuple[Future[Token], bool]:
+        """The usable token, or the run to wait for and whether this caller must make it."""
+        with self._lock:
+            if self._token is not None and usable(self._token, self._clock()):
+                return self._token.value
+            if self._pending is not None:
+                return self._pending, False
+            self._pending = Future()
+            self._pending.set_running_or_notify_cancel()  # so a waiter's cancel never cancels it
+            return self._pending, True
+
+    def _fill(self, run: Future[Token]) -> None:
+        """Run the plugin once and settle ``run`` with its token or its failure."""
+        try:
+            token = self._obtain(self._clock())
+        except BaseException as exc:  # every waiter gets it, then the next call tries again
+            with self._lock:
+                self._pending = None
+            run.set_exception(exc)
+            return
+        with self._lock:
+            self._token, self._pending = token, None
+            self.obtained += 1
+        run.set_result(token)
 
     def _obtain(self, now: datetime) -> Token:
         raise NotImplementedError
@@ -342,14 +384,12 @@ def _sync_flow(credentials: Credentials, request: Any) -> Generator[Any, Any, No
 
 
 async def _async_flow(credentials: Credentials, request: Any) -> AsyncGenerator[Any, Any]:
-    bearer = credentials.cached()
-    if bearer is None:
-        bearer = await asyncio.to_thread(credentials.bearer)
+    bearer = await credentials.abearer()
     request.headers["Authorization"] = f"Bearer {bearer}"
     response = yield request
     if response.status_code == 401:
         credentials.rejected(bearer)
-        bearer = await asyncio.to_thread(credentials.bearer)
+        bearer = await credentials.abearer()
         request.headers["Authorization"] = f"Bearer {bearer}"
         yield request
 

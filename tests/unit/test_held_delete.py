@@ -1,5 +1,6 @@
 """The pure parts of a held delete (issue 31): the conditions a CR carries while a pod still
-serves its adapter, the finalizer in the applied manifest, and the ``NAMESPACE/NAME`` IDs."""
+serves its adapter, the finalizer in the applied manifest, the ``NAMESPACE/NAME`` IDs, and
+which pods may still serve an adapter the loop unloads."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from pulumi_lora._errors import ConfigurationError
 from pulumi_lora._lifecycle._steps import deletion_refusal, split_id
-from pulumi_lora._llmkube import adapter_manifest
+from pulumi_lora._llmkube import PodEndpoint, adapter_manifest
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
@@ -20,7 +21,7 @@ from pulumi_lora._models import (
 )
 from pulumi_lora._reconcile import PodOutcome, unload_conditions
 from pulumi_lora._resync._decide import lease_left
-from pulumi_lora._resync._held import is_held
+from pulumi_lora._resync._held import is_held, may_serve
 
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 
@@ -124,3 +125,23 @@ def test_an_update_refuses_a_cr_that_a_failed_destroy_holds() -> None:
         "LoRAAdapter models/sql-lora is being deleted (finalizers "
         f"['{LLMKUBE_FINALIZER}']); `pulumi up` again once it is gone creates it anew"
     )
+
+
+@pytest.mark.parametrize(
+    ("ready", "state", "started_at", "serves"),
+    [
+        (True, "Running, Ready", "2026-12-05T08:00:00Z", True),
+        (False, "Running, not Ready (ContainersNotReady)", "2026-12-05T08:00:00Z", True),
+        (False, "Running, terminating", "2026-12-05T08:00:00Z", True),
+        (False, "Running, not Ready (ContainersNotReady)", None, True),  # restarting: it may
+        (False, "Unknown, not Ready", None, True),  # its node is out of touch: it may run
+        (False, "Failed, not Ready (PodFailed)", None, False),  # evicted: no server
+        (False, "Succeeded, not Ready (PodCompleted)", None, False),
+        (False, "Pending, not Ready (ContainersNotReady)", None, False),  # never started
+    ],
+)
+def test_a_pod_may_serve_a_loaded_adapter_while_its_server_may_run(
+    ready: bool, state: str, started_at: str | None, serves: bool
+) -> None:
+    facts = PodEndpoint("p", "models", "uid-p", ready, "10.0.0.7", 30000, state, 0, started_at)
+    assert may_serve(facts) is serves

@@ -8,7 +8,9 @@ import base64
 import json
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -280,3 +282,86 @@ def test_a_plugin_free_kubeconfig_is_left_to_lightkube() -> None:
     assert creds is None and config.user is not None and config.user.token == "tok-static"
     assert proxy_access(source).auth is None
     assert Token("x", T0) == Token("x", T0)
+
+
+def test_callers_waiting_for_one_plugin_run_share_its_failure(tmp_path: Path) -> None:
+    """A failing (or hung) plugin runs once for every caller waiting on that run, threads and
+    coroutines alike, and each gets its error; the next call after that runs it again."""
+    runs, go, refuse = tmp_path / "runs", tmp_path / "go", tmp_path / "refuse"
+    refuse.touch()
+    plugin = script(
+        tmp_path,
+        f"""
+        import json, pathlib, sys, time
+        runs = pathlib.Path({str(runs)!r})
+        with runs.open("a") as log:
+            log.write(".")
+        while not pathlib.Path({str(go)!r}).exists():  # held until every caller waits
+            time.sleep(0.01)
+        if pathlib.Path({str(refuse)!r}).exists():
+            sys.exit("token request refused: not logged in")
+        print(json.dumps({{"apiVersion": {V1!r}, "kind": "ExecCredential",
+                          "status": {{"token": f"tok-{{len(runs.read_text())}}"}}}}))
+        """,
+    )
+    creds = ExecCredentials(UserExec(apiVersion=V1, command=str(plugin)))
+    failures: dict[str, BaseException] = {}
+
+    def ask(who: str) -> None:
+        try:
+            creds.bearer()
+        except BaseException as exc:
+            failures[who] = exc
+
+    async def ask_async(count: int, asked: threading.Event) -> None:
+        auth = LightkubeAuth(creds)
+
+        async def one(who: str) -> None:
+            flow = auth.async_auth_flow(httpx2.Request("GET", "https://apiserver.test:6443/api"))
+            try:
+                await flow.__anext__()
+            except BaseException as exc:
+                failures[who] = exc
+
+        tasks = [asyncio.create_task(one(f"task-{n}")) for n in range(count)]
+        for _ in range(5):
+            await asyncio.sleep(0)  # every task has asked
+        asked.set()
+        await asyncio.gather(*tasks)
+
+    def in_bearer(thread: threading.Thread) -> bool:
+        frame = sys._current_frames().get(thread.ident or 0)
+        while frame is not None and frame.f_code.co_name != "bearer":
+            frame = frame.f_back
+        return frame is not None
+
+    def wait_for(condition: Callable[[], bool], what: str) -> None:
+        for _ in range(3000):
+            if condition():
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"gave up waiting for {what}")
+
+    first = threading.Thread(target=ask, args=("thread-0",))
+    first.start()
+    wait_for(runs.exists, "the plugin to start")
+    threads = [threading.Thread(target=ask, args=(f"thread-{n}",)) for n in range(1, 8)]
+    asked = threading.Event()
+    threads.append(threading.Thread(target=lambda: asyncio.run(ask_async(4, asked))))
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: asked.is_set() and all(map(in_bearer, threads[:-1])), "every caller")
+    go.touch()
+    for thread in [first, *threads]:
+        thread.join(timeout=120)
+
+    assert runs.read_text() == "."  # one run for all twelve
+    assert sorted(failures) == sorted(
+        [f"thread-{n}" for n in range(8)] + [f"task-{n}" for n in range(4)]
+    )
+    expected = f"the kubeconfig's exec plugin {str(plugin)!r} exited 1: token request refused"
+    assert {type(e) for e in failures.values()} == {ClusterError}
+    assert {str(e) for e in failures.values()} == {f"{expected}: not logged in"}
+    refuse.unlink()
+    assert creds.bearer() == "tok-2"  # a new call after the failure runs the plugin again
+    assert runs.read_text() == ".."
