@@ -41,7 +41,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
-    "GONE",
     "AdapterNotLoaded",
     "ApiserverUnreachable",
     "BadRequest",
@@ -367,11 +366,6 @@ class RuntimeMismatch(ClusterError):
             f'InferenceService {namespace}/{name} has runtime="{runtime}", expected sglang: '
             "pulumi-lora loads adapters through SGLang's runtime LoRA API only"
         )
-
-
-#: What says an InferenceService has no pod this project serves: no such object (or namespace),
-#: or not an SGLang one. Every other ClusterError is no answer, never taken for "gone".
-GONE = (InferenceServiceNotFound, RuntimeMismatch)
 
 
 class NoReadyPods(ClusterError):

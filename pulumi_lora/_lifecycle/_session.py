@@ -15,8 +15,8 @@ from lightkube import Client
 
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
-    GONE,
     ClusterError,
+    InferenceServiceNotFound,
     NameCollision,
     NoReadyPods,
     PulumiLoRAError,
@@ -77,6 +77,11 @@ STATUS_MANAGER = "pulumi-lora-provider"
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+#: What says an InferenceService has no pod this project serves: no such object (or namespace),
+#: or not an SGLang one. Every other ClusterError is no answer, never taken for "gone".
+TARGET_GONE = (InferenceServiceNotFound, RuntimeMismatch)
 
 
 @dataclass
@@ -206,7 +211,7 @@ class Session:
         """List the target now: the InferenceService (None when it can't be used), its pods."""
         try:
             target = self.resolve_target()
-        except GONE:  # any other failure is no answer: it is raised, never taken for "gone"
+        except TARGET_GONE:  # any other failure is no answer: raised, never taken for "gone"
             return TargetPods(None)
         listing = k8s.list_target_pods(self.kube, target)
         return TargetPods(target, listing.pods, listing.untrusted)

@@ -17,7 +17,6 @@ from typing import Any
 
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
-    GONE,
     AdapterNotLoaded,
     ClusterError,
     ConfigurationError,
@@ -35,6 +34,7 @@ from pulumi_lora._lifecycle._rollback import (
     rollback,
 )
 from pulumi_lora._lifecycle._session import (
+    TARGET_GONE,
     Session,
     ensure_reachable,
     now_utc,
@@ -315,7 +315,7 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
         k8s.release_finalizer(session.kube, args.namespace, args.cr_name, LLMKUBE_FINALIZER)
     try:
         target = session.resolve_target()
-    except GONE:
+    except TARGET_GONE:
         target = None  # no InferenceService (or no sglang one): no pod of it to unload from
     except ClusterError as exc:
         # Any other failure (403, 500, a shed request past its retries, a credential plugin
