@@ -175,10 +175,11 @@ def test_the_first_start_makes_the_venv_and_only_the_plugin_writes_stdout(tmp_pa
     ("how", "said"),
     [
         ("python gone", "does not run"),
-        pytest.param("no pulumi_lora", "cannot import pulumi_lora", marks=pytest.mark.full),
-        pytest.param("a folder", "does not run", marks=pytest.mark.full),
+        ("no pulumi_lora", "cannot import pulumi_lora"),
+        ("a folder", "does not run"),
     ],
 )
+@pytest.mark.full  # each builds a venv with pip (5 s): the fast tier keeps its 40 s
 def test_a_venv_that_does_not_work_is_rebuilt_and_replaced(
     tmp_path: Path, how: str, said: str
 ) -> None:
