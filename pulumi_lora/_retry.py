@@ -13,6 +13,7 @@ waiting per request, so a shedding apiserver delays a step instead of failing it
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -67,9 +68,10 @@ class RetryPolicy:
 
 def _seconds(value: str | None, default: float) -> float:
     try:
-        return float(value) if value is not None else default
+        seconds = float(value) if value is not None else default
     except ValueError:  # an HTTP date: rare from an apiserver, and never worth a long wait
         return default
+    return seconds if math.isfinite(seconds) else default
 
 
 DEFAULT_POLICY = RetryPolicy()

@@ -51,6 +51,8 @@ def shedding(first: int, status: int = 429) -> tuple[Callable[..., httpx2.Respon
         (503, 3, None, 2.0, 1.0),  # no Retry-After: the default wait
         (429, 0, "120", 0.0, 10.0),  # capped per wait
         (429, 0, "Wed, 21 Oct 2026 07:28:00 GMT", 0.0, 1.0),  # an HTTP date: the default
+        (429, 0, "nan", 0.0, 1.0),  # nothing a sleep can take
+        (429, 0, "-5", 0.0, 0.0),
         (429, 10, "1", 0.0, -1),  # out of attempts
         (429, 2, "5", 28.0, -1),  # past the budget of waiting
         (403, 0, "1", 0.0, -1),  # a refusal is not shedding
