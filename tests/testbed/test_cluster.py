@@ -76,57 +76,6 @@ def test_namespaces_are_unique(testbed: Testbed) -> None:
     assert first != second and first.startswith("same-prefix-")
 
 
-REFLECTOR_BACKOFF_MAX = 60.0
-"""client-go's longest wait between a reflector's attempts: ``NewExponentialBackoffManager(800ms,
-30s, 2min, 2.0, 1.0)``, the 30 s cap with 100 % jitter."""
-
-
-def test_pod_status_catches_up_after_apiserver_downtime(testbed: Testbed, namespace: str) -> None:
-    """First of this module's apiserver stops: the controller-manager's reflectors then retry
-    at their shortest backoff (each stop within two minutes doubles it, up to 60 s)."""
-    handle = testbed.deploy_inference_service(namespace, "patient", replicas=1)
-    try:
-        (info,) = handle.wait_ready(30)
-        testbed.stop_apiserver()
-        try:
-            testbed.kill_pod_process(namespace, info.name)  # status cannot be written now
-            assert not handle.pod(info.name).ready
-        finally:
-            testbed.start_apiserver()
-        path = f"/api/v1/namespaces/{namespace}/pods/{info.name}"
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            state = testbed.rest.get(path)["status"]["containerStatuses"][0]["state"]
-            if "terminated" in state:
-                break
-            time.sleep(0.1)
-        assert "terminated" in state, state
-        # The ReplicaSet, Deployment and InferenceService statuses follow once the real
-        # controller-manager's watches are back. client-go's reflectors back off while the
-        # apiserver is down (800 ms doubling, capped at 30 s, jitter 1.0: up to 60 s between
-        # attempts) and reset only after two healthy minutes; this module stops the apiserver
-        # three times within them, so a reflector may wait out a full 60 s after the restart.
-        # The bound was 60 s from here, which a slow reconnect exceeded once.
-        deadline = time.monotonic() + REFLECTOR_BACKOFF_MAX + 60
-        cr = testbed.rest.get(
-            f"/apis/inference.llmkube.dev/v1alpha1/namespaces/{namespace}/inferenceservices/patient"
-        )
-        while cr["status"]["readyReplicas"] != 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-            cr = testbed.rest.get(
-                "/apis/inference.llmkube.dev/v1alpha1/namespaces/"
-                f"{namespace}/inferenceservices/patient"
-            )
-        assert cr["status"]["readyReplicas"] == 0, cr["status"]  # status the chain wrote last
-    finally:
-        # In the foreground, so this waits for the garbage collector, however long its watches
-        # take to come back after the outage; then the testbed's own bookkeeping lets go.
-        testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "patient",
-                        "-n", namespace, "--cascade=foreground", "--timeout=120s",
-                        timeout=150)  # fmt: skip
-        testbed.release_namespace(namespace)
-
-
 def test_apiserver_restart_keeps_data_port_and_credentials(
     testbed: Testbed, namespace: str
 ) -> None:
@@ -217,3 +166,52 @@ def test_a_crashed_controller_manager_is_reported_not_restarted(
         assert str(bed.controller_manager_log_path) in caplog.text
         time.sleep(1.0)  # the watchdog's period, twice: still nobody started it again
         assert bed.pids["kube-controller-manager"] is None
+
+
+REFLECTOR_BACKOFF_MAX = 60.0
+"""client-go's longest wait between a reflector's attempts: ``NewExponentialBackoffManager(800ms,
+30s, 2min, 2.0, 1.0)``, the 30 s cap with 100 % jitter."""
+
+
+def test_pod_status_catches_up_after_apiserver_downtime(testbed: Testbed, namespace: str) -> None:
+    handle = testbed.deploy_inference_service(namespace, "patient", replicas=1)
+    try:
+        (info,) = handle.wait_ready(30)
+        testbed.stop_apiserver()
+        try:
+            testbed.kill_pod_process(namespace, info.name)  # status cannot be written now
+            assert not handle.pod(info.name).ready
+        finally:
+            testbed.start_apiserver()
+        path = f"/api/v1/namespaces/{namespace}/pods/{info.name}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            state = testbed.rest.get(path)["status"]["containerStatuses"][0]["state"]
+            if "terminated" in state:
+                break
+            time.sleep(0.1)
+        assert "terminated" in state, state
+        # The ReplicaSet, Deployment and InferenceService statuses follow once the real
+        # controller-manager's watches are back. client-go's reflectors back off while the
+        # apiserver is down (800 ms doubling, capped at 30 s, jitter 1.0: up to 60 s between
+        # attempts) and reset only after two healthy minutes; this module stops the apiserver
+        # three times within them, so a reflector may wait out a full 60 s after the restart.
+        # The bound was 60 s from here, which a slow reconnect exceeded once.
+        deadline = time.monotonic() + REFLECTOR_BACKOFF_MAX + 60
+        cr = testbed.rest.get(
+            f"/apis/inference.llmkube.dev/v1alpha1/namespaces/{namespace}/inferenceservices/patient"
+        )
+        while cr["status"]["readyReplicas"] != 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            cr = testbed.rest.get(
+                "/apis/inference.llmkube.dev/v1alpha1/namespaces/"
+                f"{namespace}/inferenceservices/patient"
+            )
+        assert cr["status"]["readyReplicas"] == 0, cr["status"]  # status the chain wrote last
+    finally:
+        # In the foreground, so this waits for the garbage collector, however long its watches
+        # take to come back after the outage; then the testbed's own bookkeeping lets go.
+        testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "patient",
+                        "-n", namespace, "--cascade=foreground", "--timeout=120s",
+                        timeout=150)  # fmt: skip
+        testbed.release_namespace(namespace)
