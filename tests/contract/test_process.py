@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import platform
 import signal
 import subprocess
 import sys
@@ -45,3 +48,39 @@ def test_runs_as_a_process_and_stops_cleanly_on_sigterm(
     assert json.loads(rest.strip().splitlines()[-1]) == {"event": "stopped"}
     assert SECRET not in rest
     assert "hf_also_secret" not in json.dumps([ignored, listening]) + rest
+
+
+#: ``tgkill``'s system call number: the one way to signal one thread of another process.
+SYS_TGKILL = {"x86_64": 234, "aarch64": 131}[platform.machine()]
+
+
+def test_a_sigterm_the_kernel_gives_another_thread_still_stops_it() -> None:
+    """A process-directed signal goes to any thread not blocking it; CPython's handler then only
+    flags it for the main thread, which an untimed wait never woke to act on: the emulator
+    stayed up until SIGKILL (a CI run: "ignored SIGTERM", exit 137 where 0 was expected)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "pulumi_lora.testing.emulator",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        assert json.loads(process.stderr.readline())["event"] == "listening"
+        process.send_signal(signal.SIGUSR1)  # what the testbed asks of one that does not stop
+        others = [int(t) for t in os.listdir(f"/proc/{process.pid}/task") if int(t) != process.pid]
+        assert others, "the emulator serves from a thread of its own"
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(SYS_TGKILL, process.pid, others[0], signal.SIGTERM) == 0
+        assert process.wait(timeout=5) == 0
+        rest = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "most recent call first" in rest, rest  # every thread's stack, on SIGUSR1
+    assert json.loads(rest.strip().splitlines()[-1]) == {"event": "stopped"}

@@ -1,11 +1,13 @@
 """``python -m pulumi_lora.testing.emulator`` (and ``pulumi-lora emulate``): run until SIGTERM.
 
 Logs JSON lines to stderr: ``listening`` once serving, ``ignored_args`` (flag names only, as
-their values may be secrets), ``launch_failed`` and ``stopped``. Never a key.
+their values may be secrets), ``launch_failed`` and ``stopped``. Never a key. SIGUSR1 writes
+every thread's stack to stderr (``faulthandler``): what the testbed asks of one that does not stop.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import signal
 import sys
@@ -19,6 +21,8 @@ from pulumi_lora.testing.emulator._server import EmulatorServer
 __all__ = ["main"]
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: How often the main thread wakes to run a stop signal's handler, at most (see ``main``).
+STOP_POLL_SECONDS = 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     stop = threading.Event()
     restore = _on_stop_signals(stop.set)
+    if threading.current_thread() is threading.main_thread():
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         _log_event("listening", host=config.host, port=server.port, url=server.url)
-        stop.wait()
+        # A timed wait: a signal the kernel gives another thread sets only a flag, which the main
+        # thread acts on when it next runs Python; an untimed lock wait never would.
+        while not stop.wait(STOP_POLL_SECONDS):
+            pass
     finally:
         server.stop()
         restore()

@@ -244,7 +244,18 @@ class ManagedProcess:
                 try:
                     proc.wait(timeout)
                 except subprocess.TimeoutExpired:
-                    _log.warning("%s pid=%d ignored SIGTERM; killing it", self.what, proc.pid)
+                    # What it was doing, for the record: the emulator dumps its threads' stacks
+                    # to its log on SIGUSR1 (any other process just ends, as SIGKILL would).
+                    with contextlib.suppress(OSError):
+                        os.kill(proc.pid, signal.SIGUSR1)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(0.5)
+                    _log.warning(
+                        "%s pid=%d ignored SIGTERM; killing it. Its log ends:\n%s",
+                        self.what,
+                        proc.pid,
+                        tail(self.log_path, 40),
+                    )
                     self._signal_group(proc, signal.SIGKILL)
                     proc.wait()
             # Anything the child forked into its group goes too.
