@@ -348,7 +348,7 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
     session.delete_cr()
 
 
-def held_advice(args: AdapterArgs, once: str = "the apiserver answers") -> str:
+def held_advice(args: AdapterArgs, once: str = "the InferenceService can be read") -> str:
     """Pure: what a user does about a CR a failed delete left held (being deleted)."""
     return (
         f"LoRAAdapter {args.namespace}/{args.cr_name} stays, being deleted, until every Ready "
