@@ -433,14 +433,7 @@ class Controller:
         cached = self._secrets.get(ref)
         if cached is not None and cached[1] > time.monotonic():
             return cached[0]
-        try:
-            value = await self.kube.read_secret(ref)
-        except ClusterError:
-            raise
-        except Exception as exc:  # no answer from the apiserver: a retryable failure
-            raise ClusterError(
-                f"reading Secret {ref.namespace}/{ref.name} failed: {type(exc).__name__}"
-            ) from exc
+        value = await self.kube.read_secret(ref)
         self._secrets[ref] = (value, time.monotonic() + self.settings.secret_ttl)
         return value
 

@@ -35,7 +35,6 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._errors import ClusterError
 from pulumi_lora._llmkube import PodEndpoint
 from pulumi_lora._models import UNLOAD_FINALIZER
 from pulumi_lora._reconcile import PodOutcome
@@ -214,14 +213,7 @@ class HeldDeletes:
         return run.unloaded[0][1]
 
     async def _read_key(self, ref: SecretRef) -> str:
-        try:
-            return await self._kube.read_secret(ref)
-        except ClusterError:
-            raise
-        except Exception as exc:  # no answer from the apiserver: a retryable failure
-            raise ClusterError(
-                f"reading Secret {ref.namespace}/{ref.name} failed: {type(exc).__name__}"
-            ) from exc
+        return await self._kube.read_secret(ref)
 
     async def _release(self, cr: AdapterCR) -> bool:
         """Remove the finalizer until it is off, backing off after each failure (an error, or

@@ -24,6 +24,7 @@ from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import Pod
 
 from pulumi_lora import _cluster as k8s
+from pulumi_lora._errors import ClusterError
 from pulumi_lora._kubeauth import use_credentials
 from pulumi_lora._llmkube import SERVICE_LABEL, PodEndpoint
 from pulumi_lora._resync import _logs as logs
@@ -271,10 +272,18 @@ class Kube:
         )
 
     async def read_secret(self, ref: SecretRef) -> str:
-        """The API key a CR references. The value goes to the SGLang client only."""
-        return await self._blocking(
-            partial(k8s.read_secret_value, self._sync, ref.namespace, ref.name, ref.key)
-        )
+        """The API key a CR references. The value goes to the SGLang client only. Any failure
+        is a `ClusterError` (no answer from the apiserver included: a retryable one)."""
+        try:
+            return await self._blocking(
+                partial(k8s.read_secret_value, self._sync, ref.namespace, ref.name, ref.key)
+            )
+        except ClusterError:
+            raise
+        except Exception as exc:
+            raise ClusterError(
+                f"reading Secret {ref.namespace}/{ref.name} failed: {type(exc).__name__}"
+            ) from exc
 
 
 def _describe(exc: BaseException) -> str:
