@@ -8,6 +8,7 @@ import signal
 import ssl
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -74,31 +75,6 @@ def test_unauthenticated_and_wrong_tokens_are_refused(testbed: Testbed) -> None:
 def test_namespaces_are_unique(testbed: Testbed) -> None:
     first, second = testbed.create_namespace("Same_Prefix"), testbed.create_namespace("Same_Prefix")
     assert first != second and first.startswith("same-prefix-")
-
-
-def test_apiserver_restart_keeps_data_port_and_credentials(
-    testbed: Testbed, namespace: str
-) -> None:
-    client = testbed.client(namespace=namespace)
-    client.create(ConfigMap(metadata=ObjectMeta(name="survivor"), data={"k": "v"}))
-    server, pid = testbed.server, testbed.pids["kube-apiserver"]
-    testbed.restart_apiserver()
-    assert testbed.server == server and testbed.pids["kube-apiserver"] != pid
-    assert client.get(ConfigMap, "survivor").data == {"k": "v"}
-    out = testbed.kubectl("get", "configmap", "survivor", "-n", namespace, "-o", "name")
-    assert out.stdout.strip() == "configmap/survivor", out.stderr
-
-
-def test_apiserver_stop_and_start(testbed: Testbed) -> None:
-    testbed.stop_apiserver()
-    assert testbed.pids["kube-apiserver"] is None
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(
-            f"{testbed.server}/readyz",
-            verify=ssl.create_default_context(cafile=str(testbed.ca_path)),
-        )
-    testbed.start_apiserver()
-    assert testbed.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
 
 
 def test_missing_binary_names_the_provisioning_command(
@@ -173,47 +149,72 @@ REFLECTOR_BACKOFF_MAX = 60.0
 30s, 2min, 2.0, 1.0)``, the 30 s cap with 100 % jitter."""
 
 
-def test_pod_status_catches_up_after_apiserver_downtime(testbed: Testbed, namespace: str) -> None:
+@pytest.fixture(scope="module")
+def outage_bed(testbed_binaries: object) -> Iterator[Testbed]:
+    """A testbed of this module's own for the tests that stop its apiserver.
+
+    An outage makes every client-go reflector of the real controller-manager back off (800 ms
+    doubling, up to 60 s with jitter, reset only after two healthy minutes): on the session's
+    testbed the next modules would wait on it, and outages close together add up. The downtime
+    test runs first here, so its controller-manager meets one short outage.
+    """
+    with Testbed(audit=False, llmkube_lora_controller=False) as bed:
+        yield bed
+
+
+def test_pod_status_catches_up_after_apiserver_downtime(outage_bed: Testbed) -> None:
+    testbed = outage_bed
+    namespace = testbed.create_namespace("patient")
     handle = testbed.deploy_inference_service(namespace, "patient", replicas=1)
+    (info,) = handle.wait_ready(30)
+    testbed.stop_apiserver(graceful=False)  # down, not draining: the outage is what matters
     try:
-        (info,) = handle.wait_ready(30)
-        testbed.stop_apiserver()
-        try:
-            testbed.kill_pod_process(namespace, info.name)  # status cannot be written now
-            assert not handle.pod(info.name).ready
-        finally:
-            testbed.start_apiserver()
-        path = f"/api/v1/namespaces/{namespace}/pods/{info.name}"
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            state = testbed.rest.get(path)["status"]["containerStatuses"][0]["state"]
-            if "terminated" in state:
-                break
-            time.sleep(0.1)
-        assert "terminated" in state, state
-        # The ReplicaSet, Deployment and InferenceService statuses follow once the real
-        # controller-manager's watches are back. client-go's reflectors back off while the
-        # apiserver is down (800 ms doubling, capped at 30 s, jitter 1.0: up to 60 s between
-        # attempts) and reset only after two healthy minutes; this module stops the apiserver
-        # three times within them, so a reflector may wait out a full 60 s after the restart;
-        # and an attempt that meets the apiserver still finishing its start fails once more and
-        # doubles again: two such waits. A CI run took 114.7 s here against the former bound
-        # of one wait plus 60 s (120 s).
-        deadline = time.monotonic() + 2 * REFLECTOR_BACKOFF_MAX + 60
-        cr = testbed.rest.get(
-            f"/apis/inference.llmkube.dev/v1alpha1/namespaces/{namespace}/inferenceservices/patient"
-        )
-        while cr["status"]["readyReplicas"] != 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-            cr = testbed.rest.get(
-                "/apis/inference.llmkube.dev/v1alpha1/namespaces/"
-                f"{namespace}/inferenceservices/patient"
-            )
-        assert cr["status"]["readyReplicas"] == 0, cr["status"]  # status the chain wrote last
+        testbed.kill_pod_process(namespace, info.name)  # status cannot be written now
+        assert not handle.pod(info.name).ready
     finally:
-        # In the foreground, so this waits for the garbage collector, however long its watches
-        # take to come back after the outage; then the testbed's own bookkeeping lets go.
-        testbed.kubectl("delete", "inferenceservices.inference.llmkube.dev", "patient",
-                        "-n", namespace, "--cascade=foreground", "--timeout=120s",
-                        timeout=150)  # fmt: skip
-        testbed.release_namespace(namespace)
+        testbed.start_apiserver()
+    path = f"/api/v1/namespaces/{namespace}/pods/{info.name}"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        state = testbed.rest.get(path)["status"]["containerStatuses"][0]["state"]
+        if "terminated" in state:
+            break
+        time.sleep(0.1)
+    assert "terminated" in state, state
+    # The ReplicaSet, Deployment and InferenceService statuses follow once the real
+    # controller-manager's watches are back. Its reflectors backed off while the apiserver was
+    # down; an attempt that meets the apiserver still finishing its start fails once more and
+    # doubles again: at most two of client-go's longest waits, however unlucky the jitter.
+    deadline = time.monotonic() + 2 * REFLECTOR_BACKOFF_MAX + 60
+    isvc = f"/apis/inference.llmkube.dev/v1alpha1/namespaces/{namespace}/inferenceservices/patient"
+    cr = testbed.rest.get(isvc)
+    while cr["status"]["readyReplicas"] != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        cr = testbed.rest.get(isvc)
+    assert cr["status"]["readyReplicas"] == 0, cr["status"]  # status the chain wrote last
+
+
+def test_apiserver_restart_keeps_data_port_and_credentials(outage_bed: Testbed) -> None:
+    testbed = outage_bed
+    namespace = testbed.create_namespace("survivor")
+    client = testbed.client(namespace=namespace)
+    client.create(ConfigMap(metadata=ObjectMeta(name="survivor"), data={"k": "v"}))
+    server, pid = testbed.server, testbed.pids["kube-apiserver"]
+    testbed.restart_apiserver(graceful=False)
+    assert testbed.server == server and testbed.pids["kube-apiserver"] != pid
+    assert client.get(ConfigMap, "survivor").data == {"k": "v"}
+    out = testbed.kubectl("get", "configmap", "survivor", "-n", namespace, "-o", "name")
+    assert out.stdout.strip() == "configmap/survivor", out.stderr
+
+
+def test_apiserver_stop_and_start(outage_bed: Testbed) -> None:
+    testbed = outage_bed
+    testbed.stop_apiserver()  # SIGTERM and the drain, as a rolling restart
+    assert testbed.pids["kube-apiserver"] is None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(
+            f"{testbed.server}/readyz",
+            verify=ssl.create_default_context(cafile=str(testbed.ca_path)),
+        )
+    testbed.start_apiserver()
+    assert testbed.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"

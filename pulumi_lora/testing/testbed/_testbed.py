@@ -384,17 +384,27 @@ class Testbed(PodHelpers):
 
     # --- apiserver chaos ---------------------------------------------------------------------
 
-    def stop_apiserver(self) -> None:
-        """Stop the apiserver only (etcd and the pods keep running)."""
-        self._require_apiserver().stop()
+    def stop_apiserver(self, *, graceful: bool = True) -> None:
+        """Stop the apiserver only (etcd and the pods keep running).
+
+        ``graceful`` SIGTERMs it as a rolling restart does (with watches open that takes its
+        whole 15 s drain); ``graceful=False`` SIGKILLs it, as a crashed or evicted apiserver
+        goes, for tests that need it down, not the drain.
+        """
+        apiserver = self._require_apiserver()
+        if graceful:
+            apiserver.stop()
+        else:
+            apiserver.kill()
 
     def start_apiserver(self) -> None:
         """Start the apiserver again on the same port, against the same etcd; wait for readyz."""
         self._require_apiserver().start(self._start_timeout)
 
-    def restart_apiserver(self) -> None:
-        """Stop and start the apiserver (same port, certificates, tokens and data)."""
-        self.stop_apiserver()
+    def restart_apiserver(self, *, graceful: bool = True) -> None:
+        """Stop (``stop_apiserver``) and start the apiserver (same port, certificates, tokens
+        and data)."""
+        self.stop_apiserver(graceful=graceful)
         self.start_apiserver()
 
     # --- access ------------------------------------------------------------------------------
