@@ -1,8 +1,9 @@
 """Test tiers: everything under ``tests/testbed`` and ``tests/e2e`` is the full tier.
 
 The fast tier (``-m "not full"``: models, core, client, emulator contract) needs no Go tool and
-runs in seconds; the full tier runs the real engine, apiserver and etcd. The README's test command
-runs both.
+runs in seconds; the full tier runs the real engine, apiserver and etcd; the real-SGLang tier
+(``-m sglang``, ``tests/sglang``: full tier too) runs the real SGLang server on the CPU. The
+README's test command runs the three, each as a phase with its own budget.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pulumi_lora.testing.testbed._binaries import BinaryNotFoundError, find_bina
 
 pytest_plugins = ["pulumi_lora.testing.fixtures"]
 
-FULL_TIER = ("testbed", "e2e", "resync", "chaos", "release")
+FULL_TIER = ("testbed", "e2e", "resync", "chaos", "release", "sglang")
+#: Folders of the real-server tier (``-m sglang``): full tier too, run as a phase of its own.
+SGLANG_TIER = ("sglang",)
 REAL_COMPONENTS = ("pulumi", "etcd", "kube-apiserver", "kubectl")
 
 
@@ -75,5 +78,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = Path(item.path).relative_to(root).parts
         if parts and parts[0] in FULL_TIER:
             item.add_marker(pytest.mark.full)
+        if parts and parts[0] in SGLANG_TIER:
+            item.add_marker(pytest.mark.sglang)
         order[item.nodeid] = rank.get(worker_group("/".join(parts)), len(rank))
     items.sort(key=lambda item: order[item.nodeid])

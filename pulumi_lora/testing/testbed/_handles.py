@@ -17,12 +17,14 @@ from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed._kubelet import (
     Network,
     PodRuntime,
+    Server,
 )
 from pulumi_lora.testing.testbed._process import tail
 from pulumi_lora.testing.testbed._workloads import (
     ANNOTATION_EMULATOR_ARGS,
     ANNOTATION_NETWORK,
     ANNOTATION_PROBE_TIME_SCALE,
+    ANNOTATION_SERVER,
     ANNOTATION_STARTUP_DELAY,
     DEFAULT_PORT,
     HASH_LABEL,
@@ -112,6 +114,7 @@ def isvc_manifest(
     emulator_args: Sequence[str],
     probe_time_scale: float | None = None,
     endpoint_port: int | None = None,
+    server: Server = "emulator",
 ) -> dict[str, Any]:
     """The InferenceService the testbed's helper creates, knobs as annotations (pure).
 
@@ -125,6 +128,8 @@ def isvc_manifest(
         annotations[ANNOTATION_EMULATOR_ARGS] = json.dumps(list(emulator_args))
     if probe_time_scale is not None:
         annotations[ANNOTATION_PROBE_TIME_SCALE] = str(probe_time_scale)
+    if server != "emulator":
+        annotations[ANNOTATION_SERVER] = server
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferenceService",

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import httpx
 
+from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError
 from pulumi_lora.testing.testbed._containers import ContainerRefusedError
 from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
 from pulumi_lora.testing.testbed._podnet import LoopbackRoutes
@@ -39,6 +40,7 @@ from pulumi_lora.testing.testbed._workloads import (
     ANNOTATION_EMULATOR_ARGS,
     ANNOTATION_NETWORK,
     ANNOTATION_PROBE_TIME_SCALE,
+    ANNOTATION_SERVER,
     ANNOTATION_STARTUP_DELAY,
     CONTAINER_NAME,
     NODE_NAME,
@@ -51,6 +53,7 @@ __all__ = [
     "ContainerKind",
     "Network",
     "PodRuntime",
+    "Server",
     "container_kind",
     "resolve_env",
 ]
@@ -59,6 +62,9 @@ _log = logging.getLogger("pulumi_lora.testing.testbed")
 
 Network = Literal["loopback", "netns"]
 """How a pod is reached: ``loopback`` (its own 127.x.y.z) or ``netns`` (its own 198.18.x.y)."""
+
+Server = Literal["emulator", "sglang"]
+"""What an SGLang pod runs: the emulator, or the real SGLang server on the CPU."""
 
 ContainerKind = Literal["emulator", "resync", "unsupported"]
 """What the testbed's kubelet does with a container."""
@@ -83,6 +89,8 @@ _STOP_TIMEOUT = 10.0
 _PROBE_TIMEOUT = 1.0
 _API_ERRORS = (httpx.HTTPError, ApiRequestError)
 _DROPPED_ARGS = ("--host", "--port", "--model-path", "--model")
+ADAPTERS_MOUNT = Path("/adapters")
+"""Where a real SGLang pod sees the adapter root's ``adapters/`` (its own mount namespace)."""
 _order = itertools.count()
 
 
@@ -203,6 +211,8 @@ class PodRuntime:
         network = self.annotations.get(ANNOTATION_NETWORK, ctx.default_network)
         self.container: dict[str, Any] = pod["spec"]["containers"][0]
         self.kind = container_kind(self.container)
+        #: What an SGLang container runs: the emulator, or the real server (``sglang``).
+        self.server = self.annotations.get(ANNOTATION_SERVER, "emulator")
         if self.kind == "resync":
             network = "netns"  # the sandbox gives the loop a network namespace of its own
         self.network: Network = "netns" if network == "netns" else "loopback"
@@ -311,6 +321,8 @@ class PodRuntime:
     def _make_process(self) -> ManagedProcess:
         if self.kind == "resync":
             return self.ctx.start_resync(self)
+        if self.server == "sglang":
+            return self._real_sglang()
         argv = [] if self.net is None else self.net.exec_prefix()
         argv += [sys.executable, "-m", EMULATOR_MODULE, "--host", self.ip, "--port", str(self.port)]
         argv += ["--emulator-fs-root", str(self.ctx.adapter_root), "--emulator-admin"]
@@ -323,6 +335,34 @@ class PodRuntime:
             argv += ["--emulator-startup-delay", str(delay)]
         log = self.ctx.log_dir / f"{self.namespace}_{self.name}.log"
         return ManagedProcess(f"emulator {self.namespace}/{self.name}", argv, log)
+
+    def _real_sglang(self) -> ManagedProcess:
+        """The real SGLang server on the CPU with the container's arguments (its LoRA flags).
+
+        It runs in a mount namespace of its own where the adapter root's ``adapters/`` is
+        ``/adapters``: the paths a LoRAAdapter's ``spec.path`` holds (``Testbed.make_adapter``)
+        are the paths it opens, as in a pod with the adapters' volume mounted there.
+        """
+        try:
+            real = RealSGLang.find()
+        except RealSGLangMissingError as exc:
+            raise ContainerRefusedError("ErrImageNeverPull", str(exc)) from exc
+        adapters = self.ctx.adapter_root / "adapters"
+        adapters.mkdir(parents=True, exist_ok=True)
+        try:
+            ADAPTERS_MOUNT.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise ContainerRefusedError(
+                "CreateContainerError", f"real SGLang pods need {ADAPTERS_MOUNT} (root): {exc}"
+            ) from exc
+        args = emulator_args([str(a) for a in self.container.get("args", []) or []])
+        server, env = real.command(self.ip, self.port, args)
+        mount = 'mount --bind "$0" /adapters && exec "$@"'
+        argv = [] if self.net is None else self.net.exec_prefix()
+        argv += ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount]
+        argv += [str(adapters), *server]
+        log = self.ctx.log_dir / f"{self.namespace}_{self.name}.log"
+        return ManagedProcess(f"sglang {self.namespace}/{self.name}", argv, log, env=env)
 
     # --- status ---------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from pulumi_lora.testing.testbed._kubelet import (
     KubeletContext,
     Network,
     PodRuntime,
+    Server,
     resolve_env,
 )
 from pulumi_lora.testing.testbed._played import Caches, ClusterPlay
@@ -75,6 +76,7 @@ __all__ = [
     "Network",
     "PodPlayer",
     "SandboxUnavailableError",
+    "Server",
 ]
 
 _log = logging.getLogger("pulumi_lora.testing.testbed")
@@ -269,6 +271,7 @@ class PodPlayer:
         model: str,
         probe_time_scale: float | None = None,
         endpoint_port: int | None = None,
+        server: Server = "emulator",
     ) -> InferenceServiceHandle:
         """Create the InferenceService; return once its pods exist and their processes started."""
         if network not in ("loopback", "netns"):
@@ -287,6 +290,7 @@ class PodPlayer:
             emulator_args=emulator_args,
             probe_time_scale=probe_time_scale,
             endpoint_port=endpoint_port,
+            server=server,
         )
         collection = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{INFERENCE_SERVICE_PLURAL}"
         self.caches.isvcs.note(self.user.create(collection, body))

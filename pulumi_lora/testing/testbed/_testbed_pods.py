@@ -14,7 +14,7 @@ from pathlib import Path
 from pulumi_lora.testing.testbed._containers import ContainerProcess
 from pulumi_lora.testing.testbed._handles import DEFAULT_EXTRA_ARGS, InferenceServiceHandle
 from pulumi_lora.testing.testbed._netns import netns_unavailable_reason
-from pulumi_lora.testing.testbed._pods import Network, PodPlayer
+from pulumi_lora.testing.testbed._pods import Network, PodPlayer, Server
 
 __all__ = ["PodHelpers", "TestbedError"]
 
@@ -52,6 +52,7 @@ class PodHelpers:
         model: str = "llama-8b",
         probe_time_scale: float | None = None,
         endpoint_port: int | None = None,
+        server: Server = "emulator",
     ) -> InferenceServiceHandle:
         """Create an InferenceService CR; return the handle on what the controllers run for it.
 
@@ -64,6 +65,10 @@ class PodHelpers:
         :meth:`InferenceServiceHandle.wait_ready`). ``network="netns"`` needs root; see
         :func:`netns_available`. ``endpoint_port`` sets ``spec.endpoint.port``: the port of the
         Service LLMKube's operator creates (8080 without it, which the pods do not serve).
+        ``server="sglang"`` runs the real SGLang server in each pod (on the CPU, the tiny model
+        ``tools/provision.py`` built; about 4 GB and 20-30 s to start each) with ``extra_args``
+        as its flags, as LLMKube passes them; ``emulator_args`` and ``startup_delay`` are the
+        emulator's and do not apply to it.
         """
         if network == "netns":
             reason = netns_unavailable_reason()
@@ -81,6 +86,7 @@ class PodHelpers:
             model=model,
             probe_time_scale=probe_time_scale,
             endpoint_port=endpoint_port,
+            server=server,
         )
 
     def inference_service(self, namespace: str, name: str) -> InferenceServiceHandle:

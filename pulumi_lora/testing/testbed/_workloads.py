@@ -18,6 +18,7 @@ __all__ = [
     "ANNOTATION_EMULATOR_ARGS",
     "ANNOTATION_NETWORK",
     "ANNOTATION_PROBE_TIME_SCALE",
+    "ANNOTATION_SERVER",
     "ANNOTATION_STARTUP_DELAY",
     "CONTAINER_NAME",
     "DEFAULT_PORT",
@@ -63,6 +64,10 @@ ANNOTATION_EMULATOR_ARGS = "testbed.pulumi-lora.dev/emulator-args"
 ANNOTATION_PROBE_TIME_SCALE = "testbed.pulumi-lora.dev/probe-time-scale"
 """Test knob: the factor on the readiness probe's periods (the kubelet's default when absent)."""
 
+ANNOTATION_SERVER = "testbed.pulumi-lora.dev/server"
+"""Test knob: what the SGLang container runs, ``emulator`` (the default) or ``sglang`` (the real
+server on the CPU, ``pulumi_lora.testing.sglang``)."""
+
 SERVICE_PORT_DEFAULT = 8080
 """The Service port LLMKube's operator uses when ``spec.endpoint.port`` is unset."""
 
@@ -72,6 +77,7 @@ _TESTBED_ANNOTATIONS = (
     ANNOTATION_STARTUP_DELAY,
     ANNOTATION_EMULATOR_ARGS,
     ANNOTATION_PROBE_TIME_SCALE,
+    ANNOTATION_SERVER,
 )
 _IMAGE = "lmsysorg/sglang:testbed-emulator"
 
