@@ -31,9 +31,10 @@ class TinyLlama:
     kv_heads: int = 4
 
     def dims(self, module: str) -> tuple[int, int]:
-        """(in, out) features of one projection."""
+        """(in, out) features of one projection (a module the model lacks: hidden x hidden,
+        for adapters broken on purpose)."""
         head = self.hidden // self.heads
-        return {
+        known = {
             "q_proj": (self.hidden, self.hidden),
             "k_proj": (self.hidden, self.kv_heads * head),
             "v_proj": (self.hidden, self.kv_heads * head),
@@ -41,7 +42,8 @@ class TinyLlama:
             "gate_proj": (self.hidden, self.intermediate),
             "up_proj": (self.hidden, self.intermediate),
             "down_proj": (self.intermediate, self.hidden),
-        }[module]
+        }
+        return known.get(module, (self.hidden, self.hidden))
 
     @staticmethod
     def block(module: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pulumi_lora.testing.testbed._binaries import PROVISION_COMMAND, cache_dir
+from pulumi_lora.testing._cache import PROVISION_COMMAND, cache_dir
 
 __all__ = ["CPU_FLAGS", "SGLANG_VERSION", "RealSGLang", "RealSGLangMissingError"]
 

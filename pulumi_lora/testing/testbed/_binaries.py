@@ -18,6 +18,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pulumi_lora.testing._cache import PROVISION_COMMAND, cache_dir
+
 __all__ = [
     "BINARIES",
     "PROVISION_COMMAND",
@@ -31,8 +33,6 @@ __all__ = [
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 """The programs a testbed runs, in start order."""
 
-PROVISION_COMMAND = "python3 tools/provision.py"
-"""The command that builds the binaries into the cache (named in every lookup error)."""
 
 _VERSION_TIMEOUT = 30.0
 
@@ -60,12 +60,6 @@ class Binary:
     """Absolute path of the executable that was found."""
     version: str
     """The version string the program itself reports (e.g. ``v1.36.3``, ``3.6.16``)."""
-
-
-def cache_dir() -> Path:
-    """The project's cache root: ``$PULUMI_LORA_CACHE``, else ``~/.cache/pulumi-lora``."""
-    configured = os.environ.get("PULUMI_LORA_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "pulumi-lora"
 
 
 def search_dirs() -> list[Path]:

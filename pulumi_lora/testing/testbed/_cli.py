@@ -138,6 +138,14 @@ _state_dir_option = click.option(
     "--network", type=click.Choice(["loopback", "netns"]), default="loopback", show_default=True
 )
 @click.option("--startup-delay", type=float, default=0.0, show_default=True, help="Seconds of 503.")
+@click.option(
+    "--server",
+    type=click.Choice(["emulator", "sglang"]),
+    default="emulator",
+    show_default=True,
+    help="What the SGLang pods run: the emulator, or the real SGLang server on the CPU with "
+    "the tiny model (`python3 tools/sglang_env.py` installs it; ~4 GB and ~30 s per pod).",
+)
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds to wait.")
 @click.option(
     "--llmkube-lora-controller/--no-llmkube-lora-controller",
@@ -165,6 +173,7 @@ def up(  # noqa: PLR0917 - one parameter per click option
     replicas: int,
     network: str,
     startup_delay: float,
+    server: str,
     timeout: float,
     llmkube_lora_controller: bool,
     container_runtime: str,
@@ -185,6 +194,7 @@ def up(  # noqa: PLR0917 - one parameter per click option
         "replicas": replicas,
         "network": network,
         "startup_delay": startup_delay,
+        "server": server,
         "ready_timeout": timeout,
         "llmkube": llmkube_lora_controller,
         "container_runtime": container_runtime,

@@ -162,6 +162,7 @@ class Probe:
     period: float
     failure_threshold: int
     initial_delay: float
+    timeout: float = 1.0
 
     @staticmethod
     def of(spec: dict[str, Any] | None, ports: dict[str, int], scale: float) -> Probe | None:
@@ -178,6 +179,9 @@ class Probe:
             period=max(0.05, float((spec or {}).get("periodSeconds", 10)) * scale),
             failure_threshold=int((spec or {}).get("failureThreshold", 3)),
             initial_delay=float((spec or {}).get("initialDelaySeconds", 0)) * scale,
+            # Scaled as the periods, never below a second: an emulator answers at once, and a
+            # starved machine must not fail its probes faster than a kubelet would.
+            timeout=max(_PROBE_TIMEOUT, float((spec or {}).get("timeoutSeconds", 1)) * scale),
         )
 
 
@@ -547,7 +551,7 @@ class PodRuntime:
         return True
 
     def _check(self, probe: Probe | None) -> bool:
-        return probe is None or http_probe(self.ip, probe.port, probe.path)
+        return probe is None or http_probe(self.ip, probe.port, probe.path, probe.timeout)
 
     def _probe_once(self, failures: dict[str, int]) -> None:
         with self.lock:
@@ -590,7 +594,7 @@ class PodRuntime:
                 self.restart()
 
 
-def http_probe(host: str, port: int, path: str) -> bool:
+def http_probe(host: str, port: int, path: str, timeout: float = _PROBE_TIMEOUT) -> bool:
     """A kubelet's ``httpGet`` probe: one GET on a fresh connection, closed after the answer;
     a status from 200 to 399 passes.
 
@@ -599,7 +603,7 @@ def http_probe(host: str, port: int, path: str) -> bool:
     could not bind it. The standard library's client, not httpx: pods are probed several times a
     second for a whole test session, and it costs a quarter of the CPU per probe.
     """
-    conn = http.client.HTTPConnection(host, port, timeout=_PROBE_TIMEOUT)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request("GET", path, headers={"User-Agent": "kube-probe", "Connection": "close"})
         status = conn.getresponse().status

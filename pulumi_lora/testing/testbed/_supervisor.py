@@ -23,7 +23,7 @@ from typing import Any
 
 from pulumi_lora.testing.testbed._containers import ContainerRuntime
 from pulumi_lora.testing.testbed._handles import InferenceServiceHandle
-from pulumi_lora.testing.testbed._pods import Network
+from pulumi_lora.testing.testbed._pods import Network, Server
 from pulumi_lora.testing.testbed._testbed import Testbed
 
 __all__ = ["STATE_FILE", "SupervisorSpec", "main", "read_state", "write_state"]
@@ -59,6 +59,8 @@ class SupervisorSpec:
     """Run LLMKube's own LoRA controller (played), as every LLMKube install does."""
     container_runtime: ContainerRuntime = "auto"
     """How the re-sync loop's pods run: podman containers of their image, or local processes."""
+    server: Server = "emulator"
+    """What the SGLang pods run: the emulator, or the real server on the CPU (``sglang``)."""
 
 
 def write_state(state_dir: Path, state: dict[str, Any]) -> None:
@@ -139,6 +141,9 @@ def run(state_dir: Path, spec: SupervisorSpec, stop: threading.Event) -> int:
                         replicas=spec.replicas,
                         network=spec.network,
                         startup_delay=spec.startup_delay,
+                        server=spec.server,
+                        # a real server's probe is a generation: once a second, as declared
+                        probe_time_scale=1.0 if spec.server == "sglang" else None,
                         **kwargs,
                     )
                 )

@@ -6,11 +6,11 @@ testbed's operator, controllers and kubelet act the same on objects made any oth
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.testbed._containers import ContainerProcess
 from pulumi_lora.testing.testbed._handles import DEFAULT_EXTRA_ARGS, InferenceServiceHandle
 from pulumi_lora.testing.testbed._netns import netns_unavailable_reason
@@ -142,23 +142,14 @@ class PodHelpers:
         rank: int = 8,
         target_modules: Sequence[str] = ("q_proj", "v_proj"),
     ) -> str:
-        """Write ``adapters/<name>/adapter_config.json`` under the adapter root.
+        """Write a PEFT LoRA adapter, ``adapters/<name>/`` under the adapter root.
 
-        Returns the path a pod sees, ``/adapters/<name>`` (what a LoRAAdapter's ``spec.path``
-        holds).
+        Its config and weights (``pulumi_lora.testing.peft``: for the testbed's tiny Llama) load
+        on the emulator and on a real SGLang pod alike. Returns the path a pod sees,
+        ``/adapters/<name>`` (what a LoRAAdapter's ``spec.path`` holds).
         """
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
             raise ValueError(f"adapter name {name!r} is not a safe directory name")
         folder = self.adapter_root / "adapters" / name
-        folder.mkdir(parents=True, exist_ok=True)
-        config = {
-            "peft_type": "LORA",
-            "task_type": "CAUSAL_LM",
-            "r": rank,
-            "lora_alpha": 2 * rank,
-            "lora_dropout": 0.0,
-            "target_modules": list(target_modules),
-            "base_model_name_or_path": "llama-8b",
-        }
-        (folder / "adapter_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        write_adapter(folder, rank=rank, target_modules=target_modules, base_model="llama-8b")
         return f"/adapters/{name}"

@@ -152,6 +152,9 @@ def render_deployment(isvc: dict[str, Any]) -> dict[str, Any]:
             "httpGet": {"path": "/health_generate", "port": "http"},
             "periodSeconds": 1,
             "failureThreshold": 1,
+            # LLMKube's (runtime_sglang.go): SGLang's /health_generate waits for its generation
+            # in one-second steps, so it never answers within a kubelet's default second.
+            "timeoutSeconds": 5,
         },
     }
     if spec.get("extraVolumeMounts"):
