@@ -17,7 +17,6 @@ above; the load average is printed to judge the p99s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from pulumi_lora.testing.emulator import EmulatorConfig, EmulatorServer
+from pulumi_lora.testing.peft import write_adapter
 
 TARGET_MS = 2.0
 
@@ -112,11 +112,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
-        adapter = Path(root, "adapters", "bench")
-        adapter.mkdir(parents=True)
-        (adapter / "adapter_config.json").write_text(
-            json.dumps({"r": 8, "target_modules": ["q_proj", "v_proj"]})
-        )
+        write_adapter(Path(root, "adapters", "bench"), target_modules=("q_proj", "v_proj"))
         config = EmulatorConfig(
             enable_lora=True, max_lora_rank=64, lora_target_modules=("all",), fs_root=Path(root)
         )

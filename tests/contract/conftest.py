@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pulumi_lora.testing.emulator import EmulatorConfig, EmulatorServer
+from pulumi_lora.testing.peft import safetensors
 from tests.contract._emulators import LORA, AdapterFactory, Emulator, StartEmulator, client
 
 
@@ -24,6 +25,11 @@ def fs_root(tmp_path: Path) -> Path:
     root = tmp_path / "fs"
     root.mkdir()
     return root
+
+
+WEIGHTS = safetensors({})
+"""A weights file (the emulator reads only that one exists; the real server's tests write real
+ones, ``test_both_ways.py``)."""
 
 
 @pytest.fixture
@@ -42,6 +48,7 @@ def make_adapter(fs_root: Path) -> AdapterFactory:
         if config:
             payload = {"r": r, "target_modules": list(target_modules), "lora_alpha": 16}
             (directory / "adapter_config.json").write_text(json.dumps(payload))
+        (directory / "adapter_model.safetensors").write_bytes(WEIGHTS)
         return f"/adapters/{name}"
 
     return make

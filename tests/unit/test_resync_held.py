@@ -5,7 +5,6 @@ workers played by the ``request`` callback."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
@@ -26,6 +25,7 @@ from pulumi_lora._resync._logs import LOGGER_NAME
 from pulumi_lora._resync._views import AdapterCR, Key, SecretRef, adapter_from_object
 from pulumi_lora._resync._world import World
 from pulumi_lora.testing.emulator import EmulatorConfig, EmulatorServer
+from pulumi_lora.testing.peft import write_adapter
 
 REPLICASET = ControllerRef("apps/v1", "ReplicaSet", "llama-5d8f", "uid-rs")
 DEPLOYMENT = ControllerRef("apps/v1", "Deployment", "llama", "uid-deploy")
@@ -98,9 +98,7 @@ def events() -> Iterator[list[tuple[str, dict[str, Any]]]]:
 @pytest.fixture
 def emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
     """An SGLang emulator serving adapter ``sql``."""
-    folder = tmp_path / "adapters" / "sql"
-    folder.mkdir(parents=True)
-    (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "target_modules": ["q_proj"]}))
+    write_adapter(tmp_path / "adapters" / "sql", target_modules=("q_proj",))
     config = EmulatorConfig(
         fs_root=tmp_path,
         admin=True,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from pulumi_lora._resync._views import SecretRef
 from pulumi_lora._resync._world import AdapterTask, PodWork, Unload
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora.testing.emulator import EmulatorConfig, EmulatorServer
+from pulumi_lora.testing.peft import write_adapter
 
 KEY = SecretRef("ns", "sglang", "api-key")
 
@@ -25,11 +25,7 @@ KEY = SecretRef("ns", "sglang", "api-key")
 @pytest.fixture
 def fs_root(tmp_path: Path) -> Path:
     for name in ("a", "b", "a2"):
-        folder = tmp_path / "adapters" / name
-        folder.mkdir(parents=True)
-        (folder / "adapter_config.json").write_text(
-            json.dumps({"r": 8, "target_modules": ["q_proj"]})
-        )
+        write_adapter(tmp_path / "adapters" / name, target_modules=("q_proj",))
     return tmp_path
 
 

@@ -2,7 +2,8 @@
 
 SGLang reads ``adapter_config.json`` with ``LoRAConfig(path)``: a path that is not a directory is
 taken for a Hugging Face Hub repo id and downloaded (which fails offline, as the emulator always
-is); a directory without the file fails with Python's ``FileNotFoundError`` text. The messages
+is); a directory without the file fails with Python's ``FileNotFoundError`` text; one without a
+weights file (``*.safetensors``, ``*.bin``, ``*.pt``) fails once the config fits. The messages
 below are those texts, naming the path as the server sees it (the container path, even when
 ``--emulator-fs-root`` maps it to a host directory).
 """
@@ -29,6 +30,8 @@ __all__ = [
 
 _REPO_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
 _CONFIG_FILE = "adapter_config.json"
+_WEIGHTS = ("*.safetensors", "*.bin", "*.pt")
+"""The weight files SGLang's loader looks for in an adapter's directory (``model_loader``)."""
 
 
 def read_adapter(path: str, fs_root: Path | None = None) -> AdapterSpec:
@@ -42,7 +45,11 @@ def read_adapter(path: str, fs_root: Path | None = None) -> AdapterSpec:
     except OSError as exc:
         shown = os.path.join(path, _CONFIG_FILE)
         raise AdapterReadError(f"[Errno {exc.errno}] {exc.strerror}: {shown!r}") from exc
-    return _parse_config(raw)
+    spec = _parse_config(raw)
+    if any(next(directory.glob(pattern), None) for pattern in _WEIGHTS):
+        return spec
+    missing = f"Cannot find any model weights with `{path}`"
+    return AdapterSpec(rank=spec.rank, target_modules=spec.target_modules, missing_weights=missing)
 
 
 def _host_path(path: str, fs_root: Path | None) -> Path:

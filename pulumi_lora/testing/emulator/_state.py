@@ -59,6 +59,9 @@ class AdapterSpec:
     """``r``: the adapter's LoRA rank."""
     target_modules: frozenset[str]
     """``target_modules``, normalized as SGLang does (``q_proj`` → ``qkv_proj``, …)."""
+    missing_weights: str | None = None
+    """SGLang's error when the directory holds no weights file (checked after the config's fit,
+    as SGLang loads the weights last), else ``None``."""
 
 
 @dataclass(frozen=True)
@@ -311,7 +314,7 @@ class LoraState:
                 "and base models. Please increase your `--max-loras-per-batch` or load it as "
                 "unpinned LoRA adapters."
             )
-        return None
+        return spec.missing_weights
 
     def _evict_over_limit(self) -> LoadOutcome:
         """Check 6: unregister LRU unpinned adapters while over ``--max-loaded-loras``."""
