@@ -33,7 +33,6 @@ LORA = ("--enable-lora", "--max-lora-rank", "16", "--lora-target-modules", "all"
 BASE = (*LORA, "--max-loras-per-batch", "4")
 LIMIT_2 = (*LORA, "--max-loras-per-batch", "2", "--max-loaded-loras", "2")
 KEY = "contract-" + secrets.token_hex(8)
-KEYED = (*BASE, "--api-key", KEY)
 READY_TIMEOUT = 180.0
 
 
@@ -231,6 +230,28 @@ def test_loads_and_generations_at_once_all_succeed(pool: Pool, adapter: Any) -> 
     assert server.models() == paths
 
 
+# --- adapters a server cannot use -----------------------------------------------------------------
+
+
+def test_an_adapter_without_weights_is_refused(pool: Pool, adapter: Any) -> None:
+    server = pool.get(BASE)
+    path = adapter("hollow")
+    (Path(path) / "adapter_model.safetensors").unlink()
+    answer = server.load("hollow", path)
+    assert answer.status_code == 400 and answer.json()["success"] is False
+    assert "Cannot find any model weights" in answer.json()["error_message"]
+    assert server.models() == {}
+
+
+def test_an_adapter_for_a_module_the_server_does_not_adapt_is_refused(
+    pool: Pool, adapter: Any
+) -> None:
+    server = pool.get(BASE)
+    answer = server.load("odd", adapter("odd", target_modules=("nope_proj",)))
+    assert answer.status_code == 400 and answer.json()["success"] is False
+    assert "incompatible" in answer.json()["error_message"]
+
+
 # --- --max-loaded-loras 2 -------------------------------------------------------------------------
 
 
@@ -249,49 +270,30 @@ def test_a_pinned_adapter_is_never_evicted(pool: Pool, adapter: Any) -> None:
     assert set(server.models()) == {"p", "c"}
 
 
-# --- --api-key ------------------------------------------------------------------------------------
+# --- --api-key and --lora-paths (one server: each start costs half a minute) ----------------------
+
+
+def launched(pool: Pool) -> Server:
+    """The server started with ``--api-key`` and adapter ``boot`` in ``--lora-paths``."""
+    path = pool.logs / "boot"
+    if not path.exists():
+        write_adapter(path, seed="boot")
+    flags = (*BASE, "--api-key", KEY, "--lora-paths", f"boot={path}")
+    return pool.get(flags, startup=frozenset({"boot"}))
 
 
 def test_an_api_key_server_refuses_a_load_without_it(pool: Pool, adapter: Any) -> None:
-    server = pool.get(KEYED)
+    server = launched(pool)
     path = adapter("a")
-    bare = httpx.post(f"{server.url}/load_lora_adapter", json={"lora_name": "a",
-                                                               "lora_path": path})  # fmt: skip
+    bare = httpx.post(f"{server.url}/load_lora_adapter", json={"lora_name": "a", "lora_path": path})
     assert bare.status_code == 401
     assert server.load("a", path).status_code == 200
     assert httpx.get(f"{server.url}/health").status_code == 200  # health needs no key
 
 
-# --- --lora-paths ---------------------------------------------------------------------------------
-
-
 def test_an_adapter_named_at_launch_is_served_from_the_start(pool: Pool) -> None:
-    path = pool.logs / "boot"
-    if not path.exists():
-        write_adapter(path, seed="boot")
-    server = pool.get((*BASE, "--lora-paths", f"boot={path}"), startup=frozenset({"boot"}))
-    assert server.models() == {"boot": str(path)}
+    server = launched(pool)
+    boot = str(pool.logs / "boot")
+    assert server.models() == {"boot": boot}
     assert server.generate("boot").status_code == 200
-    assert server.load("boot", str(path)).status_code == 400  # already loaded, as any other
-
-
-# --- adapters a server cannot use -----------------------------------------------------------------
-
-
-def test_an_adapter_without_weights_is_refused(pool: Pool, adapter: Any) -> None:
-    server = pool.get(BASE)
-    path = adapter("hollow")
-    (Path(path) / "adapter_model.safetensors").unlink()
-    answer = server.load("hollow", path)
-    assert answer.status_code == 400 and answer.json()["success"] is False
-    assert "Cannot find any model weights" in answer.json()["error_message"]
-    assert server.models() == {}
-
-
-def test_an_adapter_for_a_module_the_server_does_not_adapt_is_refused(
-    pool: Pool, adapter: Any
-) -> None:
-    server = pool.get((*LORA, "--max-loras-per-batch", "4"))
-    answer = server.load("odd", adapter("odd", target_modules=("nope_proj",)))
-    assert answer.status_code == 400 and answer.json()["success"] is False
-    assert "incompatible" in answer.json()["error_message"]
+    assert server.load("boot", boot).status_code == 400  # already loaded, as any other

@@ -9,7 +9,9 @@ with SGLang's own words for it and leaves nothing loaded.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +23,7 @@ from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.loop import LoopProcess
 from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
@@ -56,7 +59,7 @@ def real_pods(testbed: Testbed) -> Iterator[tuple[str, InferenceServiceHandle]]:
 def program_of(declared: dict[str, dict[str, Any]]) -> Callable[[], None]:
     def program() -> None:
         for name, args in declared.items():
-            adapter = LoRAAdapter(name, LoRAAdapterArgs(**args))  # type: ignore[typeddict-item]
+            adapter = LoRAAdapter(name, LoRAAdapterArgs(**args))
             pulumi.export(f"{name}_loaded", adapter.loaded)
 
     return program
@@ -122,6 +125,43 @@ def test_up_drift_heal_swap_and_destroy_on_real_pods(
     stack.destroy()
     assert get_adapter(testbed.client(), namespace, "sql") is None
     assert all("sql" not in adapters for adapters in handle.served().values())
+
+
+def test_the_loop_reloads_a_restarted_real_pod(
+    engine: LocalEngine,
+    testbed: Testbed,
+    real_pods: tuple[str, InferenceServiceHandle],
+    tmp_path: Path,
+) -> None:
+    """The re-sync loop (``pulumi-lora resync``, as its image runs it) sees a real server come
+    back empty after a restart and loads the declared adapter on it again, with no ``up``."""
+    namespace, handle = real_pods
+    path = testbed.make_adapter("real-loop")
+    declared = {"kept": {"adapter_name": "kept", "path": path, "inference_service": "llama",
+                         "namespace": namespace}}  # fmt: skip
+    stack = engine.inline_stack("real-sglang", "loop", program_of(declared))
+    stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
+    stack.up()
+    loop = LoopProcess(
+        ["--kubeconfig", str(testbed.kubeconfig_path), "--namespace", namespace,
+         "--lease-namespace", namespace, "--lease-name", "real-sglang-loop",
+         "--verify-interval", "2", "--metrics-host", "127.0.0.1", "--metrics-port", "0"],
+        tmp_path / "loop.log",
+    )  # fmt: skip
+    try:
+        loop.wait_event("caches_synced", timeout=60)
+        victim = handle.ready_pods()[0].name
+        testbed.restart_pod(namespace, victim)
+        handle.wait_ready(timeout=START_TIMEOUT)
+        deadline = time.monotonic() + 60
+        while handle.served().get(victim) != {"kept": path}:
+            assert time.monotonic() < deadline, f"not reloaded: {handle.served()}\n{loop.tail()}"
+            time.sleep(0.5)
+        serves(handle, "kept", path)
+        assert loop.wait_event("pod_synced", pod=f"{namespace}/{victim}", timeout=10)
+    finally:
+        loop.stop()
+        stack.destroy()
 
 
 @pytest.mark.parametrize(
