@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
 
 from pulumi_lora.testing._cache import PROVISION_COMMAND, cache_dir
+
+if TYPE_CHECKING:
+    from pulumi_lora.testing.testbed._process import ManagedProcess
 
 __all__ = ["CPU_FLAGS", "SGLANG_VERSION", "RealSGLang", "RealSGLangMissingError"]
 
@@ -98,3 +105,29 @@ class RealSGLang:
         environment["HF_HUB_OFFLINE"] = "1"  # the model is local; nothing goes to a hub
         environment.pop("VIRTUAL_ENV", None)
         return argv, environment
+
+    def serve(
+        self, port: int, args: Sequence[str], log: Path, *, timeout: float = 180.0
+    ) -> ManagedProcess:
+        """Start one server on ``127.0.0.1:port`` with ``args`` and wait until ``/health``
+        answers 200; fails naming the log's end if it exits or is not ready in ``timeout``."""
+        from pulumi_lora.testing.testbed._process import ManagedProcess, tail  # noqa: PLC0415
+
+        argv, env = self.command("127.0.0.1", port, args)
+        process = ManagedProcess(f"sglang :{port}", argv, log, env=env)
+        process.start()
+        deadline = time.monotonic() + timeout
+        while True:
+            if not process.alive():
+                raise RuntimeError(f"SGLang exited while starting; its log ends:\n{tail(log)}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                    return process
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                process.stop(timeout=20)
+                raise RuntimeError(
+                    f"SGLang not ready in {timeout:.0f} s; its log ends:\n{tail(log)}"
+                )
+            time.sleep(0.25)

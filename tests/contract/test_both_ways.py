@@ -13,7 +13,6 @@ most, 4 GB each) and unloads every adapter between tests; the tests are ordered 
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,7 +26,7 @@ from pulumi_lora.testing.emulator._args import parse_args
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError
-from pulumi_lora.testing.testbed._process import ManagedProcess, free_port
+from pulumi_lora.testing.testbed._process import free_port
 
 LORA = ("--enable-lora", "--max-lora-rank", "16", "--lora-target-modules", "all")
 BASE = (*LORA, "--max-loras-per-batch", "4")
@@ -101,20 +100,8 @@ class Pool:
         except RealSGLangMissingError as exc:
             missing_real_part(str(exc))
         port = free_port()
-        argv, env = real.command("127.0.0.1", port, flags)
-        process = ManagedProcess("sglang", argv, self.logs / f"sglang-{port}.log", env=env)
-        process.start()
+        process = real.serve(port, flags, self.logs / f"sglang-{port}.log", timeout=READY_TIMEOUT)
         url = f"http://127.0.0.1:{port}"
-        started = time.monotonic()
-        while True:
-            assert process.alive(), (self.logs / f"sglang-{port}.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() - started < READY_TIMEOUT, "the real server did not start"
-            time.sleep(0.25)
         return Server(url, lambda: process.stop(timeout=20), headers)
 
     def close(self) -> None:

@@ -70,24 +70,11 @@ def real() -> RealSGLang:
 @pytest.fixture(scope="module")
 def server(real: RealSGLang, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = free_port()
-    argv, env = real.command("127.0.0.1", port, LORA_FLAGS)
     log = tmp_path_factory.mktemp("sglang") / "server.log"
-    process = ManagedProcess("sglang", argv, log, env=env)
     started = time.monotonic()
-    process.start()
-    url = f"http://127.0.0.1:{port}"
+    process = real.serve(port, LORA_FLAGS, log, timeout=READY_TIMEOUT)
     try:
-        deadline = started + READY_TIMEOUT
-        while True:
-            assert process.alive(), f"SGLang exited: {log.read_text()[-3000:]}"
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"not ready: {log.read_text()[-3000:]}"
-            time.sleep(0.25)
-        yield Server(url, process, time.monotonic() - started)
+        yield Server(f"http://127.0.0.1:{port}", process, time.monotonic() - started)
     finally:
         process.stop(timeout=20)
 
