@@ -17,6 +17,10 @@ One step, pinned by ``tools/versions.toml`` (the only place versions live):
 * ``prometheus`` and ``promtool`` from Debian's ``prometheus`` package (``apt-get``, as root),
   for the tests of the loop's alert rules and dashboard (``tests/resync/test_monitoring.py``).
 
+The real SGLang server (its own virtualenv, the tiny model, the CPU shims) is ``tools/
+sglang_env.py``'s, a phase of its own in ``scripts/test.sh``: about 11 GB that the demo and the
+fast tier do not need.
+
 Binaries go to ``${PULUMI_LORA_CACHE:-~/.cache/pulumi-lora}/bin``, never into the repo.
 
 A binary already on ``PATH`` or in the cache is reused when its version matches; otherwise it is
