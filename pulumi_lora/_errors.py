@@ -218,13 +218,15 @@ class LoRADisabled(PermanentSGLangError):
 
 
 class InvalidAdapterPath(PermanentSGLangError):
-    """The adapter path can't be loaded: not a directory, no adapter_config.json, or a Hub id
-    that can't be fetched (offline). SGLang passes the underlying error text on."""
+    """The adapter path can't be loaded: not a directory, no adapter_config.json, no weights
+    file, or a Hub id that can't be fetched (offline). SGLang passes the underlying error text
+    on."""
 
     reason = "InvalidAdapterPath"
     default_message = (
         "SGLang could not read the adapter at this path: it must be a directory inside the "
-        "SGLang container holding adapter_config.json (or a Hub id reachable from the pod)"
+        "SGLang container holding adapter_config.json and the weights (adapter_model."
+        "safetensors), or a Hub id reachable from the pod"
     )
 
 

@@ -29,7 +29,8 @@ ADVICE = {
         "adapter within them"
     ),
     "InvalidAdapterPath": (
-        "the path must be a directory with adapter_config.json inside the sglang container"
+        "the path must be a directory inside the sglang container holding adapter_config.json "
+        "and adapter_model.safetensors"
     ),
     "Unauthorized": "check the SGLang API key (api_key_secret_name or pulumi-lora:sglangApiKey)",
     "UnsupportedSGLangVersion": (
