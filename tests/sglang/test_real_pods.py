@@ -9,6 +9,7 @@ with SGLang's own words for it and leaves nothing loaded.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +43,8 @@ def real_pods(testbed: Testbed) -> Iterator[tuple[str, InferenceServiceHandle]]:
         RealSGLang.find()
     except RealSGLangMissingError as exc:
         missing_real_part(str(exc))
+    if os.geteuid() != 0:
+        missing_real_part("real SGLang pods run in a mount namespace of their own: run as root")
     namespace = testbed.create_namespace("real")
     handle = testbed.deploy_inference_service(
         namespace,
