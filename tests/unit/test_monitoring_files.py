@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +150,25 @@ def test_the_component_creates_the_monitoring_objects() -> None:
     loop = ResyncDeployment("resync", namespace="ops", image="img", monitoring=True)
     done: list[Any] = []
     loop.deployment.apply(done.append)
-    asyncio.get_event_loop().run_until_complete(asyncio.sleep(0.2))
-    custom = {
-        r.inputs.get("kind"): r
-        for r in mocks.resources
-        if r.typ.startswith("kubernetes:monitoring.coreos.com")
-    }
+
+    def custom_kinds() -> dict[Any, Any]:
+        return {
+            r.inputs.get("kind"): r
+            for r in mocks.resources
+            if r.typ.startswith("kubernetes:monitoring.coreos.com")
+        }
+
+    # Until the registrations are in (a fixed 0.2 s was too short on a busy machine), then until
+    # every task on this loop ends: the next test's mocks must not meet them on another loop.
+    events = asyncio.get_event_loop()
+    deadline = time.monotonic() + 30
+    while not (done and {"PodMonitor", "PrometheusRule"} <= set(custom_kinds())):
+        assert time.monotonic() < deadline, f"registered: {[r.typ for r in mocks.resources]}"
+        events.run_until_complete(asyncio.sleep(0.05))
+    pending = [task for task in asyncio.all_tasks(events) if not task.done()]
+    if pending:
+        events.run_until_complete(asyncio.wait(pending, timeout=30))
+    custom = custom_kinds()
     assert set(custom) == {"PodMonitor", "PrometheusRule"}
     assert custom["PrometheusRule"].inputs["spec"] == alert_rules()
     assert any(r.typ == "kubernetes:core/v1:ConfigMap" for r in mocks.resources)
