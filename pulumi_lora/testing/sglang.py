@@ -24,7 +24,7 @@ from pulumi_lora.testing._cache import PROVISION_COMMAND, cache_dir
 if TYPE_CHECKING:
     from pulumi_lora.testing.testbed._process import ManagedProcess
 
-__all__ = ["CPU_FLAGS", "SGLANG_VERSION", "RealSGLang", "RealSGLangMissingError"]
+__all__ = ["CPU_FLAGS", "SGLANG_VERSION", "RealSGLang", "RealSGLangMissingError", "generate"]
 
 SGLANG_VERSION = "0.5.23"
 """The SGLang release the tests run (``tools/versions.toml``'s ``[sglang]``; a test keeps both
@@ -131,3 +131,20 @@ class RealSGLang:
                     f"SGLang not ready in {timeout:.0f} s; its log ends:\n{tail(log)}"
                 )
             time.sleep(0.25)
+
+
+def generate(url: str, lora: str | None = None, *, timeout: float = 60.0) -> str:
+    """Greedy text (8 tokens) from the server at ``url``, through adapter ``lora`` or the base
+    model: what tells an adapter that serves from one that is only listed. Raises
+    ``RuntimeError`` naming the answer unless it is a 200."""
+    body: dict[str, object] = {
+        "text": "the adapter of the pod",
+        "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+    }
+    if lora is not None:
+        body["lora_path"] = lora
+    answer = httpx.post(f"{url}/generate", json=body, timeout=timeout)
+    if answer.status_code != 200:
+        raise RuntimeError(f"/generate at {url}: HTTP {answer.status_code}: {answer.text[:500]}")
+    text: str = answer.json()["text"]
+    return text

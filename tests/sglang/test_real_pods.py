@@ -26,7 +26,7 @@ from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.loop import LoopProcess
 from pulumi_lora.testing.peft import write_adapter
-from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError
+from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError, generate
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import drift_report
 
@@ -66,20 +66,6 @@ def program_of(declared: dict[str, dict[str, Any]]) -> Callable[[], None]:
             pulumi.export(f"{name}_loaded", adapter.loaded)
 
     return program
-
-
-def generate(url: str, lora: str | None = None) -> str:
-    """Greedy text from one pod, through adapter ``lora`` or the base model."""
-    body: dict[str, Any] = {
-        "text": "the adapter of the pod",
-        "sampling_params": {"temperature": 0, "max_new_tokens": 8},
-    }
-    if lora is not None:
-        body["lora_path"] = lora
-    answer = httpx.post(f"{url}/generate", json=body, timeout=60)
-    assert answer.status_code == 200, answer.text
-    text: str = answer.json()["text"]
-    return text
 
 
 def serves(handle: InferenceServiceHandle, name: str, path: str) -> None:

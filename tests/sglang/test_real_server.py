@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from pulumi_lora._sglang import AlreadyLoaded, Loaded, NotLoaded, SGLangClient, Unloaded
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.peft import write_adapter
-from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError
+from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError, generate
 from pulumi_lora.testing.testbed._process import ManagedProcess, free_port
 
 LORA_FLAGS = (
@@ -79,26 +78,13 @@ def server(real: RealSGLang, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         process.stop(timeout=20)
 
 
-def _generate(url: str, lora: str | None = None) -> str:
-    body: dict[str, object] = {
-        "text": "the adapter of the pod",
-        "sampling_params": {"temperature": 0, "max_new_tokens": 8},
-    }
-    if lora is not None:
-        body["lora_path"] = lora
-    answer = httpx.post(f"{url}/generate", json=body, timeout=30)
-    assert answer.status_code == 200, answer.text
-    text: str = answer.json()["text"]
-    return text
-
-
 def test_the_real_server_loads_serves_and_unloads_an_adapter(
     server: Server, tmp_path: Path
 ) -> None:
     folder = tmp_path / "sql"
     write_adapter(folder, rank=8, target_modules=("q_proj", "v_proj"), seed="sql")
     client = SGLangClient(server.url, label="real-sglang")
-    base = _generate(server.url)
+    base = generate(server.url)
 
     started = time.monotonic()
     loaded = client.load_adapter("sql", str(folder))
@@ -106,14 +92,14 @@ def test_the_real_server_loads_serves_and_unloads_an_adapter(
     assert isinstance(loaded, Loaded), loaded
     assert client.list_models().adapters == {"sql": str(folder)}
     assert isinstance(client.load_adapter("sql", str(folder)), AlreadyLoaded)
-    assert _generate(server.url, "sql") != base  # the adapter applies, not only lists
+    assert generate(server.url, "sql") != base  # the adapter applies, not only lists
 
     started = time.monotonic()
     assert isinstance(client.unload_adapter("sql"), Unloaded)
     unload_seconds = time.monotonic() - started
     assert client.list_models().adapters == {}
     assert isinstance(client.unload_adapter("sql"), NotLoaded)
-    assert _generate(server.url) == base
+    assert generate(server.url) == base
     client.close()
     pid = server.process.pid
     assert pid is not None
