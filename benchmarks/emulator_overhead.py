@@ -1,6 +1,6 @@
 """How long the SGLang emulator takes per request when no latency is injected.
 
-Starts the emulator in process on 127.0.0.1 and times, over kept-alive httpx clients:
+Starts the emulator in process on 127.0.0.1 and times, over kept-alive httpx2 clients:
 
 - sequentially: ``GET /v1/models`` and ``POST /load_lora_adapter`` + ``/unload_lora_adapter``
   pairs (the adapter directory is read for real on every load);
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from pulumi_lora.testing.emulator import EmulatorConfig, EmulatorServer
 from pulumi_lora.testing.peft import write_adapter
@@ -33,7 +33,7 @@ from pulumi_lora.testing.peft import write_adapter
 TARGET_MS = 2.0
 
 
-def timed(call: Callable[[], httpx.Response]) -> float:
+def timed(call: Callable[[], httpx2.Response]) -> float:
     """One request's round trip in milliseconds; fails loudly on an unexpected status."""
     started = time.perf_counter()
     response = call()
@@ -61,8 +61,8 @@ def report_cpu(cpu_started: float, requests: int) -> None:
     print(f"{'':<38} cpu={cpu_ms:.3f} ms/request (client + server)")
 
 
-def client(url: str) -> httpx.Client:
-    return httpx.Client(base_url=url, trust_env=False, timeout=10.0)
+def client(url: str) -> httpx2.Client:
+    return httpx2.Client(base_url=url, trust_env=False, timeout=10.0)
 
 
 def sequential(url: str, requests: int) -> None:
@@ -91,7 +91,7 @@ def concurrent(url: str, requests: int, threads: int) -> None:
     per_thread = max(1, requests // threads)
     clients = [client(url) for _ in range(threads)]  # one kept-alive client per thread
 
-    def run(http: httpx.Client) -> list[float]:
+    def run(http: httpx2.Client) -> list[float]:
         http.get("/v1/models")
         return [timed(lambda: http.get("/v1/models")) for _ in range(per_thread)]
 

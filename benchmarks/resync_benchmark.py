@@ -40,7 +40,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from lightkube import KubeConfig
 from lightkube.resources.core_v1 import Pod
 
@@ -227,17 +227,17 @@ class ReadyWatch:
                     self.ready_at.setdefault((pod.name, pod.restart_count), time.time())
 
 
-#: One client for every probe this script makes. ``httpx.get`` would build a client (and a TLS
+#: One client for every probe this script makes. ``httpx2.get`` would build a client (and a TLS
 #: context) per call: at 40 probes a second that is a core's worth of CPU taken from the pods
 #: being measured. No keep-alive, so no connection is held open across a pod's restart.
-PROBE = httpx.Client(trust_env=False, timeout=2, limits=httpx.Limits(max_keepalive_connections=0))
+PROBE = httpx2.Client(trust_env=False, timeout=2, limits=httpx2.Limits(max_keepalive_connections=0))
 
 
 def served_count(url: str) -> int:
     """How many adapters a pod's ``/v1/models`` lists (-1 when it does not answer)."""
     try:
         body = PROBE.get(f"{url}/v1/models").json()
-    except (httpx.HTTPError, ValueError):
+    except (httpx2.HTTPError, ValueError):
         return -1
     return sum(1 for m in body.get("data", ()) if m.get("parent"))
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import boto3
-import httpx
+import httpx2
 
 from pulumi_lora._staging._fetch import stage
 from pulumi_lora._staging._source import parse_source
@@ -102,11 +102,11 @@ def main() -> None:
         cdn = f"{hub.endpoint}/cdn/{digests[WEIGHTS]}"
 
         def get(_attempt: int) -> None:
-            with httpx.stream("GET", cdn) as answer, (work / "get.bin").open("wb") as out:
+            with httpx2.stream("GET", cdn) as answer, (work / "get.bin").open("wb") as out:
                 for chunk in answer.iter_bytes(1 << 20):
                     out.write(chunk)
 
-        report("plain httpx GET from the played Hub to disk", best(get))
+        report("plain httpx2 GET from the played Hub to disk", best(get))
         request = parse_source(f"hf://acme/big@{commit}", digests=digests)
         env = {"HF_ENDPOINT": hub.endpoint}
         report(

@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
-from lightkube.core import generic_client as _lightkube_http
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
@@ -154,8 +154,8 @@ class KubeSource:
 
 
 #: What lightkube raises when the apiserver gives no answer at all: its HTTP library's transport
-#: errors (httpx before lightkube 1.0, httpx2 from 1.0; taken from lightkube, not guessed).
-TRANSPORT_ERRORS: tuple[type[Exception], ...] = (vars(_lightkube_http)["httpx"].TransportError,)
+#: errors (lightkube 1.x sends with httpx2, the one HTTP stack of the package).
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.TransportError,)
 
 
 @contextmanager
@@ -214,7 +214,7 @@ def resolve(source: KubeSource) -> tuple[SingleConfig, Credentials | None]:
 def held_writes(client: Client) -> Client:
     """``client``, its requests sent in one write each (`pulumi_lora._wire`): half the TLS
     records and system calls of a status write or an Event."""
-    generic: Any = client._client  # lightkube's GenericSyncClient: its httpx client is _client
+    generic: Any = client._client  # lightkube's GenericSyncClient: its httpx2 client is _client
     hold_writes(generic._client)
     return client
 

@@ -32,7 +32,7 @@ Errors carry context for humans (which pod, which route, the HTTP status, a trun
 the body) but never request headers: an API key can't reach a log through an exception.
 """
 
-# The names say what happened (`Unauthorized`, `NoReadyPods`), as in httpx and kopf; an "Error"
+# The names say what happened (`Unauthorized`, `NoReadyPods`), as in httpx2 and kopf; an "Error"
 # suffix on each would only add noise to the `reason`-like vocabulary.
 # ruff: noqa: N818
 

@@ -5,7 +5,7 @@ Managed clusters (EKS, GKE, AKS) write kubeconfig users that run a credential pl
 usually, its ``expirationTimestamp``. This module turns such a user into :class:`Credentials`
 (a thread-safe token cache that re-runs the plugin before the token expires and after a 401)
 and into auth flows for both HTTP libraries in the process: ``httpx2`` under lightkube (every
-apiserver call of the provider, the CLI and the loop) and ``httpx`` under the SGLang client
+apiserver call of the provider, the CLI and the loop) and ``httpx2`` under the SGLang client
 (the ``proxy`` transport's requests through the apiserver's pod proxy). Both share one cache.
 
 Why not lightkube's own ``ExecAuth``: lightkube 1.0.1 knows only
@@ -40,7 +40,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import httpx2
 import msgspec
 from lightkube import AsyncClient, Client
@@ -394,8 +393,8 @@ async def _async_flow(credentials: Credentials, request: Any) -> AsyncGenerator[
         yield request
 
 
-class HttpxAuth(httpx.Auth):
-    """:class:`Credentials` as an ``httpx`` auth flow (the SGLang client, ``proxy`` transport).
+class HttpxAuth(httpx2.Auth):
+    """:class:`Credentials` as an ``httpx2`` auth flow (the SGLang client, ``proxy`` transport).
 
     A 401 drops the token and sends the request once more with a new one: the apiserver
     refused it before it reached the pod, so a load is never sent twice to SGLang.
@@ -405,13 +404,13 @@ class HttpxAuth(httpx.Auth):
         self.credentials = credentials
 
     def sync_auth_flow(
-        self, request: httpx.Request
-    ) -> Generator[httpx.Request, httpx.Response, None]:
+        self, request: httpx2.Request
+    ) -> Generator[httpx2.Request, httpx2.Response, None]:
         return _sync_flow(self.credentials, request)
 
     def async_auth_flow(
-        self, request: httpx.Request
-    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         return _async_flow(self.credentials, request)
 
 

@@ -6,7 +6,7 @@ Shared by the Pulumi provider and the re-sync loop. Everything here is pure: the
 outcomes to :func:`build_conditions`. No I/O, no clock (``now`` is a parameter), no HTTP or
 Kubernetes library.
 
-A pod program is a generator in the style of httpx's auth flows: it yields a :data:`Call`
+A pod program is a generator in the style of httpx2's auth flows: it yields a :data:`Call`
 (load, unload or list), receives a :class:`Reply` for it, and returns a :class:`PodOutcome`.
 That keeps the subtle part (already loaded with the same path is success, with another path it
 is a swap: unload, then load) in one tested place for both drivers.

@@ -85,10 +85,10 @@ _C = TypeVar("_C")
 
 
 class RetryingTransport:
-    """A blocking httpx-style transport that sends a shed request again (see the module).
+    """A blocking httpx2-style transport that sends a shed request again (see the module).
 
-    Duck-typed over ``inner`` (httpx's or httpx2's ``BaseTransport``): lightkube builds on
-    httpx2, the SGLang clients on httpx. A request's body is bytes (lightkube's always are), so
+    Duck-typed over ``inner`` (an httpx2 ``BaseTransport``): lightkube and the SGLang clients
+    both build on httpx2. A request's body is bytes (lightkube's always are), so
     it can be sent again as it is.
     """
 
@@ -167,7 +167,7 @@ def _noted(response: Any, retries: int, waited: float) -> Any:
 def retry_apiserver_answers(client: _C, policy: RetryPolicy = DEFAULT_POLICY) -> _C:
     """``client`` (lightkube's, sync or async), sending again what the apiserver sheds.
 
-    httpx offers no argument for wrapping the transport it builds (nor those it mounts for
+    httpx2 offers no argument for wrapping the transport it builds (nor those it mounts for
     proxies from the environment); they are wrapped after, once.
     """
     generic: Any = getattr(client, "_client")  # noqa: B009 lightkube's generic client

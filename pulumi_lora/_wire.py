@@ -1,6 +1,6 @@
-"""One ``send`` per request for blocking HTTP clients built on httpcore (httpx's and lightkube's).
+"""One ``send`` per request for blocking HTTP clients built on httpcore2 (ours and lightkube's).
 
-httpcore writes a request's headers and its body in two socket writes, and before reusing an
+httpcore2 writes a request's headers and its body in two socket writes, and before reusing an
 idle kept-alive connection it polls the socket to see whether the server closed it. On TLS
 each write is a record of its own and a system call; on this project's hot paths (the
 provider's SGLang client, and the status writes and Events of the re-sync loop and the
@@ -8,8 +8,8 @@ provider) those calls were most of a request's CPU. `HeldWritesStream` holds a r
 until its first read and sends them as one; it answers the idle check without a poll while the
 connection had data within `RECENT` seconds. `hold_writes` puts it under a connection pool.
 
-Duck-typed on purpose: httpx uses ``httpcore`` and lightkube ``httpcore2``, two copies of the
-same stream interface (``read``, ``write``, ``close``, ``start_tls``, ``get_extra_info``).
+Duck-typed on the stream interface httpcore2 defines (``read``, ``write``, ``close``,
+``start_tls``, ``get_extra_info``).
 The async client has its own backend (``_sglang._aio``).
 """
 
@@ -38,7 +38,7 @@ and a server that closes a connection for another reason races any check anyway.
 
 
 class BlockingStream(Protocol):
-    """httpcore's (and httpcore2's) blocking network stream."""
+    """httpcore2's blocking network stream."""
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes: ...
     def write(self, buffer: bytes, timeout: float | None = None) -> None: ...
@@ -103,7 +103,7 @@ class WrappingBackend:
         self._inner = inner
 
     def wrap(self, stream: Any) -> Any:
-        """The stream handed to httpcore in place of ``stream``."""
+        """The stream handed to httpcore2 in place of ``stream``."""
         raise NotImplementedError
 
     def connect_timeout(self, timeout: float | None) -> float | None:
@@ -141,12 +141,12 @@ class HeldWritesBackend(WrappingBackend):
 
 
 def hold_writes(http_client: Any) -> None:
-    """Put `HeldWritesBackend` under a blocking httpx (or httpx2) client's connection pool.
+    """Put `HeldWritesBackend` under a blocking httpx2 client's connection pool.
 
-    httpx builds its pool itself and offers no argument for its network backend; it is swapped
+    httpx2 builds its pool itself and offers no argument for its network backend; it is swapped
     in after, as ``_sglang.deadline_transport`` does. A client without the expected pool (a test
     transport) is left alone. ``tests/unit/test_wire.py`` checks the wiring against the
-    installed httpx and lightkube.
+    installed httpx2 and lightkube.
     """
     pool = getattr(getattr(http_client, "_transport", None), "_pool", None)
     backend = getattr(pool, "_network_backend", None)

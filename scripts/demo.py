@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
 
@@ -76,7 +76,7 @@ def table(handle: InferenceServiceHandle) -> str:
         if not pod.ready:
             lines.append(f"  {pod.name:<34} (not Ready)")
             continue
-        body: dict[str, Any] = httpx.get(f"{pod.url}/v1/models", timeout=5).json()
+        body: dict[str, Any] = httpx2.get(f"{pod.url}/v1/models", timeout=5).json()
         served = {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
         text = ", ".join(f"{k} -> {v}" for k, v in sorted(served.items())) or "(none)"
         lines.append(f"  {pod.name:<34} {text}")

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
+import httpx2
 from lightkube import Client
 
 from pulumi_lora import _cluster as k8s
@@ -22,7 +22,7 @@ class ClientPool:
 
     A TLS context costs tens of milliseconds to build and a connection a round trip; a request
     costs a millisecond. The engine runs many resources through one provider process, so
-    clients (and their keep-alive connections) are built once per server and kept. httpx and
+    clients (and their keep-alive connections) are built once per server and kept. httpx2 and
     lightkube clients are thread-safe; the dict is guarded by a lock.
     """
 
@@ -56,7 +56,7 @@ class ClientPool:
         timeouts: ClientTimeouts,
         label: str,
         tls: ssl.SSLContext | None,
-        auth: httpx.Auth | None = None,
+        auth: httpx2.Auth | None = None,
         retry: RetryPolicy | None = None,
     ) -> SGLangClient:
         """The SGLang client for one server and credential (the key is only a dict key here).
@@ -95,7 +95,7 @@ class ClientPool:
             return client
 
 
-def _retrying(transport: httpx.HTTPTransport, retry: RetryPolicy | None) -> Any:
+def _retrying(transport: httpx2.HTTPTransport, retry: RetryPolicy | None) -> Any:
     return transport if retry is None else RetryingTransport(transport, retry)
 
 

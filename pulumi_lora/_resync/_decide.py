@@ -6,7 +6,7 @@ a watch broke (:func:`after_watch_error`), what to do with a Lease (:func:`lease
 a server's ``--max-loaded-loras`` evicted what the loop loaded (:class:`LoadLedger`).
 
 No I/O, no clock and no randomness inside: time and a random fraction are parameters, so every
-rule is a table in the unit tests. Imports neither httpx nor lightkube (nor anything that does).
+rule is a table in the unit tests. Imports neither httpx2 nor lightkube (nor anything that does).
 """
 
 from __future__ import annotations

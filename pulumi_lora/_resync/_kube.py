@@ -80,9 +80,9 @@ async def watch_once(
     server_timeout: int,
 ) -> AsyncIterator[tuple[str, Any]]:
     """One watch request, as lightkube's ``AsyncClient.watch`` sends it, with its events split on
-    newline bytes only (`event_lines`); errors are lightkube's (``ApiError``, httpx's).
+    newline bytes only (`event_lines`); errors are lightkube's (``ApiError``, httpx2's).
 
-    lightkube reads watch lines with httpx's ``aiter_lines``, which splits as ``str.splitlines``
+    lightkube reads watch lines with httpx2's ``aiter_lines``, which splits as ``str.splitlines``
     does: also on U+0085, U+2028 and U+2029. The apiserver sends U+0085 raw inside JSON strings,
     so one CR whose annotation held it broke every LoRAAdapter watch of the loop, for good (found
     by ``tests/resync/test_hostile_crs.py``). This reuses lightkube's request building and event

@@ -1,17 +1,17 @@
-"""An httpcore network backend on plain asyncio, for the async SGLang client.
+"""An httpcore2 network backend on plain asyncio, for the async SGLang client.
 
-httpx's default async transport reaches sockets through anyio, and on a busy loop that is where
+httpx2's default async transport reaches sockets through anyio, and on a busy loop that is where
 the CPU goes, not in HTTP: every read pauses and resumes the transport's reading (two
 ``epoll_ctl`` calls), every "is this idle connection still open?" check builds anyio's whole
-attribute table (a ``getpeername`` call), and httpcore writes a request's headers and body in
+attribute table (a ``getpeername`` call), and httpcore2 writes a request's headers and body in
 two ``send`` calls. The re-sync loop's initial sync makes thousands of requests on one event
 loop, so per request those costs were most of the loop's CPU.
 
 This backend keeps one asyncio protocol per connection that always reads (buffering at most
 `READ_BUFFER` bytes before pausing), answers the idle check from what the protocol already saw
 (a ``poll`` only on a connection quiet for a second), and holds a request's writes until its
-first read, so headers and body leave in one ``send``. Timeouts and errors map to httpcore's
-exceptions exactly as its anyio backend maps them, so httpx and the client's error translation
+first read, so headers and body leave in one ``send``. Timeouts and errors map to httpcore2's
+exceptions exactly as its anyio backend maps them, so httpx2 and the client's error translation
 see no difference.
 """
 
@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import httpcore
-import httpx
+import httpcore2
+import httpx2
 
 from pulumi_lora._wire import RECENT, WRITE_BUFFER
 
@@ -35,14 +35,14 @@ READ_BUFFER = 256 * 1024
 """Bytes a connection buffers before it stops reading from the socket (until they are read)."""
 
 
-def asyncio_transport(*, verify: ssl.SSLContext | bool = True) -> httpx.AsyncHTTPTransport:
-    """httpx's async transport with `AsyncioBackend` as its network backend.
+def asyncio_transport(*, verify: ssl.SSLContext | bool = True) -> httpx2.AsyncHTTPTransport:
+    """httpx2's async transport with `AsyncioBackend` as its network backend.
 
-    httpx builds its connection pool itself; the backend is swapped in after (httpcore's
-    ``AsyncConnectionPool`` takes one, httpx offers no argument for it), as `deadline_transport`
+    httpx2 builds its connection pool itself; the backend is swapped in after (httpcore2's
+    ``AsyncConnectionPool`` takes one, httpx2 offers no argument for it), as `deadline_transport`
     does for the blocking client. ``tests/contract/test_client_deadlines.py`` checks the wiring.
     """
-    transport = httpx.AsyncHTTPTransport(verify=verify)
+    transport = httpx2.AsyncHTTPTransport(verify=verify)
     pool: Any = transport._pool
     pool._network_backend = AsyncioBackend()
     return transport
@@ -105,8 +105,8 @@ class _Connection(asyncio.Protocol):
             self._changed.set_result(None)
 
 
-class AsyncioStream(httpcore.AsyncNetworkStream):
-    """One connection as httpcore sees it: reads, (held back) writes, TLS, the idle check."""
+class AsyncioStream(httpcore2.AsyncNetworkStream):
+    """One connection as httpcore2 sees it: reads, (held back) writes, TLS, the idle check."""
 
     def __init__(self, transport: asyncio.Transport, connection: _Connection) -> None:
         self._transport = transport
@@ -124,7 +124,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                     while not connection.received and not connection.eof:
                         await connection.changed()
             except TimeoutError as exc:
-                raise httpcore.ReadTimeout("no data within the read timeout") from exc
+                raise httpcore2.ReadTimeout("no data within the read timeout") from exc
         if connection.received:
             data = bytes(connection.received[:max_bytes])
             del connection.received[:max_bytes]
@@ -133,13 +133,13 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 self._transport.resume_reading()
             return data
         if connection.error is not None:
-            raise httpcore.ReadError(str(connection.error) or type(connection.error).__name__)
+            raise httpcore2.ReadError(str(connection.error) or type(connection.error).__name__)
         return b""
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
-        self._check_open(httpcore.WriteError)
+        self._check_open(httpcore2.WriteError)
         self._held.append(buffer)
         self._held_bytes += len(buffer)
         if self._held_bytes >= WRITE_BUFFER:
@@ -155,7 +155,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         ssl_context: ssl.SSLContext,
         server_hostname: str | None = None,
         timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> httpcore2.AsyncNetworkStream:
         self._send_held()
         loop = asyncio.get_running_loop()
         try:
@@ -165,12 +165,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 )
         except TimeoutError as exc:
             await self.aclose()
-            raise httpcore.ConnectTimeout("no TLS handshake within the connect timeout") from exc
+            raise httpcore2.ConnectTimeout("no TLS handshake within the connect timeout") from exc
         except (OSError, ssl.SSLError, ConnectionError) as exc:
             await self.aclose()
-            raise httpcore.ConnectError(str(exc)) from exc
+            raise httpcore2.ConnectError(str(exc)) from exc
         if transport is None:  # the connection closed during the handshake
-            raise httpcore.ConnectError("the connection closed during the TLS handshake")
+            raise httpcore2.ConnectError("the connection closed during the TLS handshake")
         return AsyncioStream(transport, self._connection)
 
     def get_extra_info(self, info: str) -> Any:
@@ -185,7 +185,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         """Whether the idle connection has something to read: the server closed it (or sent
         what nobody asked for). What the event loop already delivered answers without a system
         call, and so does a connection that had data within `RECENT` seconds (as in `_wire`);
-        otherwise the socket is polled, as httpcore's own backends do."""
+        otherwise the socket is polled, as httpcore2's own backends do."""
         connection = self._connection
         if connection.received or connection.eof or self._transport.is_closing():
             return True
@@ -214,8 +214,8 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                     while connection.writing_paused:
                         await connection.changed()
             except TimeoutError as exc:
-                raise httpcore.WriteTimeout("no room to write within the write timeout") from exc
-        self._check_open(httpcore.WriteError)
+                raise httpcore2.WriteTimeout("no room to write within the write timeout") from exc
+        self._check_open(httpcore2.WriteError)
 
     def _check_open(self, error: type[Exception]) -> None:
         connection = self._connection
@@ -223,7 +223,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             raise error(str(connection.error or "the connection is closed"))
 
 
-class AsyncioBackend(httpcore.AsyncNetworkBackend):
+class AsyncioBackend(httpcore2.AsyncNetworkBackend):
     """Connects with ``loop.create_connection`` (TCP_NODELAY is asyncio's default)."""
 
     async def connect_tcp(
@@ -233,7 +233,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> httpcore2.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         local = None if local_address is None else (local_address, 0)
 
@@ -247,7 +247,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         path: str,
         timeout: float | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> httpcore2.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
 
         async def connect() -> tuple[asyncio.BaseTransport, _Connection]:
@@ -266,9 +266,9 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
             async with asyncio.timeout(timeout):
                 transport, connection = await connect()
         except TimeoutError as exc:
-            raise httpcore.ConnectTimeout("no connection within the connect timeout") from exc
+            raise httpcore2.ConnectTimeout("no connection within the connect timeout") from exc
         except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
+            raise httpcore2.ConnectError(str(exc)) from exc
         assert isinstance(transport, asyncio.Transport)
         sock = transport.get_extra_info("socket")
         for option in socket_options or ():

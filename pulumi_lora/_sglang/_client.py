@@ -2,12 +2,12 @@
 `AsyncSGLangClient` (asyncio, for the re-sync loop).
 
 Both are thin: `_protocol` builds every request and classifies every answer, the shared base
-class checks the settings, and the two classes differ only in how they send. httpx's exceptions
+class checks the settings, and the two classes differ only in how they send. httpx2's exceptions
 are translated in one place, `_ClientBase._translated_httpx_errors`, into the transient branch.
-The httpx transport is the test seam (``httpx.MockTransport`` in unit tests).
+The httpx2 transport is the test seam (``httpx2.MockTransport`` in unit tests).
 
 Every request has one deadline, its route's timeout from when it is sent, bounding the whole
-answer: status line, headers and body. httpx's timeouts bound each socket operation, so a server
+answer: status line, headers and body. httpx2's timeouts bound each socket operation, so a server
 that drips one byte a second never trips them. The async client puts the request under an
 ``asyncio`` timeout; the blocking one cannot be cancelled, so its transport
 (`deadline_transport`) gives every socket read and write only what is left of the deadline.
@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Self
 
-import httpcore
-import httpx
+import httpcore2
+import httpx2
 
 from pulumi_lora._errors import (
     ConfigurationError,
@@ -56,7 +56,7 @@ __all__ = ["AsyncSGLangClient", "SGLangClient", "deadline_transport"]
 class _ClientBase:
     """Everything but the sending: checked settings, headers, the error label, the repr."""
 
-    base_url: httpx.URL
+    base_url: httpx2.URL
     timeouts: ClientTimeouts
     _peer: Peer
 
@@ -68,7 +68,7 @@ class _ClientBase:
         timeouts: ClientTimeouts | None,
         label: str | None,
     ) -> dict[str, str]:
-        """Check and keep the settings; return the headers for the httpx client (only it holds
+        """Check and keep the settings; return the headers for the httpx2 client (only it holds
         the key, so neither ``repr`` nor ``vars`` of this object shows it)."""
         self.base_url = _checked_base_url(base_url)
         self.timeouts = _checked_timeouts(timeouts or ClientTimeouts())
@@ -80,38 +80,43 @@ class _ClientBase:
         )
         return headers
 
-    def _timeout(self, request: Request) -> httpx.Timeout:
+    def _timeout(self, request: Request) -> httpx2.Timeout:
         """Short connect (and pool) timeout; the route's read timeout; tiny bodies write fast."""
         connect = self.timeouts.connect
-        return httpx.Timeout(
+        return httpx2.Timeout(
             connect=connect, read=request.read_timeout, write=self.timeouts.read, pool=connect
         )
 
     @contextmanager
     def _translated_httpx_errors(self, request: Request) -> Iterator[None]:
-        """Re-raise httpx's exceptions as the project's transient errors, chained ``from`` them.
+        """Re-raise httpx2's exceptions as the project's transient errors, chained ``from`` them.
 
-        The one place that knows httpx's tree. Timeouts (including a body that stalls or drips
+        The one place that knows httpx2's tree. Timeouts (including a body that stalls or drips
         past the deadline) are `SGLangTimeout`; no connection is `SGLangConnectionError`;
-        everything else httpx can raise (broken framing, a truncated body, a bad encoding, a
+        everything else httpx2 can raise (broken framing, a truncated body, a bad encoding, a
         misused stream) is `SGLangProtocolError`.
         Every error after the connection was made is ``maybe_applied``: the request may have
         reached the server, which then acts on it whether or not its answer arrives.
         """
         try:
             yield
-        except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        except (httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
             what = f"timed out: no connection within {self.timeouts.connect:g} s"
             raise self._error(SGLangTimeout, what, exc, request, sent=False) from exc
-        except httpx.TimeoutException as exc:
+        except httpx2.TimeoutException as exc:
             what = f"timed out: no complete answer within {request.read_timeout:g} s"
             raise self._error(SGLangTimeout, what, exc, request) from exc
-        except (httpx.ConnectError, httpx.ProxyError, httpx.UnsupportedProtocol) as exc:
+        except (httpx2.ConnectError, httpx2.ProxyError, httpx2.UnsupportedProtocol) as exc:
             what = "connection failed"
             raise self._error(SGLangConnectionError, what, exc, request, sent=False) from exc
-        except httpx.NetworkError as exc:
+        except httpx2.NetworkError as exc:
             raise self._error(SGLangConnectionError, "connection failed", exc, request) from exc
-        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpx.CookieConflict) as exc:
+        except (
+            httpx2.HTTPError,
+            httpx2.InvalidURL,
+            httpx2.StreamError,
+            httpx2.CookieConflict,
+        ) as exc:
             what = "the HTTP exchange broke"
             raise self._error(SGLangProtocolError, what, exc, request) from exc
 
@@ -124,8 +129,8 @@ class _ClientBase:
         *,
         sent: bool = True,
     ) -> SGLangError:
-        """An error of ``cls`` saying ``what`` happened, in httpx's words too (secrets cut out:
-        httpx doesn't quote headers, but a proxy's message might)."""
+        """An error of ``cls`` saying ``what`` happened, in httpx2's words too (secrets cut out:
+        httpx2 doesn't quote headers, but a proxy's message might)."""
         detail = protocol.redact(str(exc), self._peer) or "no detail"
         return cls(
             f"{what} ({type(exc).__name__}: {detail})",
@@ -137,7 +142,7 @@ class _ClientBase:
     def _deadline(self, request: Request) -> float:
         """When the whole answer must be in (monotonic clock): the route's timeout from now.
 
-        httpx's read timeout bounds each wait for a chunk, not the answer: a server that drips
+        httpx2's read timeout bounds each wait for a chunk, not the answer: a server that drips
         one byte a second never trips it. `deadline_transport` bounds every socket operation by
         what is left of it (headers included); with another transport it is also checked as
         every body chunk arrives.
@@ -157,7 +162,7 @@ class SGLangClient(_ClientBase):
 
     ``base_url`` is the server (``http://10.0.0.5:30000``) or a proxy prefix before its routes;
     ``api_key`` is sent as ``Authorization: Bearer``; ``extra_headers`` go on every request;
-    ``label`` (default: the URL) names the server in errors; ``transport`` replaces httpx's
+    ``label`` (default: the URL) names the server in errors; ``transport`` replaces httpx2's
     network transport (tests); ``auth`` authenticates each request to a proxy in front of the
     server (the apiserver's, with a kubeconfig's credential plugin). Every method raises only
     `SGLangError` subclasses.
@@ -171,13 +176,13 @@ class SGLangClient(_ClientBase):
         extra_headers: Mapping[str, str] | None = None,
         timeouts: ClientTimeouts | None = None,
         label: str | None = None,
-        transport: httpx.BaseTransport | None = None,
-        auth: httpx.Auth | None = None,
+        transport: httpx2.BaseTransport | None = None,
+        auth: httpx2.Auth | None = None,
     ) -> None:
         headers = self._configure(base_url, api_key, extra_headers, timeouts, label)
         if transport is None:
             transport = deadline_transport()
-        self._http = httpx.Client(
+        self._http = httpx2.Client(
             base_url=self.base_url, headers=headers, transport=transport, auth=auth
         )
 
@@ -244,7 +249,7 @@ class SGLangClient(_ClientBase):
 class AsyncSGLangClient(_ClientBase):
     """The asyncio twin of `SGLangClient`: same arguments and methods, awaited.
 
-    ``transport`` is an ``httpx.AsyncBaseTransport``; by default `asyncio_transport` (httpx on
+    ``transport`` is an ``httpx2.AsyncBaseTransport``; by default `asyncio_transport` (httpx2 on
     plain asyncio sockets, see ``_aio``). Close it with `aclose`, or use it as an async context
     manager.
     """
@@ -257,10 +262,10 @@ class AsyncSGLangClient(_ClientBase):
         extra_headers: Mapping[str, str] | None = None,
         timeouts: ClientTimeouts | None = None,
         label: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         headers = self._configure(base_url, api_key, extra_headers, timeouts, label)
-        self._http = httpx.AsyncClient(
+        self._http = httpx2.AsyncClient(
             base_url=self.base_url, headers=headers, transport=transport or asyncio_transport()
         )
 
@@ -323,7 +328,7 @@ class AsyncSGLangClient(_ClientBase):
                     body = await _aread_capped(response.aiter_bytes(), deadline)
                     return response.status_code, body
             except TimeoutError as exc:  # the whole request's deadline (headers included)
-                raise httpx.ReadTimeout("no complete answer by the deadline") from exc
+                raise httpx2.ReadTimeout("no complete answer by the deadline") from exc
 
 
 def _read_capped(chunks: Iterator[bytes], deadline: float) -> bytes:
@@ -354,17 +359,17 @@ async def _aread_capped(chunks: AsyncIterator[bytes], deadline: float) -> bytes:
 _DEADLINE: ContextVar[float | None] = ContextVar("pulumi_lora_sglang_deadline", default=None)
 
 
-def deadline_transport(*, verify: ssl.SSLContext | bool = True) -> httpx.HTTPTransport:
-    """httpx's blocking transport, whose every socket read and write (connect and TLS set-up
+def deadline_transport(*, verify: ssl.SSLContext | bool = True) -> httpx2.HTTPTransport:
+    """httpx2's blocking transport, whose every socket read and write (connect and TLS set-up
     included) waits at most what is left of the request's deadline, so a server dripping its
     status line, headers or body fails at the deadline, not one per-read timeout after it.
 
     Under the deadlines, a request's headers and body leave in one write (`pulumi_lora._wire`).
-    httpx builds its connection pool itself; the network backend is swapped in after (httpcore's
-    ``ConnectionPool`` takes one, httpx offers no argument for it).
-    ``tests/unit/test_sglang_client.py`` checks the wiring against the installed httpx.
+    httpx2 builds its connection pool itself; the network backend is swapped in after (httpcore2's
+    ``ConnectionPool`` takes one, httpx2 offers no argument for it).
+    ``tests/unit/test_sglang_client.py`` checks the wiring against the installed httpx2.
     """
-    transport = httpx.HTTPTransport(verify=verify)
+    transport = httpx2.HTTPTransport(verify=verify)
     pool: Any = transport._pool
     pool._network_backend = _DeadlineBackend(HeldWritesBackend(pool._network_backend))
     return transport
@@ -381,17 +386,17 @@ def _left(timeout: float | None, error: type[Exception]) -> float | None:
     return left if timeout is None else min(timeout, left)
 
 
-class _DeadlineStream(httpcore.NetworkStream):
+class _DeadlineStream(httpcore2.NetworkStream):
     """A network stream whose waits end at the request's deadline (see `deadline_transport`)."""
 
-    def __init__(self, inner: httpcore.NetworkStream | HeldWritesStream) -> None:
+    def __init__(self, inner: httpcore2.NetworkStream | HeldWritesStream) -> None:
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+        return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+        self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
 
     def close(self) -> None:
         self._inner.close()
@@ -401,8 +406,8 @@ class _DeadlineStream(httpcore.NetworkStream):
         ssl_context: ssl.SSLContext,
         server_hostname: str | None = None,
         timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        timeout = _left(timeout, httpcore.ConnectTimeout)
+    ) -> httpcore2.NetworkStream:
+        timeout = _left(timeout, httpcore2.ConnectTimeout)
         return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
@@ -410,30 +415,30 @@ class _DeadlineStream(httpcore.NetworkStream):
 
 
 class _DeadlineBackend(WrappingBackend):
-    """httpcore's network backend, handing out `_DeadlineStream`s; connecting, too, waits at most
+    """httpcore2's network backend, handing out `_DeadlineStream`s; connecting, too, waits at most
     what is left of the deadline."""
 
     def wrap(self, stream: Any) -> _DeadlineStream:
         return _DeadlineStream(stream)
 
     def connect_timeout(self, timeout: float | None) -> float | None:
-        return _left(timeout, httpcore.ConnectTimeout)
+        return _left(timeout, httpcore2.ConnectTimeout)
 
 
 def _check_deadline(deadline: float) -> None:
-    """``httpx.ReadTimeout`` once ``deadline`` has passed (translated like any read timeout)."""
+    """``httpx2.ReadTimeout`` once ``deadline`` has passed (translated like any read timeout)."""
     if time.monotonic() > deadline:
-        raise httpx.ReadTimeout("the answer was still arriving at the deadline")
+        raise httpx2.ReadTimeout("the answer was still arriving at the deadline")
 
 
-def _checked_base_url(base_url: str) -> httpx.URL:
+def _checked_base_url(base_url: str) -> httpx2.URL:
     """``base_url`` parsed, or a `ConfigurationError`: http(s), a host, no credentials, no query.
 
     Credentials in the URL would bypass the header checks and end up in labels and messages.
     """
     try:
-        url = httpx.URL(base_url)
-    except (httpx.InvalidURL, TypeError) as exc:
+        url = httpx2.URL(base_url)
+    except (httpx2.InvalidURL, TypeError) as exc:
         raise ConfigurationError(f"the SGLang base URL is invalid: {exc}") from exc
     if url.scheme not in ("http", "https") or not url.host:
         raise ConfigurationError("the SGLang base URL must be http(s)://host[:port][/prefix]")

@@ -244,7 +244,7 @@ def build_headers(
 
     The API key goes only into ``Authorization: Bearer``. ``extra_headers`` (e.g. the apiserver
     proxy's bearer token) are added as given. Raises `ConfigurationError`, never quoting a value,
-    for an empty key, for characters an HTTP header can't carry (which httpx would otherwise
+    for an empty key, for characters an HTTP header can't carry (which httpx2 would otherwise
     report with the value in the message), and for an extra ``Authorization`` next to an API
     key: both would claim the one header, and the apiserver proxy strips it before SGLang anyway.
     """
@@ -464,7 +464,7 @@ def classify_server_info(status: int, body: bytes) -> ServerInfo:
 
 
 def server_info_unread(error: SGLangError) -> ServerInfo:
-    """Pure: ``/server_info`` got no answer (``error``, from the client): named by what httpx
+    """Pure: ``/server_info`` got no answer (``error``, from the client): named by what httpx2
     raised (``error``'s cause), never by a message that could quote the server."""
     return ServerInfo(
         error=f"{SERVER_INFO_ROUTE} could not be read ({type(error.__cause__ or error).__name__})"

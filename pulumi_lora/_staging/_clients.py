@@ -8,7 +8,7 @@ library's failures into the staging errors in this one place.
 * ``s3://``: ``boto3`` with the endpoint given, else ``AWS_ENDPOINT_URL``; credentials only from
   ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN`` (unsigned requests
   without them), so no shared file, profile or instance metadata is ever consulted.
-* ``https://``: ``httpx``, files relative to the base URL; no credentials.
+* ``https://``: ``httpx2``, files relative to the base URL; no credentials.
 
 Every transfer is bounded by `_transfer` (bytes, the deadline, no https → http); a name a
 listing returns that is not a plain relative path is refused (`SourceRefused`), not skipped. The
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
-import httpx
+import httpx2
 
 from pulumi_lora._staging._errors import (
     SourceFileMissing,
@@ -54,7 +54,7 @@ __all__ = ["EXTRA_MISSING", "fetch_files"]
 
 EXTRA_MISSING = "staging from {scheme}:// needs {module}: pip install 'pulumi-lora[staging]'"
 
-_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+_TIMEOUT = httpx2.Timeout(60.0, connect=10.0)
 """Each wait for a connection or a chunk; the whole fetch has the deadline of `_transfer`."""
 
 
@@ -200,7 +200,6 @@ def _hf_errors(source: HfSource, progress: Progress) -> Iterator[None]:
 
 def _hf_error(exc: Exception, source: HfSource, file: str | None) -> StagingError | None:
     """The staging error for one of ``huggingface_hub``'s failures; ``None`` for any other."""
-    import httpx2  # noqa: PLC0415 - huggingface_hub's own HTTP client
     from huggingface_hub import errors as hf  # noqa: PLC0415
 
     where = source.uri + (f": {file}" if file else "")
@@ -364,7 +363,7 @@ def _s3_errors(source: S3Source, progress: Progress) -> Iterator[None]:
 def _fetch_https(
     source: HttpsSource, files: tuple[str, ...], into: Path, progress: Progress
 ) -> None:
-    client = bound_client(httpx.Client(follow_redirects=True, timeout=_TIMEOUT))
+    client = bound_client(httpx2.Client(follow_redirects=True, timeout=_TIMEOUT))
     https_only = urlsplit(source.base_url).scheme == "https"
     with client, active(progress, https_only=https_only):
         for name in files:
@@ -376,21 +375,21 @@ def _fetch_https(
                         raise _by_status(f"{url}", response.status_code, name)
                     progress.declare(_content_length(response))
                     write_chunks(response.iter_bytes(BLOCK), into / name, progress)
-            except httpx.RequestError as exc:
+            except httpx2.RequestError as exc:
                 raise _https_error(exc, url, name, client.max_redirects) from None
             progress.done()
 
 
-def _content_length(response: httpx.Response) -> int | None:
+def _content_length(response: httpx2.Response) -> int | None:
     """The size an answer declares for its body, when it declares one."""
     value = response.headers.get("content-length", "")
     return int(value) if value.isdigit() else None
 
 
-def _https_error(exc: httpx.RequestError, url: str, name: str, redirects: int) -> StagingError:
-    """httpx's failures (no connection, a timeout, a redirect loop, an undecodable body)."""
-    if isinstance(exc, httpx.TooManyRedirects):
+def _https_error(exc: httpx2.RequestError, url: str, name: str, redirects: int) -> StagingError:
+    """httpx2's failures (no connection, a timeout, a redirect loop, an undecodable body)."""
+    if isinstance(exc, httpx2.TooManyRedirects):
         return SourceUnreachable(f"{url}: more than {redirects} redirects", file=name)
-    if isinstance(exc, httpx.DecodingError):
+    if isinstance(exc, httpx2.DecodingError):
         return SourceUnreachable(f"{url}: the answer could not be decoded", file=name)
     return SourceUnreachable(f"{url}: no answer ({type(exc).__name__})", file=name)

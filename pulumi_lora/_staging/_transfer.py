@@ -8,8 +8,8 @@
   (`SourceTooLarge`), so an endless answer never fills the volume;
 * **time** (``deadline``, seconds from the start): every wait ends there (`SourceTooSlow`). A
   per-read timeout bounds each wait for a byte, not the transfer: a source sending a byte every
-  59 s never trips a 60 s read timeout. So the deadline reaches into the clients. For httpx
-  and huggingface_hub's httpx2, every socket operation (connect, TLS, each read and write)
+  59 s never trips a 60 s read timeout. So the deadline reaches into the clients. For httpx2
+  (ours and huggingface_hub's), every socket operation (connect, TLS, each read and write)
   waits at most what is left (`bound_client`), so a dripping status line, header or body fails
   at the deadline. boto3's urllib3 sockets are out of reach: its blocking calls run in a daemon
   thread the stager stops waiting for at the deadline (`pumped`, `waited`); that thread never
@@ -181,7 +181,7 @@ def active(progress: Progress, *, https_only: bool) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-# --- httpx and httpx2: every socket wait within the deadline -------------------------------
+# --- httpx2 (ours and huggingface_hub's): every socket wait within the deadline ------------
 
 
 def _within_deadline(operation: Callable[[float | None], T], timeout: float | None) -> T:
@@ -201,7 +201,7 @@ def _within_deadline(operation: Callable[[float | None], T], timeout: float | No
 
 
 class _DeadlineStream:
-    """A network stream (httpcore's or httpcore2's) whose waits end at the deadline."""
+    """A network stream (httpcore2's) whose waits end at the deadline."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -261,11 +261,11 @@ class _DeadlineBackend:
 
 
 def bound_client(client: Any) -> Any:
-    """``client`` (a blocking httpx or httpx2 client) with every connection pool's network
-    backend bounded by the active transfer's deadline (inert outside `active`), and
+    """``client`` (a blocking httpx2 client, ours or huggingface_hub's) with every connection
+    pool's network backend bounded by the active transfer's deadline (inert outside `active`), and
     `refuse_plain_http` on every request. Returns ``client``.
 
-    httpx builds its pools itself and offers no argument for their network backend: it is
+    httpx2 builds its pools itself and offers no argument for their network backend: it is
     swapped in after, on the client's transport and each proxy mount. A client without the
     expected pool raises ``TypeError`` rather than stage without a deadline.
     """

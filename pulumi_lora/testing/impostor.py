@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-import httpx
+import httpx2
 
 from pulumi_lora._cluster import SERVICE_LABEL
 from pulumi_lora.testing.emulator import EmulatorConfig, EmulatorServer
@@ -45,7 +45,7 @@ class _Recorder(ThreadingHTTPServer):
         self.upstream = upstream
         self.seen: list[Request] = []
         self.lock = threading.Lock()
-        self.http = httpx.Client(trust_env=False, timeout=30)
+        self.http = httpx2.Client(trust_env=False, timeout=30)
 
 
 class _Forward(BaseHTTPRequestHandler):

@@ -19,14 +19,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
+import httpx2
 
 __all__ = ["LoopProcess", "loop_command", "wait_until"]
 
 T = TypeVar("T")
 
 #: No keep-alive: no connection outlives a request, so a restarted loop can reuse its port.
-_PROBE = httpx.Client(trust_env=False, timeout=5, limits=httpx.Limits(max_keepalive_connections=0))
+_PROBE = httpx2.Client(
+    trust_env=False, timeout=5, limits=httpx2.Limits(max_keepalive_connections=0)
+)
 
 
 def loop_command() -> list[str]:
@@ -115,7 +117,7 @@ class LoopProcess:
 
         return wait_until(found, timeout, what=f"log event {name} {fields}")
 
-    def get(self, path: str) -> httpx.Response:
+    def get(self, path: str) -> httpx2.Response:
         """GET one of the loop's routes."""
         return _PROBE.get(f"{self.url}{path}")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
+import httpx2
 
 from pulumi_lora.testing._cache import PROVISION_COMMAND, cache_dir
 
@@ -121,9 +121,9 @@ class RealSGLang:
             if not process.alive():
                 raise RuntimeError(f"SGLang exited while starting; its log ends:\n{tail(log)}")
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                if httpx2.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
                     return process
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 pass
             if time.monotonic() > deadline:
                 process.stop(timeout=20)
@@ -143,7 +143,7 @@ def generate(url: str, lora: str | None = None, *, timeout: float = 60.0) -> str
     }
     if lora is not None:
         body["lora_path"] = lora
-    answer = httpx.post(f"{url}/generate", json=body, timeout=timeout)
+    answer = httpx2.post(f"{url}/generate", json=body, timeout=timeout)
     if answer.status_code != 200:
         raise RuntimeError(f"/generate at {url}: HTTP {answer.status_code}: {answer.text[:500]}")
     text: str = answer.json()["text"]

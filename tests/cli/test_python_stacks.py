@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import yaml
 
@@ -84,7 +84,7 @@ def run_scenario(scenario: Scenario, testbed: Testbed) -> None:
     (service, handle), *_ = scenario.services.items()
     first, second = handle.ready_pods()[:2]
     adapter = sorted(scenario.declared[service])[0]
-    unloaded = httpx.post(
+    unloaded = httpx2.post(
         f"{first.url}/unload_lora_adapter",
         json={"lora_name": adapter},
         headers={"Authorization": f"Bearer {scenario.key}"},
@@ -188,7 +188,7 @@ def test_readme_quickstart_as_written(project: Project, testbed: Testbed, namesp
         elif argv[1:3] == ["preview", "--refresh"]:
             first, second = handle.ready_pods()[:2]
             unload = {"lora_name": "sql-lora"}
-            assert httpx.post(f"{first.url}/unload_lora_adapter", json=unload).status_code == 200
+            assert httpx2.post(f"{first.url}/unload_lora_adapter", json=unload).status_code == 200
             testbed.restart_pod(namespace, second.name)
             handle.wait_ready(timeout=60)
             drift = runner.pulumi(*argv[1:], check=False)
@@ -256,7 +256,7 @@ def test_drift_check_on_a_cli_managed_stack(
     clean = drift_check()
     assert clean.returncode == 0, clean.stdout + clean.stderr
     pod = handle.ready_pods()[0]
-    httpx.post(f"{pod.url}/unload_lora_adapter", json={"lora_name": "sql-lora"}, timeout=10)
+    httpx2.post(f"{pod.url}/unload_lora_adapter", json={"lora_name": "sql-lora"}, timeout=10)
     drifted = drift_check()
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     assert "differs from the cluster in 1 resource(s)" in drifted.stdout

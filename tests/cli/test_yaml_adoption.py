@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora.testing.engine import LocalEngine, ProjectDir
@@ -56,16 +56,16 @@ def refusing(handle: InferenceServiceHandle) -> Iterator[None]:
     fault must still have all its ``TIMES`` left: no such request reached any pod."""
     pods = handle.ready_pods()
     for pod in pods:
-        answer = httpx.post(f"{pod.url}/_emulator/faults", json={"faults": REFUSE}, timeout=5)
+        answer = httpx2.post(f"{pod.url}/_emulator/faults", json={"faults": REFUSE}, timeout=5)
         assert answer.status_code == 200, answer.text
     try:
         yield
         for pod in pods:
-            armed = httpx.get(f"{pod.url}/_emulator/faults", timeout=5).json()["faults"]
+            armed = httpx2.get(f"{pod.url}/_emulator/faults", timeout=5).json()["faults"]
             assert [f["remaining"] for f in armed] == [TIMES, TIMES], (pod.name, armed)
     finally:
         for pod in pods:
-            httpx.delete(f"{pod.url}/_emulator/faults", timeout=5)
+            httpx2.delete(f"{pod.url}/_emulator/faults", timeout=5)
 
 
 def cr_identity(testbed: Testbed, namespace: str, name: str) -> tuple[str, str]:
@@ -89,7 +89,7 @@ def kubectl_made(testbed: Testbed, handle: InferenceServiceHandle, path: str) ->
     assert done.returncode == 0, done.stderr
     for pod in handle.ready_pods():
         body = {"lora_name": "sql-lora", "lora_path": path}
-        assert httpx.post(f"{pod.url}/load_lora_adapter", json=body, timeout=10).status_code == 200
+        assert httpx2.post(f"{pod.url}/load_lora_adapter", json=body, timeout=10).status_code == 200
 
 
 def llmkube_sent(testbed: Testbed, namespace: str) -> list[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora.testing.engine import LocalEngine
@@ -84,7 +84,7 @@ def test_yaml_example_up_drift_heal_destroy(
         assert_clean_refresh(runner)
 
         first = handle.ready_pods()[0]
-        httpx.post(f"{first.url}/unload_lora_adapter", json={"lora_name": "sql-lora"}, timeout=10)
+        httpx2.post(f"{first.url}/unload_lora_adapter", json={"lora_name": "sql-lora"}, timeout=10)
         drift = runner.pulumi("preview", "--refresh", "--expect-no-changes", check=False)
         assert drift.returncode != 0, drift.stdout
         said = f"drift: LoRAAdapter {namespace}/sql-lora: pod {first.name}: sql-lora not loaded"

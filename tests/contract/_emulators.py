@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 
 from pulumi_lora.testing.emulator import EmulatorServer
 
@@ -20,13 +20,13 @@ class Emulator:
     """A running emulator and a kept-alive client for it."""
 
     server: EmulatorServer
-    client: httpx.Client
+    client: httpx2.Client
 
-    def load(self, name: str, path: str, pinned: bool = False, **extra: Any) -> httpx.Response:
+    def load(self, name: str, path: str, pinned: bool = False, **extra: Any) -> httpx2.Response:
         body = {"lora_name": name, "lora_path": path, "pinned": pinned, **extra}
         return self.client.post("/load_lora_adapter", json=body)
 
-    def unload(self, name: str) -> httpx.Response:
+    def unload(self, name: str) -> httpx2.Response:
         return self.client.post("/unload_lora_adapter", json={"lora_name": name})
 
     def models(self) -> dict[str, str]:
@@ -37,11 +37,11 @@ class Emulator:
 
     def generate(
         self, lora_path: str | Sequence[str | None] | None, text: Any = "hi"
-    ) -> httpx.Response:
+    ) -> httpx2.Response:
         lora = list(lora_path) if isinstance(lora_path, (list, tuple)) else lora_path
         return self.client.post("/generate", json={"text": text, "lora_path": lora})
 
-    def chat(self, model: str) -> httpx.Response:
+    def chat(self, model: str) -> httpx2.Response:
         body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
         return self.client.post("/v1/chat/completions", json=body)
 
@@ -57,9 +57,9 @@ StartEmulator = Callable[..., "Emulator"]
 """``start(**EmulatorConfig fields)`` → a running ``Emulator``."""
 
 
-def client(url: str, **options: Any) -> httpx.Client:
+def client(url: str, **options: Any) -> httpx2.Client:
     """A plain-HTTP client for 127.0.0.1: no TLS context to build, no proxy from the environment."""
-    return httpx.Client(base_url=url, verify=False, trust_env=False, timeout=5.0, **options)
+    return httpx2.Client(base_url=url, verify=False, trust_env=False, timeout=5.0, **options)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 3.0) -> None:

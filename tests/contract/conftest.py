@@ -2,7 +2,7 @@
 
 Every emulator runs in process on 127.0.0.1, port 0, with ``--emulator-fs-root`` set to a
 temporary directory, so adapters have realistic container paths (``/adapters/<name>``). Tests talk
-to it with httpx over real sockets.
+to it with httpx2 over real sockets.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The async client's network backend (``_sglang._aio``) on real sockets: one ``send`` per
 request, TLS, a server closing an idle connection, bodies larger than its read buffer, and the
-errors httpcore expects."""
+errors httpcore2 expects."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpcore
+import httpcore2
 import pytest
 
 from pulumi_lora._errors import SGLangConnectionError, SGLangProtocolError
@@ -27,7 +27,7 @@ TIMEOUTS = ClientTimeouts(connect=1.0, load=2.0, read=2.0)
 
 
 def test_the_async_client_runs_on_the_asyncio_backend() -> None:
-    """The wiring `asyncio_transport` relies on (httpx's private pool) holds in this httpx."""
+    """The wiring `asyncio_transport` relies on (httpx2's private pool) holds in this httpx2."""
     client = AsyncSGLangClient("http://127.0.0.1:1")
     pool: Any = client._http._transport._pool  # type: ignore[attr-defined]
     assert isinstance(pool._network_backend, AsyncioBackend)
@@ -51,13 +51,13 @@ class _Recorder:
 
 
 def test_headers_and_body_leave_in_one_send(lora: Emulator, make_adapter: AdapterFactory) -> None:
-    """httpcore writes a request's headers and body separately; they reach the socket as one
+    """httpcore2 writes a request's headers and body separately; they reach the socket as one
     write, at the request's first read."""
     path = make_adapter("sql")
     recorders: list[_Recorder] = []
 
     class Recording(AsyncioBackend):
-        async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore2.AsyncNetworkStream:
             stream: Any = await super().connect_tcp(*args, **kwargs)
             recorder = _Recorder(stream._transport)
             recorders.append(recorder)
@@ -187,10 +187,10 @@ def test_a_body_larger_than_the_read_buffer(lora: Emulator) -> None:
 
 
 def test_connect_errors_map_to_httpcore() -> None:
-    """A refused connection is httpcore's ``ConnectError`` (the client reports it as such)."""
+    """A refused connection is httpcore2's ``ConnectError`` (the client reports it as such)."""
 
     async def go() -> None:
         await AsyncioBackend().connect_tcp("127.0.0.1", 1, timeout=1.0)
 
-    with pytest.raises(httpcore.ConnectError):
+    with pytest.raises(httpcore2.ConnectError):
         run_async(go())

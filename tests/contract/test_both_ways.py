@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora.testing.emulator import EmulatorServer
@@ -41,13 +41,13 @@ class Server:
     def __init__(self, url: str, stop: Any, headers: dict[str, str] | None = None) -> None:
         self.url = url
         self._stop = stop
-        self.client = httpx.Client(base_url=url, trust_env=False, timeout=60.0, headers=headers)
+        self.client = httpx2.Client(base_url=url, trust_env=False, timeout=60.0, headers=headers)
 
-    def load(self, name: str, path: str, **extra: Any) -> httpx.Response:
+    def load(self, name: str, path: str, **extra: Any) -> httpx2.Response:
         body = {"lora_name": name, "lora_path": path, **extra}
         return self.client.post("/load_lora_adapter", json=body)
 
-    def unload(self, name: str) -> httpx.Response:
+    def unload(self, name: str) -> httpx2.Response:
         return self.client.post("/unload_lora_adapter", json={"lora_name": name})
 
     def models(self) -> dict[str, str]:
@@ -55,7 +55,7 @@ class Server:
         assert answer.status_code == 200, answer.text
         return {m["id"]: m["root"] for m in answer.json()["data"] if m.get("parent")}
 
-    def generate(self, lora: str | None = None) -> httpx.Response:
+    def generate(self, lora: str | None = None) -> httpx2.Response:
         sampling = {"max_new_tokens": 4, "temperature": 0}
         body: dict[str, Any] = {"text": "the pod", "sampling_params": sampling}
         if lora is not None:
@@ -272,10 +272,12 @@ def launched(pool: Pool) -> Server:
 def test_an_api_key_server_refuses_a_load_without_it(pool: Pool, adapter: Any) -> None:
     server = launched(pool)
     path = adapter("a")
-    bare = httpx.post(f"{server.url}/load_lora_adapter", json={"lora_name": "a", "lora_path": path})
+    bare = httpx2.post(
+        f"{server.url}/load_lora_adapter", json={"lora_name": "a", "lora_path": path}
+    )
     assert bare.status_code == 401
     assert server.load("a", path).status_code == 200
-    assert httpx.get(f"{server.url}/health").status_code == 200  # health needs no key
+    assert httpx2.get(f"{server.url}/health").status_code == 200  # health needs no key
 
 
 def test_an_adapter_named_at_launch_is_served_from_the_start(pool: Pool) -> None:

@@ -34,7 +34,7 @@ def run(kind: str, url: str, method: str, *args: Any) -> Any:
 
 
 def test_the_blocking_transport_carries_the_deadline_backend() -> None:
-    """The wiring `deadline_transport` relies on (httpx's private pool) holds in this httpx."""
+    """The wiring `deadline_transport` relies on (httpx2's private pool) holds in this httpx2."""
     pool: Any = deadline_transport()._pool
     assert isinstance(pool._network_backend, _DeadlineBackend)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
+import httpx2
 
 from tests.contract._emulators import LORA, AdapterFactory, StartEmulator, client, wait_until
 
@@ -19,7 +19,7 @@ def test_concurrent_loads_are_serialized_and_none_is_lost(
     paths = {f"a{index}": make_adapter(f"a{index}") for index in range(THREADS)}
     url = emulator.server.url
 
-    def load(name: str) -> httpx.Response:
+    def load(name: str) -> httpx2.Response:
         with client(url) as own:
             return own.post(
                 "/load_lora_adapter", json={"lora_name": name, "lora_path": paths[name]}

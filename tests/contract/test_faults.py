@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora.testing.emulator import Fault
@@ -116,7 +116,7 @@ def test_after_handles_the_request_then_faults_the_answer(
 
 def test_drop_closes_without_a_response(lora: Emulator, make_adapter: AdapterFactory) -> None:
     lora.server.inject(Fault.parse("/load_lora_adapter:drop"))
-    with pytest.raises(httpx.RemoteProtocolError):
+    with pytest.raises(httpx2.RemoteProtocolError):
         lora.load("sql", make_adapter("sql"))
     assert lora.models() == {}
 
@@ -125,7 +125,7 @@ def test_drop_after_loses_the_answer_of_a_load_that_happened(
     lora: Emulator, make_adapter: AdapterFactory
 ) -> None:
     lora.server.inject(Fault.parse("/load_lora_adapter:drop,after"))
-    with pytest.raises(httpx.RemoteProtocolError):
+    with pytest.raises(httpx2.RemoteProtocolError):
         lora.load("sql", make_adapter("sql"))
     assert lora.models() == {"sql": "/adapters/sql"}
 
@@ -134,7 +134,7 @@ def test_drop_land_loses_the_answer_then_loads_late(
     lora: Emulator, make_adapter: AdapterFactory
 ) -> None:
     lora.server.inject(Fault.parse("/load_lora_adapter:drop,land=0.5"))
-    with pytest.raises(httpx.RemoteProtocolError):
+    with pytest.raises(httpx2.RemoteProtocolError):
         lora.load("sql", make_adapter("sql"))
     dropped = time.monotonic()
     assert lora.models() == {}
@@ -147,7 +147,7 @@ def test_drop_land_loses_the_answer_then_loads_late(
 def test_drip_head_trickles_the_status_line_and_headers(lora: Emulator) -> None:
     lora.server.inject(Fault.parse("/v1/models:drip=0.02,chunk=4,head"))
     started = time.monotonic()
-    with lora.client.stream("GET", "/v1/models", timeout=httpx.Timeout(5.0, read=0.1)) as stream:
+    with lora.client.stream("GET", "/v1/models", timeout=httpx2.Timeout(5.0, read=0.1)) as stream:
         headers_took = time.monotonic() - started
         assert stream.status_code == 200
     # every read came within the per-read timeout, the ~70 bytes of head as a whole did not
@@ -156,8 +156,8 @@ def test_drip_head_trickles_the_status_line_and_headers(lora: Emulator) -> None:
 
 def test_stall_outlasts_a_client_timeout(lora: Emulator) -> None:
     lora.server.inject(Fault.parse("/v1/models:stall=0.2"))
-    with pytest.raises(httpx.ReadTimeout):
-        lora.client.get("/v1/models", timeout=httpx.Timeout(1.0, read=0.1))
+    with pytest.raises(httpx2.ReadTimeout):
+        lora.client.get("/v1/models", timeout=httpx2.Timeout(1.0, read=0.1))
     started = time.monotonic()
     with client(lora.server.url) as patient:
         lora.server.inject(Fault.parse("/v1/models:stall=0.05"))
@@ -188,7 +188,7 @@ def test_drip_trickles_the_real_answer(lora: Emulator, make_adapter: AdapterFact
     lora.server.inject(Fault.parse("/v1/models:drip=0.02,chunk=100"))
     started = time.monotonic()
     chunks = []
-    with lora.client.stream("GET", "/v1/models", timeout=httpx.Timeout(5.0, read=0.5)) as stream:
+    with lora.client.stream("GET", "/v1/models", timeout=httpx2.Timeout(5.0, read=0.5)) as stream:
         assert stream.status_code == 200
         chunks = list(stream.iter_raw())
     elapsed = time.monotonic() - started

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
@@ -67,14 +67,14 @@ def served_by_every_running_pod(
     return handle.served(every_pod=True, patience=patience)
 
 
-def emulator_post(url: str, route: str, body: dict[str, Any]) -> httpx.Response:
+def emulator_post(url: str, route: str, body: dict[str, Any]) -> httpx2.Response:
     """Talk to one emulator directly (out-of-band changes in tests)."""
-    return httpx.post(f"{url}{route}", json=body, timeout=10)
+    return httpx2.post(f"{url}{route}", json=body, timeout=10)
 
 
 def emulator_state(url: str) -> dict[str, Any]:
     """An emulator's admin view of itself (``GET /_emulator/state``: adapters, ever loaded)."""
-    state: dict[str, Any] = httpx.get(f"{url}/_emulator/state", timeout=5).json()
+    state: dict[str, Any] = httpx2.get(f"{url}/_emulator/state", timeout=5).json()
     return state
 
 

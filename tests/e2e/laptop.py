@@ -169,7 +169,7 @@ def provider_across_expiry(kubeconfig: str, admin: str, namespace: str, path: st
     import time  # noqa: PLC0415 - the scenario's own imports, off the test's import path
     from datetime import UTC, datetime  # noqa: PLC0415
 
-    import httpx  # noqa: PLC0415
+    import httpx2  # noqa: PLC0415
 
     from pulumi_lora._lifecycle import ProviderConfig  # noqa: PLC0415
     from pulumi_lora._provider import LoRAAdapterProvider  # noqa: PLC0415
@@ -203,7 +203,7 @@ def provider_across_expiry(kubeconfig: str, admin: str, namespace: str, path: st
     # old token is refused once that has passed. Wait for it, so the read below must renew.
     deadline = time.monotonic() + 60
     while True:
-        stale = httpx.get(
+        stale = httpx2.get(
             f"{server}/api/v1/namespaces/{namespace}/pods",
             headers={"Authorization": f"Bearer {last['token']}"},
             verify=False,  # only the status matters: the stale token is refused

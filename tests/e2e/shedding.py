@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import yaml
 
 from pulumi_lora.testing.testbed import Testbed
@@ -111,7 +111,7 @@ def busy_apiserver(testbed: Testbed, workdir: Path) -> Iterator[tuple[Shedding, 
         line = kubectl.stdout.readline()
         found = re.search(r"127\.0\.0\.1:(\d+)", line)
         assert found, f"kubectl proxy said {line!r}"
-        upstream = httpx.Client(base_url=f"http://127.0.0.1:{found.group(1)}", timeout=60)
+        upstream = httpx2.Client(base_url=f"http://127.0.0.1:{found.group(1)}", timeout=60)
         control = Shedding()
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(upstream, control))
         server.daemon_threads = True
@@ -144,7 +144,7 @@ def busy_apiserver(testbed: Testbed, workdir: Path) -> Iterator[tuple[Shedding, 
         kubectl.wait(timeout=10)
 
 
-def _handler(upstream: httpx.Client, control: Shedding) -> type[BaseHTTPRequestHandler]:
+def _handler(upstream: httpx2.Client, control: Shedding) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
+import httpx2
 import pulumi
 import pytest
 from pulumi import automation as auto
@@ -64,12 +64,12 @@ def refusing(handle: InferenceServiceHandle, pods: int | None = None) -> Iterato
     with a 500: any such request fails what sends it."""
     try:
         for pod in handle.ready_pods()[:pods]:
-            answer = httpx.post(f"{pod.url}/_emulator/faults", json={"faults": REFUSE}, timeout=5)
+            answer = httpx2.post(f"{pod.url}/_emulator/faults", json={"faults": REFUSE}, timeout=5)
             assert answer.status_code == 200, answer.text
         yield
     finally:
         for pod in handle.ready_pods():
-            httpx.delete(f"{pod.url}/_emulator/faults", timeout=5)
+            httpx2.delete(f"{pod.url}/_emulator/faults", timeout=5)
 
 
 def test_adopting_a_running_adapter_sends_nothing_to_the_pods(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-import httpx
+import httpx2
 import pulumi
 import pytest
 from pulumi import automation as auto
@@ -86,7 +86,7 @@ def test_every_drift_is_named_in_words_and_the_clean_case_shows_nothing(
         clean()
 
         unload = {"lora_name": "sql-lora"}
-        assert httpx.post(f"{url[a]}/unload_lora_adapter", json=unload).status_code == 200
+        assert httpx2.post(f"{url[a]}/unload_lora_adapter", json=unload).status_code == 200
         expect(f"pod {a}: sql-lora not loaded")
         healed = st.up().outputs
         # the heal rewrites nothing it did not change: pods and conditions as before the drift
@@ -101,9 +101,9 @@ def test_every_drift_is_named_in_words_and_the_clean_case_shows_nothing(
         clean()
 
         other = testbed.make_adapter("sql-other")
-        assert httpx.post(f"{url[a]}/unload_lora_adapter", json=unload).status_code == 200
+        assert httpx2.post(f"{url[a]}/unload_lora_adapter", json=unload).status_code == 200
         swapped = {"lora_name": "sql-lora", "lora_path": other}
-        assert httpx.post(f"{url[a]}/load_lora_adapter", json=swapped).status_code == 200
+        assert httpx2.post(f"{url[a]}/load_lora_adapter", json=swapped).status_code == 200
         expect(f"pod {a}: serves {other}, declared {path}")
         st.up()
         clean()

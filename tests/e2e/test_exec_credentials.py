@@ -41,7 +41,7 @@ def test_proxy_with_an_exec_plugin_across_a_token_expiry(
     handle.wait_ready(timeout=60)
     pod_url = handle.ready_pods()[0].url
     unroutable = outside.run(
-        [sys.executable, "-c", f"import httpx; httpx.get({pod_url!r}, timeout=5)"], timeout=60
+        [sys.executable, "-c", f"import httpx2; httpx2.get({pod_url!r}, timeout=5)"], timeout=60
     )
     assert unroutable.returncode != 0 and "unreachable" in unroutable.stderr, unroutable.stderr
     user = exec_kubeconfig(testbed, tmp_path / "laptop", namespace, api_version, lifetime=6)

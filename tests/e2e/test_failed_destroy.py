@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from click.testing import CliRunner
 
@@ -38,12 +38,12 @@ UNLOAD_REFUSED = ["/unload_lora_adapter:status=500,times=always"]
 
 
 def arm(url: str, faults: list[str]) -> None:
-    answer = httpx.post(f"{url}/_emulator/faults", json={"faults": faults}, timeout=10)
+    answer = httpx2.post(f"{url}/_emulator/faults", json={"faults": faults}, timeout=10)
     assert answer.status_code == 200, answer.text
 
 
 def disarm(url: str) -> None:
-    assert httpx.delete(f"{url}/_emulator/faults", timeout=10).status_code == 200
+    assert httpx2.delete(f"{url}/_emulator/faults", timeout=10).status_code == 200
 
 
 def finalizers(cr: dict[str, Any] | None) -> list[str]:

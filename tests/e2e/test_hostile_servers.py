@@ -101,7 +101,7 @@ def adapter_props(namespace: str, name: str, path: str) -> dict[str, Any]:
         # waits past 2 s, only the per-request deadline ends it. Bound: well short of the ≈40 s
         # the drip takes, however slow the machine (the deadline is 4 s).
         ("/load_lora_adapter:drip=0.5,chunk=1", 25.0),
-        # Loaded at once, then the status line and headers one byte every 0.5 s: httpx's
+        # Loaded at once, then the status line and headers one byte every 0.5 s: httpx2's
         # per-read timeout never trips and no body chunk arrives to check a deadline against.
         ("/load_lora_adapter:drip=0.5,chunk=1,head", 25.0),
     ],

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import yaml
 from lightkube.resources.core_v1 import Event
@@ -55,7 +55,7 @@ def served_with(handle: InferenceServiceHandle, key: str) -> list[dict[str, str]
     """Every Ready pod's adapters (name → path), read from a keyed server's own /v1/models."""
     found = []
     for pod in handle.ready_pods():
-        answer = httpx.get(f"{pod.url}/v1/models", headers={"Authorization": f"Bearer {key}"})
+        answer = httpx2.get(f"{pod.url}/v1/models", headers={"Authorization": f"Bearer {key}"})
         answer.raise_for_status()
         found.append({m["id"]: m["root"] for m in answer.json()["data"] if m.get("parent")})
     return found

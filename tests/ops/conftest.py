@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora.testing.testbed import InferenceServiceHandle
@@ -29,7 +29,7 @@ def unload() -> Unload:
     """``unload(pod_url, name)``: unload an adapter behind the provider's back (drift)."""
 
     def post(url: str, name: str) -> None:
-        response = httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": name}, timeout=10)
+        response = httpx2.post(f"{url}/unload_lora_adapter", json={"lora_name": name}, timeout=10)
         assert response.status_code == 200, response.text
 
     return post

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
+import httpx2
 
 from pulumi_lora._cluster import adapter_manifest, apply_adapter, get_adapter
 from pulumi_lora.testing.loop import LoopProcess, wait_until
@@ -95,7 +95,7 @@ class Cluster:
 
 #: One client for the tests' probes of pods (a client per call costs a TLS context each time);
 #: no keep-alive, so no connection outlives a request and a pod can restart on its port.
-PROBE = httpx.Client(trust_env=False, timeout=5, limits=httpx.Limits(max_keepalive_connections=0))
+PROBE = httpx2.Client(trust_env=False, timeout=5, limits=httpx2.Limits(max_keepalive_connections=0))
 
 
 def served(handle: Any, patience: float = 30.0) -> dict[str, dict[str, str]]:

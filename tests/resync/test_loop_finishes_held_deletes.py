@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import httpx
+import httpx2
 import pytest
 from _resync_harness import Cluster, served, wait_until
 from conftest import LoopFactory
@@ -37,7 +37,7 @@ def test_the_loop_finishes_a_delete_a_failed_destroy_left(
     outs = provider.create(props).outs
     stuck, other = handle.ready_pods()
     refuse = {"faults": ["/unload_lora_adapter:status=500,times=always"]}
-    assert httpx.post(f"{stuck.url}/_emulator/faults", json=refuse, timeout=10).status_code == 200
+    assert httpx2.post(f"{stuck.url}/_emulator/faults", json=refuse, timeout=10).status_code == 200
     with pytest.raises(PulumiLoRAError, match=f"pod {stuck.name}"):
         provider.delete("", outs)
     held = cluster.cr("sql-lora")
@@ -63,7 +63,7 @@ def test_the_loop_finishes_a_delete_a_failed_destroy_left(
     still = cluster.cr("sql-lora")  # the refusing pod keeps it held
     assert still is not None and still["metadata"]["finalizers"] == [UNLOAD_FINALIZER]
 
-    assert httpx.delete(f"{stuck.url}/_emulator/faults", timeout=10).status_code == 200
+    assert httpx2.delete(f"{stuck.url}/_emulator/faults", timeout=10).status_code == 200
     loop.wait_event("held_delete_finished", timeout=60, cr=f"{cluster.namespace}/sql-lora")
     wait_until(lambda: cluster.cr("sql-lora") is None, 30, what="the CR to go")
     assert served(handle) == {stuck.name: {}, other.name: {}}

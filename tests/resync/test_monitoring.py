@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import yaml
 from _resync_harness import Cluster, emulator, everywhere, wait_until
@@ -105,12 +105,12 @@ class Prometheus:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
-        self.http = httpx.Client(base_url=self.url, trust_env=False, timeout=10)
+        self.http = httpx2.Client(base_url=self.url, trust_env=False, timeout=10)
         wait_until(self._ready, WAIT, interval=0.2, what=f"Prometheus ready (log: {self.log})")
 
     def _ready(self) -> bool:
         assert self.process.poll() is None, self.log.read_text()[-3000:]
-        with contextlib.suppress(httpx.HTTPError):
+        with contextlib.suppress(httpx2.HTTPError):
             return self.http.get("/-/ready").status_code == 200
         return False
 

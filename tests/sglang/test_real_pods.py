@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pulumi
 import pytest
 from pulumi import automation as auto
@@ -92,7 +92,7 @@ def test_up_drift_heal_swap_and_destroy_on_real_pods(
 
     # Unloaded out of band on one real pod: the refresh names it, the next up re-loads it.
     victim = handle.ready_pods()[1]
-    answer = httpx.post(f"{victim.url}/unload_lora_adapter", json={"lora_name": "sql"})
+    answer = httpx2.post(f"{victim.url}/unload_lora_adapter", json={"lora_name": "sql"})
     assert answer.status_code == 200, answer.text
     report = drift_report(stack)
     assert report is not None and "sql" in report

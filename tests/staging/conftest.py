@@ -146,7 +146,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def played_tls(
     certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[PlayedHttp]:
-    """The hostile server over TLS, its certificate trusted by httpx (``SSL_CERT_FILE``)."""
+    """The hostile server over TLS, its certificate trusted by httpx2 (``SSL_CERT_FILE``)."""
     cert, key = certificate
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)

@@ -1,7 +1,7 @@
 """A hostile HTTP(S) server on loopback for the stager's limits: answers written byte by byte as
 told (dripped, endless, redirected), and a count of what it managed to send.
 
-It speaks just enough HTTP/1.1 for httpx, httpx2 (``huggingface_hub``) and urllib3 (boto3): one
+It speaks just enough HTTP/1.1 for httpx2 (ours and ``huggingface_hub``'s) and urllib3 (boto3): one
 request per connection, ``Connection: close``, a body with ``Content-Length`` or delimited by
 the close.
 """

@@ -95,7 +95,7 @@ def termination(path: Path) -> dict[str, object]:
 
 
 def test_a_redirect_loop_reaches_the_termination_log(played: PlayedHttp, tmp_path: Path) -> None:
-    """httpx's TooManyRedirects is no StagingError: it used to end the command in a traceback."""
+    """httpx2's TooManyRedirects is no StagingError: it used to end the command in a traceback."""
     played.routes["GET /loop/adapter_config.json"] = Reply(
         302, {"Location": f"{played.url}/loop/adapter_config.json"}
     )

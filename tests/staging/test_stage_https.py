@@ -1,7 +1,7 @@
-"""Staging from plain files over HTTP(S) through httpx, and a volume that fills up for real.
+"""Staging from plain files over HTTP(S) through httpx2, and a volume that fills up for real.
 
 The file server is plain HTTP on loopback (the source rules allow ``http://`` only to a loopback
-host): a TLS server would need a CA the client trusts, and TLS is httpx's, not ours, to test.
+host): a TLS server would need a CA the client trusts, and TLS is httpx2's, not ours, to test.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -79,7 +79,7 @@ def test_up_status_down(tmp_path: Path) -> None:
         pods = report["health"]["pods"]
         assert len(pods) == 2 and all(p["alive"] and p["ready"] for p in pods)
         for pod in pods:
-            assert httpx.get(f"{pod['url']}/health_generate", trust_env=False).status_code == 200
+            assert httpx2.get(f"{pod['url']}/health_generate", trust_env=False).status_code == 200
         text = cli("status", "--state-dir", str(state_dir))
         assert text.returncode == 0 and "testbed: running" in text.stdout
         assert "kube-controller-manager: alive" in text.stdout

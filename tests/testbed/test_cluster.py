@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import yaml
 from lightkube.models.meta_v1 import ObjectMeta
@@ -52,11 +52,11 @@ def test_kubeconfig_verifies_tls_against_the_testbed_ca(testbed: Testbed) -> Non
     headers = {"Authorization": f"Bearer {testbed.admin_token}"}
     trusted = ssl.create_default_context(cafile=str(testbed.ca_path))
     assert (
-        httpx.get(f"{testbed.server}/version", verify=trusted, headers=headers).status_code == 200
+        httpx2.get(f"{testbed.server}/version", verify=trusted, headers=headers).status_code == 200
     )
     # The system trust store does not know the testbed's CA: verification is really on.
-    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-        httpx.get(f"{testbed.server}/version", headers=headers, trust_env=False)
+    with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        httpx2.get(f"{testbed.server}/version", headers=headers, trust_env=False)
     # lightkube and kubectl both work from the kubeconfig alone.
     names = {ns.metadata.name for ns in testbed.client().list(Namespace)}
     assert {"default", "kube-system"} <= names
@@ -67,9 +67,9 @@ def test_kubeconfig_verifies_tls_against_the_testbed_ca(testbed: Testbed) -> Non
 def test_unauthenticated_and_wrong_tokens_are_refused(testbed: Testbed) -> None:
     trusted = ssl.create_default_context(cafile=str(testbed.ca_path))
     url = f"{testbed.server}/api/v1/namespaces"
-    assert httpx.get(url, verify=trusted).status_code == 403  # anonymous: no RBAC grant
+    assert httpx2.get(url, verify=trusted).status_code == 403  # anonymous: no RBAC grant
     bad = {"Authorization": "Bearer not-a-token"}
-    assert httpx.get(url, verify=trusted, headers=bad).status_code == 401
+    assert httpx2.get(url, verify=trusted, headers=bad).status_code == 401
 
 
 def test_namespaces_are_unique(testbed: Testbed) -> None:
@@ -211,8 +211,8 @@ def test_apiserver_stop_and_start(outage_bed: Testbed) -> None:
     testbed = outage_bed
     testbed.stop_apiserver()  # SIGTERM and the drain, as a rolling restart
     assert testbed.pids["kube-apiserver"] is None
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(
             f"{testbed.server}/readyz",
             verify=ssl.create_default_context(cafile=str(testbed.ca_path)),
         )

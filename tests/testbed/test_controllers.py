@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.fixtures import missing_real_part
@@ -130,7 +130,7 @@ def test_kubectl_inference_service_gets_the_whole_chain(testbed: Testbed, namesp
         assert pod["metadata"]["labels"]["inference.llmkube.dev/service"] == "chain"
         assert pod["spec"]["nodeName"] == "testbed-node"
     for info in infos:
-        answer = httpx.get(f"{info.url}/v1/models", trust_env=False, timeout=5.0)
+        answer = httpx2.get(f"{info.url}/v1/models", trust_env=False, timeout=5.0)
         assert answer.status_code == 200
 
     # Each part acts as itself: the audit log names who wrote what.

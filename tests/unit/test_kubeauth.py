@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from lightkube import AsyncClient, Client
@@ -213,12 +212,12 @@ class Apiserver:
 
         return httpx2.MockTransport(handle)
 
-    def proxy(self) -> httpx.MockTransport:
-        def handle(request: httpx.Request) -> httpx.Response:
+    def proxy(self) -> httpx2.MockTransport:
+        def handle(request: httpx2.Request) -> httpx2.Response:
             status, body = self.answer(request.headers.get("Authorization", ""))
-            return httpx.Response(status, json=body)
+            return httpx2.Response(status, json=body)
 
-        return httpx.MockTransport(handle)
+        return httpx2.MockTransport(handle)
 
 
 def exec_source(tmp_path: Path, api: str) -> KubeSource:
@@ -252,7 +251,7 @@ def test_lightkube_and_the_pod_proxy_share_one_plugin_and_renew_on_a_401(
     assert isinstance(access.auth, HttpxAuth) and access.auth.credentials is creds
     generic: Any = make_client(source)._client
     assert isinstance(generic._client.auth, LightkubeAuth)
-    with httpx.Client(auth=access.auth, transport=server.proxy()) as proxy:
+    with httpx2.Client(auth=access.auth, transport=server.proxy()) as proxy:
         assert proxy.get("https://apiserver.test:6443/api/v1/x").status_code == 200
         server.valid = "tok-2"  # the apiserver revoked tok-1: one 401, a new token, success
         assert proxy.get("https://apiserver.test:6443/api/v1/x").status_code == 200

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora._llmkube import PodEndpoint, Target
@@ -107,7 +107,7 @@ def emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
         lora_target_modules=("all",),
     )
     server = EmulatorServer(config).start()
-    loaded = httpx.post(
+    loaded = httpx2.post(
         f"{server.url}/load_lora_adapter",
         json={"lora_name": "sql", "lora_path": "/adapters/sql"},
         timeout=10,
@@ -118,7 +118,7 @@ def emulator(tmp_path: Path) -> Iterator[EmulatorServer]:
 
 
 def served(server: EmulatorServer) -> dict[str, str]:
-    body = httpx.get(f"{server.url}/v1/models", timeout=10).json()
+    body = httpx2.get(f"{server.url}/v1/models", timeout=10).json()
     return {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
 
 

@@ -21,7 +21,7 @@ from pulumi_lora.deploy import resync_manifests
 
 PACKAGE = Path(pulumi_lora.__file__).parent
 PURE = ("_resync._views", "_resync._decide", "_resync._world", "_resync._status")
-IO_LIBRARIES = {"httpx", "httpx2", "lightkube", "pulumi", "pulumi_kubernetes", "prometheus_client"}
+IO_LIBRARIES = {"httpx2", "lightkube", "pulumi", "pulumi_kubernetes", "prometheus_client"}
 
 
 def _runtime_imports(module: str) -> set[str]:

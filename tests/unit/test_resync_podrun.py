@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora._errors import ClusterError
@@ -103,7 +103,7 @@ def run(
 
 def served(server: EmulatorServer, key: str | None = None) -> dict[str, str]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    body = httpx.get(f"{server.url}/v1/models", headers=headers, timeout=5).json()
+    body = httpx2.get(f"{server.url}/v1/models", headers=headers, timeout=5).json()
     return {m["id"]: m["root"] for m in body["data"] if m.get("parent")}
 
 
@@ -213,7 +213,7 @@ def test_a_pod_left_as_the_last_clean_run_left_it_is_not_worked_again(start: Any
     assert first.settled is not None and not first.untouched
     again = run(server, plan, key=AssertionError("no key expected"), settled=first.settled)
     assert again.untouched and again.results == [] and again.settled == first.settled
-    httpx.post(f"{server.url}/unload_lora_adapter", json={"lora_name": "b"}, timeout=5)
+    httpx2.post(f"{server.url}/unload_lora_adapter", json={"lora_name": "b"}, timeout=5)
     healed = run(server, plan, key=AssertionError("no key expected"), settled=first.settled)
     assert not healed.untouched and [o.did_load for _, o in healed.results] == [False, True]
     assert healed.settled == first.settled  # the same state again once healed

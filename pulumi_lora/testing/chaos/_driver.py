@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import yaml
 from pulumi import automation as auto
 
@@ -59,7 +59,9 @@ __all__ = ["ChaosOptions", "run_chaos"]
 _SERVICE = "llama"
 _SAMPLE_EVERY = 0.2
 #: One client for every probe of a pod; no keep-alive, so restarted pods never see stale sockets.
-_HTTP = httpx.Client(trust_env=False, timeout=2.0, limits=httpx.Limits(max_keepalive_connections=0))
+_HTTP = httpx2.Client(
+    trust_env=False, timeout=2.0, limits=httpx2.Limits(max_keepalive_connections=0)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,7 +461,7 @@ class _Run:
             self.replicas = self.options.replicas
             self.tb.scale(self.namespace, _SERVICE, self.replicas)
         for pod in self.handle.pods():
-            with contextlib.suppress(httpx.HTTPError):
+            with contextlib.suppress(httpx2.HTTPError):
                 _HTTP.delete(f"{pod.url}/_emulator/faults")
         last = time.monotonic()
         deadline = last + self.options.bound
@@ -519,13 +521,13 @@ def _served(url: str) -> dict[str, str] | None:
         response = _HTTP.get(f"{url}/v1/models")
         response.raise_for_status()
         return {m["id"]: m["root"] for m in response.json()["data"] if m.get("parent")}
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+    except (httpx2.HTTPError, ValueError, KeyError, TypeError):
         return None
 
 
 def _post(url: str, route: str, body: Mapping[str, Any]) -> None:
     """An out-of-band call to a pod (its outcome does not matter: it is the fault)."""
-    with contextlib.suppress(httpx.HTTPError):
+    with contextlib.suppress(httpx2.HTTPError):
         _HTTP.post(f"{url}{route}", json=dict(body), timeout=10)
 
 

@@ -16,7 +16,7 @@ In process::
 
     config = EmulatorConfig(enable_lora=True, max_lora_rank=64, lora_target_modules=("all",))
     with EmulatorServer(config) as server:  # port 0: a free port
-        httpx.post(f"{server.url}/load_lora_adapter", json={...})
+        httpx2.post(f"{server.url}/load_lora_adapter", json={...})
 
 As a process: ``python -m pulumi_lora.testing.emulator --port 30000 --enable-lora ...`` with
 SGLang's flags (unknown ones are ignored); SIGTERM stops it with status 0.

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from pulumi_lora.testing.testbed._certs import KeyMaterial
 from pulumi_lora.testing.testbed._process import ManagedProcess, free_port
@@ -65,7 +65,7 @@ class Etcd:
         """Start etcd and wait until ``/health`` says healthy."""
         self.process.start()
         deadline = time.monotonic() + timeout
-        with httpx.Client(trust_env=False, timeout=2.0) as http:
+        with httpx2.Client(trust_env=False, timeout=2.0) as http:
             while True:
                 if not self.process.alive():
                     raise self.process.failure(f"exited with status {self.process.returncode()}")
@@ -73,7 +73,7 @@ class Etcd:
                     if http.get(f"{self.url}/health").json().get("health") == "true":
                         _log.info("etcd ready at %s", self.url)
                         return
-                except (httpx.HTTPError, ValueError):
+                except (httpx2.HTTPError, ValueError):
                     pass
                 if time.monotonic() > deadline:
                     self.process.stop()
@@ -151,7 +151,7 @@ class ApiServer:
         deadline = time.monotonic() + timeout
         headers = {"Authorization": f"Bearer {self._admin_token}"}
         last = "no answer yet"
-        with httpx.Client(verify=self.ssl_context(), trust_env=False, timeout=5.0) as http:
+        with httpx2.Client(verify=self.ssl_context(), trust_env=False, timeout=5.0) as http:
             while True:
                 if not self.process.alive():
                     raise self.process.failure(f"exited with status {self.process.returncode()}")
@@ -161,7 +161,7 @@ class ApiServer:
                         _log.info("kube-apiserver ready at %s", self.url)
                         return
                     last = f"/readyz {answer.status_code}: {answer.text[-300:]}"
-                except httpx.HTTPError as exc:
+                except httpx2.HTTPError as exc:
                     last = f"{type(exc).__name__}: {exc}"
                 if time.monotonic() > deadline:
                     self.process.stop()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-import httpx
+import httpx2
 import yaml
 
 from pulumi_lora.testing.testbed._binaries import cache_dir
@@ -80,14 +80,14 @@ def _readyz(state: dict[str, Any]) -> bool:
         token = config["users"][0]["user"]["token"]
         ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
         context = ssl.create_default_context(cadata=ca)
-        answer = httpx.get(
+        answer = httpx2.get(
             f"{cluster['server']}/readyz",
             headers={"Authorization": f"Bearer {token}"},
             verify=context,
             trust_env=False,
             timeout=5.0,
         )
-    except (OSError, KeyError, TypeError, ValueError, httpx.HTTPError):
+    except (OSError, KeyError, TypeError, ValueError, httpx2.HTTPError):
         return False
     return answer.status_code == 200
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from pulumi_lora.testing.testbed._process import ManagedProcess, tail
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
@@ -139,7 +139,7 @@ class ControllerManager:
                 raise self.process.failure(f"exited with status {self.process.returncode()}")
             try:
                 missing = _missing_accounts(admin)
-            except (httpx.HTTPError, ApiRequestError) as exc:
+            except (httpx2.HTTPError, ApiRequestError) as exc:
                 missing = [f"({type(exc).__name__}: {exc})"]
             if not missing:
                 break

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import httpx
+import httpx2
 
 from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed._kubelet import (
@@ -219,7 +219,7 @@ class InferenceServiceHandle:
             return self.pods() if every_pod else self.ready_pods()
 
         found: dict[str, dict[str, str]] = {}
-        with httpx.Client(trust_env=False, timeout=10.0, headers=headers) as client:
+        with httpx2.Client(trust_env=False, timeout=10.0, headers=headers) as client:
             for pod in wanted():
                 deadline = time.monotonic() + patience
                 while True:
@@ -228,7 +228,7 @@ class InferenceServiceHandle:
                         answer.raise_for_status()
                         models = answer.json()["data"]
                         break
-                    except httpx.HTTPError as exc:
+                    except httpx2.HTTPError as exc:
                         if pod.name not in {p.name for p in wanted()}:
                             models = None
                             break

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
 
@@ -56,7 +56,7 @@ class Informer:
         self.synced = threading.Event()
         self.requests = 0  # LISTs and watches sent (the cost figure)
         self._stop = threading.Event()
-        self._response: httpx.Response | None = None
+        self._response: httpx2.Response | None = None
         self._thread: threading.Thread | None = None
 
     # --- reads -----------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class Informer:
                 version = self._list()
                 while not self._stop.is_set():
                     version = self._watch(version)
-            except (httpx.HTTPError, ApiRequestError, ValueError, _WatchExpiredError) as exc:
+            except (httpx2.HTTPError, ApiRequestError, ValueError, _WatchExpiredError) as exc:
                 if self._stop.is_set():
                     return
                 _log.debug("informer %s: relisting after %s", self.path, exc)
@@ -165,7 +165,7 @@ class Informer:
             "timeoutSeconds": str(WATCH_SECONDS),
         }
         self.requests += 1
-        timeout = httpx.Timeout(WATCH_SECONDS + 30.0, connect=5.0)
+        timeout = httpx2.Timeout(WATCH_SECONDS + 30.0, connect=5.0)
         with self.rest.stream("GET", self.path, params=params, timeout=timeout) as response:
             self._response = response
             try:

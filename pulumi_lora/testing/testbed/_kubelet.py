@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
+import httpx2
 
 from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError
 from pulumi_lora.testing.testbed._containers import ContainerRefusedError
@@ -87,7 +87,7 @@ RESYNC_COMMAND = ["pulumi-lora", "resync"]
 
 _STOP_TIMEOUT = 10.0
 _PROBE_TIMEOUT = 1.0
-_API_ERRORS = (httpx.HTTPError, ApiRequestError)
+_API_ERRORS = (httpx2.HTTPError, ApiRequestError)
 _DROPPED_ARGS = ("--host", "--port", "--model-path", "--model")
 ADAPTERS_MOUNT = Path("/adapters")
 """Where a real SGLang pod sees the adapter root's ``adapters/`` (its own mount namespace)."""
@@ -600,7 +600,7 @@ def http_probe(host: str, port: int, path: str, timeout: float = _PROBE_TIMEOUT)
 
     A fresh connection each time, as a kubelet does: a kept-alive one would be closed by the
     server when the container stops, leaving its port in TIME_WAIT, so the restarted server
-    could not bind it. The standard library's client, not httpx: pods are probed several times a
+    could not bind it. The standard library's client, not httpx2: pods are probed several times a
     second for a whole test session, and it costs a quarter of the CPU per probe.
     """
     conn = http.client.HTTPConnection(host, port, timeout=timeout)

@@ -13,7 +13,7 @@ import random
 from typing import Any
 from urllib.parse import quote
 
-import httpx
+import httpx2
 
 from pulumi_lora.testing.testbed._rest import KubeRest
 from pulumi_lora.testing.testbed._workloads import CONTAINER_NAME, pod_ready
@@ -36,7 +36,7 @@ class ServiceProxy:
     def __init__(self, rest: KubeRest, rng: random.Random | None = None) -> None:
         self.rest = rest
         self._rng = rng or random.Random()  # noqa: S311 - load balancing, not security
-        self._http = httpx.Client(trust_env=False, timeout=HTTP_TIMEOUT_SECONDS)
+        self._http = httpx2.Client(trust_env=False, timeout=HTTP_TIMEOUT_SECONDS)
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -44,16 +44,16 @@ class ServiceProxy:
 
     def post(
         self, host: str, port: int, route: str, body: dict[str, str]
-    ) -> tuple[str | None, httpx.Response]:
+    ) -> tuple[str | None, httpx2.Response]:
         """POST JSON to ``http://host:port/route``; ``(pod picked, response)``.
 
-        Raises :class:`httpx.ConnectError` when no Ready pod backs the Service or nothing
+        Raises :class:`httpx2.ConnectError` when no Ready pod backs the Service or nothing
         listens on the port, as a refused connection would.
         """
         name, namespace = _service_host(host)
         service = self.rest.get(f"/api/v1/namespaces/{namespace}/services/{name}", allow=(404,))
         if service is None:
-            raise httpx.ConnectError(f"dial tcp: lookup {host}: no such host")
+            raise httpx2.ConnectError(f"dial tcp: lookup {host}: no such host")
         ports = service.get("spec", {}).get("ports", []) or []
         target = next((p.get("targetPort", p["port"]) for p in ports if p["port"] == port), None)
         selector = service.get("spec", {}).get("selector") or {}
@@ -63,11 +63,11 @@ class ServiceProxy:
             if pod_ready(p) and p.get("status", {}).get("podIP")
         ]
         if target is None or not pods:
-            raise httpx.ConnectError(f"dial tcp {host}:{port}: connect: connection refused")
+            raise httpx2.ConnectError(f"dial tcp {host}:{port}: connect: connection refused")
         pod = self._rng.choice(pods)
         address = _backend(pod, target)
         if address is None:
-            raise httpx.ConnectError(f"dial tcp {host}:{port}: connect: connection refused")
+            raise httpx2.ConnectError(f"dial tcp {host}:{port}: connect: connection refused")
         response = self._http.post(f"http://{address}{route}", json=body)
         return str(pod["metadata"]["name"]), response
 
@@ -85,7 +85,7 @@ def _service_host(host: str) -> tuple[str, str]:
     """``name.namespace.svc[.cluster.local]`` → ``(name, namespace)``."""
     parts = host.split(".")
     if len(parts) < 3 or parts[2] != "svc":
-        raise httpx.ConnectError(f"dial tcp: lookup {host}: no such host")
+        raise httpx2.ConnectError(f"dial tcp: lookup {host}: no such host")
     return parts[0], parts[1]
 
 

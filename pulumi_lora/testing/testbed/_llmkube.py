@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
+import httpx2
 
 from pulumi_lora._models import (
     ANNOTATION_MANAGED_BY,
@@ -474,7 +474,7 @@ class LLMKubeLoRAController:
             if code // 100 == 2:
                 return None
             return f"sglang {url}: {code} {response.reason_phrase}: {response.text[:4096]}"
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             return f"post {url}: {exc}"
         finally:
             meta = adapter["metadata"]

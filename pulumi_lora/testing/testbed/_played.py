@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+import httpx2
 
 from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed._informer import Informer, object_key
@@ -38,7 +38,7 @@ __all__ = ["OPERATOR_USER", "Caches", "ClusterPlay"]
 
 _log = logging.getLogger("pulumi_lora.testing.testbed")
 
-_API_ERRORS = (httpx.HTTPError, ApiRequestError)
+_API_ERRORS = (httpx2.HTTPError, ApiRequestError)
 
 OPERATOR_USER = "testbed:llmkube-operator"
 """Who the played LLMKube operator acts as (a static token; RBAC in ``_testbed.py``).

@@ -1,7 +1,7 @@
 """The testbed's own REST access to its apiserver: exact JSON in, exact JSON out.
 
 The testbed plays controllers (it creates Pods, patches ``pods/NAME/status``, applies CRDs) and
-sends precisely the objects it builds, so it talks plain REST over one thread-safe httpx client
+sends precisely the objects it builds, so it talks plain REST over one thread-safe httpx2 client
 with TLS verification on, rather than round-tripping through typed models. Users and tests get a
 lightkube client from :meth:`Testbed.client` instead.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
+import httpx2
 
 __all__ = ["ApiRequestError", "KubeRest", "grant_cluster_role"]
 
@@ -40,11 +40,11 @@ class KubeRest:
     """A minimal JSON client for the apiserver, safe to share between threads."""
 
     def __init__(self, server: str, token: str, context: ssl.SSLContext) -> None:
-        self._http = httpx.Client(
+        self._http = httpx2.Client(
             base_url=server,
             verify=context,
             trust_env=False,
-            timeout=httpx.Timeout(30.0, connect=5.0),
+            timeout=httpx2.Timeout(30.0, connect=5.0),
             headers={"Authorization": f"Bearer {token}"},
         )
 
@@ -74,8 +74,8 @@ class KubeRest:
 
     @contextmanager
     def stream(
-        self, method: str, path: str, *, params: dict[str, str], timeout: httpx.Timeout
-    ) -> Iterator[httpx.Response]:
+        self, method: str, path: str, *, params: dict[str, str], timeout: httpx2.Timeout
+    ) -> Iterator[httpx2.Response]:
         """A streamed request (a watch): the response is read line by line by the caller."""
         with self._http.stream(method, path, params=params, timeout=timeout) as response:
             yield response
