@@ -25,11 +25,14 @@ import httpx2
 import yaml
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube.generic_resource import (
+    GenericNamespacedResource,
+    create_api_info,
+    create_namespaced_resource,
+)
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apps_v1 import Deployment, ReplicaSet
-from lightkube.resources.core_v1 import Event, Pod, Secret
+from lightkube.resources.core_v1 import Event, Secret
 from lightkube.types import PatchType
 
 from pulumi_lora import _ownership
@@ -66,12 +69,15 @@ __all__ = [
     "SERVICE_LABEL",
     "SPEC_MANAGER",
     "TRANSPORT_ERRORS",
+    "DeploymentResource",
     "InferenceServiceResource",
     "KubeSource",
     "LoRAAdapterResource",
     "PodEndpoint",
     "PodListing",
+    "PodResource",
     "ProxyAccess",
+    "ReplicaSetResource",
     "Target",
     "adapter_manifest",
     "all_ready",
@@ -103,6 +109,29 @@ __all__ = [
 
 LoRAAdapterResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 InferenceServiceResource = create_namespaced_resource(GROUP, VERSION, ISVC_KIND, ISVC_PLURAL)
+
+
+def _read_as_dicts(group: str, version: str, kind: str, plural: str) -> Any:
+    """A read-only resource of Kubernetes' own (list, get, watch) whose objects arrive as plain
+    dicts, as every caller reads them (`as_dict`).
+
+    lightkube's typed classes (``Pod``...) build a decoder for the whole schema on first use
+    (tens of milliseconds per process: a ``pulumi up`` pays it) and every object is then
+    converted back to a dict; only a few fields are read. Not registered in lightkube's registry,
+    so its typed classes stay what every other user of lightkube gets.
+    """
+    verbs = ["get", "list", "watch", "global_list", "global_watch"]
+
+    class Resource(GenericNamespacedResource):
+        _api_info = create_api_info(group, version, kind, plural, verbs=verbs)
+
+    Resource.__name__ = Resource.__qualname__ = kind
+    return Resource
+
+
+PodResource = _read_as_dicts("", "v1", "Pod", "pods")
+ReplicaSetResource = _read_as_dicts("apps", "v1", "ReplicaSet", "replicasets")
+DeploymentResource = _read_as_dicts("apps", "v1", "Deployment", "deployments")
 
 #: Field manager for the CR's spec and annotations (server-side apply).
 SPEC_MANAGER = "pulumi-lora"
@@ -239,7 +268,7 @@ def get_target(client: Client, namespace: str, name: str) -> Target:
 def list_pods(client: Client, namespace: str, service: str) -> list[PodEndpoint]:
     """Every pod LLMKube labels as the InferenceService's, sorted by name."""
     try:
-        pods = client.list(Pod, namespace=namespace, labels={SERVICE_LABEL: service})
+        pods = client.list(PodResource, namespace=namespace, labels={SERVICE_LABEL: service})
         found = [pod_from_object(as_dict(p)) for p in pods]
     except ApiError as exc:
         raise _cluster_error(f"listing pods of {namespace}/{service}", exc) from exc
@@ -257,10 +286,10 @@ def list_owners(
     labels: dict[str, Any] = {SERVICE_LABEL: service}
     try:
         replicasets = [
-            as_dict(o) for o in client.list(ReplicaSet, namespace=namespace, labels=labels)
+            as_dict(o) for o in client.list(ReplicaSetResource, namespace=namespace, labels=labels)
         ]
         deployments = [
-            as_dict(o) for o in client.list(Deployment, namespace=namespace, labels=labels)
+            as_dict(o) for o in client.list(DeploymentResource, namespace=namespace, labels=labels)
         ]
     except ApiError as exc:
         raise _cluster_error(f"listing the workloads of {namespace}/{service}", exc) from exc

@@ -79,20 +79,28 @@ class ClientPool:
         with self._lock:
             client = self._sglang.get(key)
             if client is None:
-                if tls is None:
-                    self._default_tls = self._default_tls or ssl.create_default_context()
-                    tls = self._default_tls
                 client = SGLangClient(
                     url,
                     api_key=api_key,
                     extra_headers=headers,
                     timeouts=timeouts,
                     label=label,
-                    transport=_retrying(deadline_transport(verify=tls), retry),
+                    transport=_retrying(deadline_transport(verify=self._tls(url, tls)), retry),
                     auth=auth,
                 )
                 self._sglang[key] = client
             return client
+
+    def _tls(self, url: str, tls: ssl.SSLContext | None) -> ssl.SSLContext | bool:
+        """What verifies ``url``'s server: ``tls``, else the system's trust store (loading it
+        costs tens of milliseconds, once per process). A plain ``http://`` pod never does TLS (the
+        client follows no redirect), so it gets no trust store at all."""
+        if tls is not None:
+            return tls
+        if not url.startswith("https://"):
+            return False
+        self._default_tls = self._default_tls or ssl.create_default_context()
+        return self._default_tls
 
 
 def _retrying(transport: httpx2.HTTPTransport, retry: RetryPolicy | None) -> Any:

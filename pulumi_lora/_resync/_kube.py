@@ -20,8 +20,6 @@ from typing import Any, TypeVar
 from lightkube import ApiError, AsyncClient, Client, operators
 from lightkube.core.generic_client import WatchDriver
 from lightkube.core.selector import build_selector
-from lightkube.resources.apps_v1 import Deployment, ReplicaSet
-from lightkube.resources.core_v1 import Pod
 
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import ClusterError
@@ -63,10 +61,10 @@ def labelled_pod(obj: Mapping[str, Any]) -> PodEndpoint | None:
 #: Deployment as it labels the pods.
 WATCHED: dict[str, tuple[Any, dict[str, Any] | None]] = {
     "inferenceservices": (k8s.InferenceServiceResource, None),
-    "deployments": (Deployment, {SERVICE_LABEL: operators.exists()}),
-    "replicasets": (ReplicaSet, {SERVICE_LABEL: operators.exists()}),
+    "deployments": (k8s.DeploymentResource, {SERVICE_LABEL: operators.exists()}),
+    "replicasets": (k8s.ReplicaSetResource, {SERVICE_LABEL: operators.exists()}),
     "loraadapters": (k8s.LoRAAdapterResource, None),
-    "pods": (Pod, {SERVICE_LABEL: operators.exists()}),
+    "pods": (k8s.PodResource, {SERVICE_LABEL: operators.exists()}),
 }
 
 
