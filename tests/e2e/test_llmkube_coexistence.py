@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +96,15 @@ def conditions(cr: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
     }
 
 
-def wait_for(what: str, check: Any, timeout: float = 20.0) -> Any:
+def wait_for(
+    what: str, check: Any, timeout: float = 20.0, explain: Callable[[], str] | None = None
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := check():
             return value
         time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{explain()}" if explain else ""))
 
 
 def provider(bed: Testbed) -> LoRAAdapterProvider:
@@ -376,6 +378,7 @@ def test_policy_holds_llmkube_off_and_takes_over_older_crs(
             lambda: (
                 conditions(kubectl_cr(bed, namespace, "theirs")).get("Loaded", ("",))[0] == "True"
             ),
+            explain=lambda: f"CR: {kubectl_cr(bed, namespace, 'theirs')}\nLLMKube: {llmkube.stats}",
         )
 
         p.delete("", outs)

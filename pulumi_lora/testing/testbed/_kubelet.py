@@ -79,6 +79,11 @@ unless the pod's ``testbed.pulumi-lora.dev/probe-time-scale`` annotation says ot
 PROBE_INTERVAL = 0.1
 """Seconds between two probes of a container whose probe says ``periodSeconds: 1``."""
 
+SETTLED_PROBE_INTERVAL = 0.5
+"""Seconds between two readiness probes of a Ready pod, at least: the fast pace is for a pod
+becoming Ready (tests wait on it); once Ready, ten probes a second of every pod of a session
+were a sixth of the full tier's CPU (the emulators answering, the kubelet asking)."""
+
 CRASH_BACKOFF = 1.0
 """Seconds before an exited re-sync container restarts (the kubelet's first 10 s, scaled)."""
 
@@ -525,8 +530,9 @@ class PodRuntime:
 
     def _probe_loop(self) -> None:
         period = self.readiness.period if self.readiness else PROBE_INTERVAL
+        settled = max(period, SETTLED_PROBE_INTERVAL)
         failures = {"readiness": 0, "liveness": 0}
-        while not self._stop.wait(period):
+        while not self._stop.wait(settled if self.ready else period):
             try:
                 self._probe_once(failures)
             except Exception:  # a prober must survive anything; it is a test fixture
