@@ -370,16 +370,25 @@ def test_policy_holds_llmkube_off_and_takes_over_older_crs(
             pod.name: {"sql-lora": v2, "older": old_v2} for pod in handle.ready_pods()
         }
 
-        # A CR without pulumi-lora's annotation is LLMKube's to serve, policy or not.
+        # A CR without pulumi-lora's annotation is LLMKube's to serve, policy or not: LLMKube
+        # takes its finalizer and loads it into a pod through the Service. (Not its Loaded=True:
+        # LLMKube reconciles on its own status writes and kube-proxy picks a pod each time, so a
+        # later load meets SGLang's "already loaded" 400 and LLMKube writes LoadUnsuccessful;
+        # once its 2 minute skip window passes, on every requeue. Loaded=True is transient.)
         theirs = bed.make_adapter("theirs")
         apply_plain_cr(bed, namespace, "theirs", theirs)
-        wait_for(
-            "LLMKube's Loaded=True on its own CR",
-            lambda: (
-                conditions(kubectl_cr(bed, namespace, "theirs")).get("Loaded", ("",))[0] == "True"
-            ),
+        loaded = wait_for(
+            "LLMKube's load of its own CR into a pod",
+            lambda: [
+                r
+                for r in llmkube.requests("/load_lora_adapter")
+                if r.lora_name == "theirs" and r.status == 200
+            ],
             explain=lambda: f"CR: {kubectl_cr(bed, namespace, 'theirs')}\nLLMKube: {llmkube.stats}",
         )
+        assert served(handle)[loaded[0].pod] == {"sql-lora": v2, "older": old_v2, "theirs": theirs}
+        cr = kubectl_cr(bed, namespace, "theirs")
+        assert cr is not None and LLMKUBE_FINALIZER in (cr["metadata"].get("finalizers") or [])
 
         p.delete("", outs)
         p.delete("", older)
