@@ -75,6 +75,19 @@ def missing_real_part(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def require_real_sglang_pods() -> None:
+    """Fail or skip (`missing_real_part`) unless real SGLang pods can run here: the provisioned
+    server (``tools/sglang_env.py``), and root for the mount namespace each pod gets."""
+    from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError  # noqa: PLC0415
+
+    try:
+        RealSGLang.find()
+    except RealSGLangMissingError as exc:
+        missing_real_part(str(exc))
+    if os.geteuid() != 0:
+        missing_real_part("real SGLang pods run in a mount namespace of their own: run as root")
+
+
 @pytest.fixture(scope="session")
 def testbed_binaries() -> dict[str, Binary]:
     """The programs a testbed runs (name → located binary with its version)."""

@@ -9,7 +9,6 @@ with SGLang's own words for it and leaves nothing loaded.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,10 +22,10 @@ from pulumi import automation as auto
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
-from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.fixtures import require_real_sglang_pods
 from pulumi_lora.testing.loop import LoopProcess
 from pulumi_lora.testing.peft import write_adapter
-from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError, generate
+from pulumi_lora.testing.sglang import generate
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import drift_report
 
@@ -39,12 +38,7 @@ START_TIMEOUT = 240.0
 @pytest.fixture(scope="module")
 def real_pods(testbed: Testbed) -> Iterator[tuple[str, InferenceServiceHandle]]:
     """Two Ready real-SGLang pods, shared by this module's tests (each takes ~4 GB)."""
-    try:
-        RealSGLang.find()
-    except RealSGLangMissingError as exc:
-        missing_real_part(str(exc))
-    if os.geteuid() != 0:
-        missing_real_part("real SGLang pods run in a mount namespace of their own: run as root")
+    require_real_sglang_pods()
     namespace = testbed.create_namespace("real")
     handle = testbed.deploy_inference_service(
         namespace,

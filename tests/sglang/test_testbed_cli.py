@@ -5,43 +5,24 @@ pod at ``/adapters``) and generates through it; ``status`` and ``down`` as for t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx2
 
-from pulumi_lora.testing.fixtures import missing_real_part
+from pulumi_lora.testing.fixtures import require_real_sglang_pods
 from pulumi_lora.testing.peft import write_adapter
-from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError, generate
+from pulumi_lora.testing.sglang import generate
 from pulumi_lora.testing.testbed._process import alive
-
-RUN = "from pulumi_lora.testing.testbed._cli import testbed_group; testbed_group()"
-
-
-def cli(*args: str, timeout: float = 400.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", RUN, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from tests._testbed_cli import cli
 
 
 def test_testbed_up_with_the_real_server(tmp_path: Path) -> None:
-    try:
-        RealSGLang.find()
-    except RealSGLangMissingError as exc:
-        missing_real_part(str(exc))
-    if os.geteuid() != 0:
-        missing_real_part("real SGLang pods run in a mount namespace of their own: run as root")
+    require_real_sglang_pods()
     assert "--server [emulator|sglang]" in cli("up", "--help").stdout
 
     state_dir = tmp_path / "state"
     up = cli("up", "--state-dir", str(state_dir), "--isvc", "llama", "--server", "sglang",
-             "--timeout", "240")  # fmt: skip
+             "--timeout", "240", timeout=400)  # fmt: skip
     assert up.returncode == 0, up.stderr
     try:
         status = cli("status", "--state-dir", str(state_dir), "--output", "json")

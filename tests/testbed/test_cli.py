@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx2
@@ -18,18 +17,7 @@ from pulumi_lora.testing.testbed import container_runtime_unavailable_reason, fi
 from pulumi_lora.testing.testbed._cli import default_state_dir
 from pulumi_lora.testing.testbed._cli import testbed_group as group
 from pulumi_lora.testing.testbed._process import alive
-
-RUN = "from pulumi_lora.testing.testbed._cli import testbed_group; testbed_group()"
-
-
-def cli(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", RUN, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from tests._testbed_cli import cli
 
 
 def test_group_lists_its_commands() -> None:
