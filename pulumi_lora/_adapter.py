@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, NotRequired, Optional, TypedDict, Union, 
 import pulumi
 from pulumi.dynamic import Resource
 
-from pulumi_lora._provider import INPUT_KEYS, OUTPUT_KEYS, LoRAAdapterProvider
+from pulumi_lora._properties import INPUT_KEYS, OUTPUT_KEYS
+from pulumi_lora._provider import LoRAAdapterProvider
 
 TYPE_TOKEN = "pulumi-lora:index:LoRAAdapter"  # noqa: S105 - a type token, not a password
 """The type other languages declare (``provider/``'s custom resource; the component's, up to

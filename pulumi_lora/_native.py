@@ -42,15 +42,9 @@ from pydantic import ValidationError
 from pulumi_lora._adapter import TYPE_TOKEN, AdapterInputs, AdapterOutputs
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._provider import (
-    CREATE_KEYS,
-    INPUT_KEYS,
-    OUTPUT_KEYS,
-    UNKNOWN,
-    LoRAAdapterProvider,
-    effective_inputs,
-    report_drift,
-)
+from pulumi_lora._properties import CREATE_KEYS, INPUT_KEYS, OUTPUT_KEYS, UNKNOWN
+from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora._provider_calls import effective_inputs, report_drift
 from pulumi_lora._schema import document
 
 DEFAULT_READY_TIMEOUT = float(AdapterArgs.model_fields["ready_timeout_seconds"].default)

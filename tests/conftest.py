@@ -36,19 +36,14 @@ def pytest_report_header() -> list[str]:
     return ["real components: " + "; ".join(found)]
 
 
-#: Folders whose tests share one expensive session fixture run on one xdist worker together
-#: (the CLI tests' user virtualenv is built once, not once per worker).
-SHARED_GROUPS = ("cli",)
 #: Groups started first, longest first, so that no long test is left to run alone at the end.
 LONG_GROUPS = ("cli", "chaos/test_chaos_run.py", "release/test_release_install.py")
 
 
 def worker_group(path: str) -> str:
-    """The group a test runs in under xdist, from its file's path under ``tests/``: its folder for
-    a shared group, its module otherwise (module-scoped fixtures are set up once, as without
-    xdist)."""
-    parts = Path(path).parts
-    return parts[0] if parts[0] in SHARED_GROUPS else "/".join(parts)
+    """The group a test runs in under xdist, from its file's path under ``tests/``: its module
+    (module-scoped fixtures are set up once, as without xdist)."""
+    return "/".join(Path(path).parts)
 
 
 @pytest.hookimpl(optionalhook=True)

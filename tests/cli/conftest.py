@@ -1,18 +1,20 @@
 """Fixtures of the CLI tests: the user's path, `pulumi` subcommands in a project folder.
 
 A user's Python project has a virtualenv made from its ``requirements.txt``; here that happens once
-per session, in a fresh project that names this repository as a plain (non-editable) requirement,
-the way the README tells a user of the language host built here to do it (``python3 -m venv venv``,
-``venv/bin/pip install -r requirements.txt``, then ``source venv/bin/activate``: that host runs
-programs in the activated virtualenv, see "Language hosts" in docs/development.md). Every other
-project folder links its ``venv`` to that one and runs with it activated, so the language host runs
-the program, and the engine serves its dynamic resources, with that virtualenv's Python. Plugin
-acquisition is left on, as a user has it.
+per run (the xdist workers share it), in a fresh project that names this repository as a plain
+(non-editable) requirement, the way the README tells a user of the language host built here to do
+it (``python3 -m venv venv``, ``venv/bin/pip install -r requirements.txt``, then ``source
+venv/bin/activate``: that host runs programs in the activated virtualenv, see "Language hosts" in
+docs/development.md). Every other project folder links its ``venv`` to that one and runs with it
+activated, so the language host runs the program, and the engine serves its dynamic resources, with
+that virtualenv's Python. Plugin acquisition is left on, as a user has it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -56,7 +58,11 @@ def user_requirements() -> str:
 
 @pytest.fixture(scope="session")
 def user_venv(tmp_path_factory: pytest.TempPathFactory) -> UserVenv:
-    """``pulumi install`` in a fresh Python project: the venv every CLI test's program runs in."""
+    """``pulumi install`` in a fresh Python project: the venv every CLI test's program runs in.
+
+    Built once per run, not once per worker: under xdist the workers share the run's temporary
+    root, and the first to get there builds it under a file lock while the others wait, so the
+    CLI modules can spread over the workers like any others."""
     try:
         pulumi = find_binary("pulumi")
         for host in HOSTS:
@@ -64,7 +70,21 @@ def user_venv(tmp_path_factory: pytest.TempPathFactory) -> UserVenv:
                 raise BinaryNotFoundError(host, [pulumi.path.parent])
     except BinaryNotFoundError as exc:
         missing_real_part(str(exc))
-    project = tmp_path_factory.mktemp("fresh-project")
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    project = shared / "fresh-project"
+    with open(shared / "fresh-project.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (project / "built").exists():
+            shutil.rmtree(project, ignore_errors=True)
+            build_user_project(project)
+            (project / "built").touch()
+    return UserVenv(project / "venv", project)
+
+
+def build_user_project(project: Path) -> None:
+    """A fresh Python project at ``project`` and its ``venv``, made as the README says."""
+    project.mkdir()
     (project / "Pulumi.yaml").write_text(
         "name: fresh\nruntime:\n  name: python\n  options:\n    virtualenv: venv\n"
     )
@@ -81,7 +101,6 @@ def user_venv(tmp_path_factory: pytest.TempPathFactory) -> UserVenv:
             argv, cwd=project, capture_output=True, text=True, timeout=900, check=False
         )
         assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
-    return UserVenv(venv, project)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pulumi.provider.experimental.property_value import Computed, PropertyValue
 
 from pulumi_lora import _native
 from pulumi_lora._models import declared_by_cr
-from pulumi_lora._provider import UNKNOWN
+from pulumi_lora._properties import UNKNOWN
 
 
 def value(plain: Any, secret: bool = False) -> PropertyValue:

@@ -57,3 +57,41 @@ def test_the_emulator_and_the_loop_do_not_import_the_pulumi_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_program_declaring_adapters_loads_none_of_the_providers_work() -> None:
+    """A program pickles the provider by reference and never calls it: declaring adapters must
+    not import the models, the lifecycle or the HTTP and Kubernetes clients (0.4 s of a
+    nothing-to-do ``pulumi up``, issue 38); the provider process loads them at its first call."""
+    code = (
+        "import sys, pulumi.dynamic\n"
+        "before = set(sys.modules)\n"
+        "import pulumi_lora\n"
+        "pulumi_lora.LoRAAdapter, pulumi_lora.LoRAAdapterArgs, pulumi_lora.LoRAAdapterProvider()\n"
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = done.stdout.split()
+    assert "pulumi_lora._provider" in loaded
+    heavy = ("pydantic", "lightkube", "httpx2", "httpcore2", "pulumi_lora._lifecycle")
+    heavy += ("pulumi_lora._provider_calls", "pulumi_lora._models", "pulumi_lora._cluster")
+    assert [m for m in loaded if m.startswith(heavy)] == []
+
+
+def test_a_provider_pickled_by_an_older_version_still_runs() -> None:
+    """Stacks hold the provider pickled by the version that last wrote them: one pickled with a
+    ``ProviderConfig`` in it (0.3.0 and earlier) keeps that config; a fresh one starts with none and
+    takes the defaults, or what ``configure`` gives."""
+    import dill  # noqa: PLC0415 - what pulumi.dynamic pickles with
+
+    from pulumi_lora._lifecycle import ProviderConfig  # noqa: PLC0415
+
+    old = pulumi_lora.LoRAAdapterProvider()
+    old._config = ProviderConfig(context="prod")
+    assert dill.loads(dill.dumps(old)).config.context == "prod"
+    fresh = dill.loads(dill.dumps(pulumi_lora.LoRAAdapterProvider()))
+    assert fresh.config == ProviderConfig()
+    checked = fresh.check({}, {"adapter_name": "a", "path": "/adapters/a"})
+    assert [f.property for f in checked.failures] == ["inference_service"]

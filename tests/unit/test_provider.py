@@ -11,10 +11,10 @@ from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import ClusterError, ConfigurationError
 from pulumi_lora._lifecycle import AdapterState, PodReport
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
-from pulumi_lora._provider import (
-    UNKNOWN,
+from pulumi_lora._properties import UNKNOWN
+from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora._provider_calls import (
     DriftReporter,
-    LoRAAdapterProvider,
     drift_words,
     live_drift,
     outputs,

@@ -23,7 +23,7 @@ from pulumi_lora._adapter import AdapterInputs
 from pulumi_lora._cli import cli
 from pulumi_lora._lifecycle._config import CONFIG_KEYS, TIMEOUT_KEYS
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._provider import INPUT_KEYS, OUTPUT_KEYS, REPLACE_KEYS
+from pulumi_lora._properties import INPUT_KEYS, OUTPUT_KEYS, REPLACE_KEYS
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora.deploy import resync_manifests
 

@@ -1,0 +1,510 @@
+"""What the dynamic provider's calls do: a thin translation between the engine and ``_lifecycle``.
+
+Loaded by the provider process at its first call (``_provider`` keeps programs from loading it).
+Facts that decide correctness here (see docs/protocol.md):
+* ``check`` validates with the CR's own models; every bad field is a ``CheckFailure`` naming the
+  field, the value and the rule, before anything touches a cluster.
+* ``diff`` is explicit and compares the new inputs with the *live* values recorded in the old
+  outputs, so a refresh that saw an unloaded pod or an edited CR shows as a change.
+* ``update`` and ``read`` always return the full outputs (an update without outs wipes them).
+* ``diff``'s live look and ``read`` share one look at each target's pods (``lifecycle.LOOKS``):
+  the engine runs all of one command's operations in one provider process, so N adapters on P
+  pods cost P ``/v1/models`` requests every couple of seconds, not N x P; this process's own
+  loads and unloads retire the looks they make stale. A diff that follows this process's own
+  ``read`` of the same resource (a refresh, then its diff, in one command) trusts that read
+  while it is as young as a shared look, instead of looking again (``RecentReads``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pulumi.dynamic import (
+    CheckFailure,
+    CheckResult,
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    UpdateResult,
+)
+from pulumi.dynamic.config import Config
+from pydantic import ValidationError
+
+from pulumi_lora import _lifecycle as lifecycle
+from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._models import AdapterArgs, Condition, ConditionKind, Transport
+from pulumi_lora._properties import (
+    ECHOED,
+    INPUT_KEYS,
+    OUTPUT_KEYS,
+    REPLACE_KEYS,
+    UNKNOWN,
+    UPDATE_KEYS,
+)
+
+
+class Calls:
+    """The provider's calls, each given the stack config (``LoRAAdapterProvider.config``)."""
+
+    @staticmethod
+    def default_config() -> lifecycle.ProviderConfig:
+        """The config before ``configure``: the local kubeconfig, default timeouts."""
+        return lifecycle.ProviderConfig()
+
+    @staticmethod
+    def configured(config: Config) -> lifecycle.ProviderConfig:
+        """The credentials and the SGLang timeouts (``CONFIG_KEYS``) from stack config."""
+        keys = [f"pulumi-lora:{key}" for key in lifecycle.CONFIG_KEYS]
+        return lifecycle.ProviderConfig.from_config(
+            {k: _config_text(v) for k in keys if (v := config.get(k)) is not None}
+        )
+
+    def check(
+        self, config: lifecycle.ProviderConfig, _olds: dict[str, Any], news: dict[str, Any]
+    ) -> CheckResult:
+        """Validate every input; unknown (preview) values are checked once known."""
+        given = {k: v for k, v in _inputs(news).items() if v is not None}
+        pending = frozenset(k for k, v in given.items() if _unknown(v))
+        known = {k: v for k, v in given.items() if k not in pending}
+        failures = validation_failures(known, pending)
+        if (
+            not failures
+            and known.get("transport") == Transport.PROXY.value
+            and (known.get("api_key_secret_name") or config.api_key)
+        ):
+            failures.append(
+                CheckFailure(
+                    "transport",
+                    "transport 'proxy' cannot carry an SGLang API key (the apiserver's "
+                    "pod proxy strips the Authorization header); use 'delegated' or 'direct'",
+                )
+            )
+        return CheckResult(news, failures)
+
+    def diff(
+        self,
+        config: lifecycle.ProviderConfig,
+        id_: str,
+        olds: dict[str, Any],
+        news: dict[str, Any],
+    ) -> DiffResult:
+        """Explicit diff against the live values in the old outputs (see module docstring)."""
+        before, after = effective_inputs(olds), effective_inputs(news)
+        replaces = [k for k in REPLACE_KEYS if _changed(before.get(k), after.get(k))]
+        updates = [k for k in UPDATE_KEYS if _changed(before.get(k), after.get(k))]
+        drift = live_drift(olds, news)
+        if not (replaces or updates or drift or self._read_vouches(config, id_, olds, news)):
+            drift = self._observed_drift(config, news)
+        return DiffResult(
+            changes=bool(replaces or updates or drift),
+            replaces=replaces,
+            delete_before_replace=True,
+        )
+
+    @staticmethod
+    def _observed_drift(config: lifecycle.ProviderConfig, news: dict[str, Any]) -> list[str]:
+        """Look at the cluster now, so a plain ``pulumi up`` heals drift no refresh recorded.
+
+        Best effort: when the cluster can't be read, the recorded outputs decide (as above).
+        """
+        try:
+            args = _args(news)
+            state = lifecycle.observe(args, config, lifecycle.LOOKS)
+        except (PulumiLoRAError, ValidationError):
+            return []
+        if state is None:
+            report_drift(args, ["CR deleted outside Pulumi"])
+            return ["cr"]
+        live = outputs(args, state)
+        report_drift(args, drift_words(live, news))
+        if state.spec.get("path") != args.path:
+            return ["path"]
+        return live_drift(live, news)
+
+    @staticmethod
+    def _read_vouches(
+        config: lifecycle.ProviderConfig, id_: str, olds: dict[str, Any], news: dict[str, Any]
+    ) -> bool:
+        """Whether this process's read of ``id_`` is as good as a look now (``RecentReads``)."""
+        generation = lifecycle.target_generation(_args(news), config)
+        return RECENT_READS.vouches_for(id_, olds, generation)
+
+    @staticmethod
+    def create(config: lifecycle.ProviderConfig, props: dict[str, Any]) -> CreateResult:
+        """Apply the CR and load everywhere (nothing left behind on failure)."""
+        args = _args(props)
+        state = lifecycle.create(args, config)
+        return CreateResult(id_=f"{args.namespace}/{args.cr_name}", outs=outputs(args, state))
+
+    def read(self, config: lifecycle.ProviderConfig, id_: str, props: dict[str, Any]) -> ReadResult:
+        """Refresh: the CR's live spec and every Ready pod's truth; gone when the CR is.
+
+        Given only an ID (``pulumi import`` of ``NAMESPACE/NAME`` through ``provider/``), the
+        CR says what is declared (``lifecycle.declared_at``), and those become the imported inputs.
+        Reads only: nothing is loaded, unloaded or written.
+        """
+        if not _inputs(props):
+            declared = lifecycle.declared_at(id_, config)
+            if declared is None:
+                return ReadResult(id_="", outs={})
+            found = self.read(config, id_, declared)
+            return ReadResult(id_=found.id, outs=found.outs, inputs=declared if found.id else None)
+        args = _args(props)
+        started = time.monotonic()
+        generation = lifecycle.target_generation(args, config)
+        state = lifecycle.observe(args, config, lifecycle.LOOKS, reported_conditions(props))
+        if state is None:
+            report_drift(args, ["CR deleted outside Pulumi"])
+            return ReadResult(id_="", outs={})
+        live = args.model_copy(
+            update={
+                "adapter_name": state.spec.get("name", args.adapter_name),
+                "path": state.spec.get("path", args.path),
+            }
+        )
+        outs = outputs(live, state)
+        report_drift(args, drift_words(outs, props))
+        RECENT_READS.record(id_, outs, started, generation)
+        return ReadResult(id_=id_, outs=outs, inputs=refreshed_inputs(props, outs))
+
+    @staticmethod
+    def update(
+        config: lifecycle.ProviderConfig, _id: str, _olds: dict[str, Any], news: dict[str, Any]
+    ) -> UpdateResult:
+        """Swap on every pod, re-write status, return the full outputs."""
+        args = _args(news)
+        return UpdateResult(outs=outputs(args, lifecycle.update(args, config)))
+
+    @staticmethod
+    def delete(config: lifecycle.ProviderConfig, _id: str, props: dict[str, Any]) -> None:
+        """Unload everywhere, remove the CR, wait until it is gone."""
+        lifecycle.delete(_args(props), config)
+
+
+CALLS = Calls()
+
+
+def serves_one_command() -> bool:
+    """Whether this process is the engine's dynamic-provider process (``python -m
+    pulumi.dynamic``), which the engine starts for one command and stops after it."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == "pulumi.dynamic.__main__"
+
+
+class RecentReads:
+    """The outputs this process's ``read`` returned lately, by resource id (thread-safe).
+
+    The engine follows a refresh's read with a diff of the same resource, in the same provider
+    process; when the diff's old outputs are exactly what that read returned, the read is as
+    good as a look at the cluster now, and the diff need not look again, if
+
+    * this process has not loaded or unloaded on the adapter's target since the read started
+      (the target's ``lifecycle.LOOKS`` generation is the same: an adapter loaded since may have
+      evicted this one), and
+    * the read started less than ``max_age`` ago (the rule of ``lifecycle.LOOKS``), or this process
+      serves one engine command (``whole_command``). A ``preview --refresh`` of 300 adapters
+      reads them all first and diffs them seconds later; the read was taken in this command,
+      which is all that a refresh promises.
+    """
+
+    def __init__(
+        self, max_age: float, whole_command: Callable[[], bool] = serves_one_command
+    ) -> None:
+        self.max_age = max_age
+        self._whole_command = whole_command
+        self._lock = threading.Lock()
+        self._reads: dict[str, tuple[float, int, str]] = {}
+
+    def record(self, id_: str, outs: Mapping[str, Any], started: float, generation: int) -> None:
+        """A ``read`` of ``id_`` started at ``started`` (``time.monotonic``), when its target's
+        generation was ``generation``, and returned ``outs``."""
+        with self._lock:
+            self._reads[id_] = (started, generation, _fingerprint(outs))
+
+    def vouches_for(self, id_: str, olds: Mapping[str, Any], generation: int) -> bool:
+        """Whether a read of ``id_`` returned exactly ``olds``, young enough and with no own
+        write to its target since (its generation is still ``generation``)."""
+        with self._lock:
+            started, seen_generation, seen = self._reads.get(id_, (-float("inf"), -1, ""))
+        young = time.monotonic() - started < self.max_age or self._whole_command()
+        return young and seen_generation == generation and seen == _fingerprint(olds)
+
+
+RECENT_READS = RecentReads(lifecycle.LOOK_MAX_AGE_SECONDS)
+
+
+def _fingerprint(props: Mapping[str, Any]) -> str:
+    """Pure: the inputs and outputs of ``props`` as canonical JSON (numbers as floats: the
+    engine hands integers back as floats)."""
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, Mapping):
+            return {str(k): canonical(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [canonical(v) for v in value]
+        return str(value)
+
+    kept = {k: props.get(k) for k in (*INPUT_KEYS, *OUTPUT_KEYS)}
+    return json.dumps(canonical(kept), sort_keys=True)
+
+
+def validation_failures(
+    values: Mapping[str, Any], pending: frozenset[str] = frozenset()
+) -> list[CheckFailure]:
+    """Every rule ``values`` break, one ``CheckFailure`` per field (pure).
+
+    ``pending`` names fields whose values are unknown during preview; they are checked once known.
+    """
+    try:
+        AdapterArgs.model_validate(dict(values))
+    except ValidationError as exc:
+        failures = []
+        for error in exc.errors():
+            field = ".".join(str(p) for p in error["loc"]) or "inputs"
+            if field in pending:
+                continue
+            value = error.get("input")
+            shown = "" if error["type"] == "missing" else f"{value!r}: "
+            failures.append(CheckFailure(field, f"{field} {shown}{error['msg']}"))
+        return failures
+    return []
+
+
+def effective_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Inputs with defaults applied, so an omitted setting equals its default (pure).
+
+    Values unknown during preview are kept as the engine's placeholder.
+    """
+    given = {k: v for k, v in _inputs(props).items() if v is not None}
+    pending = {k: v for k, v in given.items() if _unknown(v)}
+    try:
+        known = AdapterArgs.model_validate({k: v for k, v in given.items() if k not in pending})
+    except ValidationError:
+        return given
+    return {**known.model_dump(mode="json"), **pending}
+
+
+def live_drift(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
+    """Pods (or the delegated status) that don't serve the declared path: each is a change."""
+    path = news.get("path")
+    if _unknown(path):
+        return []
+    if news.get("transport") == Transport.DELEGATED.value:
+        return [] if olds.get("loaded") else ["loaded"]
+    return [
+        str(p.get("pod"))
+        for p in olds.get("pods") or []
+        if p.get("ready", True) and pod_path(p, olds) != path
+    ]
+
+
+def outputs(args: AdapterArgs, state: lifecycle.AdapterState) -> dict[str, Any]:
+    """The resource's outputs: the inputs echoed (live where refresh saw them) plus the truth.
+
+    Inputs are echoed when they carry something: the identity always, a setting only when it is
+    not its default (``diff`` and ``read`` apply the defaults again), nothing that is unset.
+    """
+    fields = AdapterArgs.model_fields
+    outs: dict[str, Any] = {
+        k: v
+        for k, v in args.model_dump(mode="json").items()
+        if v is not None
+        and (k in ECHOED or fields[k].is_required() or v != fields[k].get_default())
+    }
+    outs.update(
+        cr_name=args.cr_name,
+        cr_uid=state.uid,
+        generation=state.generation,
+        conditions=[condition_output(c, state.generation) for c in state.conditions],
+        loaded=state.condition(ConditionKind.LOADED),
+        available=state.condition(ConditionKind.AVAILABLE),
+        ready=state.condition(ConditionKind.READY),
+        pods=[pod_output(p, args.path) for p in state.pods],
+        loaded_path=state.loaded_path,
+        last_loaded_at=state.last_loaded_at,
+    )
+    return outs
+
+
+def drift_words(live: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
+    """Pure: what drifted, in words: the CR's spec against ``declared`` (the recorded outputs or
+    the program's inputs), then each Ready pod of ``live`` against the declared path (the pods
+    serving what the stack declared are not drift, even under an edited CR).
+
+    ``pod llama-7c9-x2bq: sql-lora not loaded``, ``pod ...: serves /adapters/old, declared
+    /adapters/new``, ``CR edited: spec.path /adapters/a -> /adapters/b``.
+    """
+    words = [
+        f"CR edited: spec.{field} {declared.get(key)} -> {live.get(key)}"
+        for key, field in (("adapter_name", "name"), ("path", "path"))
+        if declared.get(key) is not None
+        and not _unknown(declared.get(key))
+        and live.get(key) != declared.get(key)
+    ]
+    name = live.get("adapter_name")
+    path = declared.get("path")
+    path = live.get("path") if path is None or _unknown(path) else path
+    for pod in live.get("pods") or []:
+        served = pod_path(pod, live)
+        if not pod.get("ready", True):
+            continue
+        if pod.get("error"):
+            words.append(f"pod {pod['pod']}: could not be read ({pod['error']})")
+        elif served is None:
+            words.append(f"pod {pod['pod']}: {name} not loaded")
+        elif served != path:
+            words.append(f"pod {pod['pod']}: serves {served}, declared {path}")
+    return words
+
+
+def _to_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+class DriftReporter:
+    """Says each drift once per process, where the engine shows it to the user.
+
+    The engine prints a dynamic provider's stderr lines among the command's diagnostics (what
+    ``pulumi preview --refresh`` users and CI logs read); a dynamic provider has no other way to
+    put words there (its diff can name only changed inputs). One line per drift, prefixed with
+    the CR, each said once by this provider process (the engine starts one per command).
+    ``write`` is where the lines go: stderr, or, in ``provider/``'s plugin, whose stderr the
+    engine hides, the engine's own log (``_native``).
+    """
+
+    def __init__(self, write: Callable[[str], None] = _to_stderr) -> None:
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+        self.write = write
+
+    def __call__(self, args: AdapterArgs, words: list[str]) -> None:
+        where = f"drift: LoRAAdapter {args.namespace}/{args.cr_name}: "
+        with self._lock:
+            fresh = [where + w for w in words if where + w not in self._said]
+            self._said.update(fresh)
+        if fresh:
+            self.write("".join(line + "\n" for line in fresh))
+
+
+report_drift = DriftReporter()
+
+
+def refreshed_inputs(olds: Mapping[str, Any], outs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Pure: the inputs a refresh hands the engine: ``None`` (keep the program's own) unless the
+    CR's spec was edited out of band, then the live ``adapter_name``/``path`` over the inputs.
+
+    The engine shows every key of these that differs from the program's inputs as added or
+    removed (``refresh [diff: +pinned,...]``). A read cannot see which inputs the program set, so
+    keeping the program's is the only way an undrifted refresh shows nothing; an edited CR shows
+    as exactly the fields that moved (``[diff: ~path]``). Defaults are left out then, so only a
+    setting given explicitly at its default value can still show as removed.
+    """
+    moved = {k: outs[k] for k in ("adapter_name", "path") if outs.get(k) != olds.get(k)}
+    if not moved:
+        return None
+    defaults = AdapterArgs.model_fields
+    kept = {
+        k: v
+        for k, v in _inputs(outs).items()
+        if defaults[k].is_required() or v != defaults[k].get_default()
+    }
+    return {**kept, **moved}
+
+
+def reported_conditions(props: Mapping[str, Any]) -> list[Condition]:
+    """Pure: the conditions the outputs last reported (``since`` as the transition time), so a
+    refresh keeps each unchanged condition's ``since``; entries that don't parse are skipped."""
+    found = []
+    for entry in props.get("conditions") or []:
+        try:
+            found.append(
+                Condition.model_validate(
+                    {
+                        "type": entry.get("type"),
+                        "status": entry.get("status"),
+                        "reason": entry.get("reason"),
+                        "message": entry.get("message") or "",
+                        "lastTransitionTime": entry.get("since"),
+                        "observedGeneration": entry.get("generation"),
+                    }
+                )
+            )
+        except (ValidationError, AttributeError):
+            continue
+    return found
+
+
+def condition_output(condition: Condition, generation: int) -> dict[str, Any]:
+    """Pure: one entry of the ``conditions`` output: type, status, reason, ``since`` (its
+    lastTransitionTime), and only what carries something: the message when there is one, the
+    generation when it is not the CR's current one."""
+    entry: dict[str, Any] = {
+        "type": condition.type,
+        "status": condition.status.value,
+        "reason": condition.reason,
+        "since": condition.wire()["lastTransitionTime"],
+    }
+    if condition.message:
+        entry["message"] = condition.message
+    if condition.observed_generation is not None and condition.observed_generation != generation:
+        entry["generation"] = condition.observed_generation
+    return entry
+
+
+def pod_output(report: lifecycle.PodReport, path: str) -> dict[str, Any]:
+    """Pure: one entry of the ``pods`` output: the pod, whether it serves the adapter, and only
+    what differs from the plain case: ``ready: false``, ``path`` when it serves another path
+    than the resource's, ``reason`` and ``error`` when it failed.
+
+    Nothing in it moves unless the pod changed, so a heal rewrites only the pods it healed.
+    """
+    entry: dict[str, Any] = {"pod": report.pod, "loaded": report.loaded}
+    if not report.ready:
+        entry["ready"] = False
+    if report.loaded and report.path != path:
+        entry["path"] = report.path
+    if report.reason:
+        entry["reason"] = report.reason
+    if report.error:
+        entry["error"] = report.error
+    return entry
+
+
+def pod_path(pod: Mapping[str, Any], outs: Mapping[str, Any]) -> str | None:
+    """Pure: the path a ``pods`` output entry serves (``None``: not loaded), read from either
+    shape: 0.3's (``path`` only when it differs from the resource's) or 0.2's (always)."""
+    if not pod.get("loaded"):
+        return None
+    found = pod.get("path", outs.get("path"))
+    return None if found is None else str(found)
+
+
+def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: props[k] for k in INPUT_KEYS if k in props}
+
+
+def _args(props: Mapping[str, Any]) -> AdapterArgs:
+    return AdapterArgs.model_validate({k: v for k, v in _inputs(props).items() if v is not None})
+
+
+def _unknown(value: Any) -> bool:
+    return bool(value == UNKNOWN)
+
+
+def _changed(old: Any, new: Any) -> bool:
+    return _unknown(new) or old != new
+
+
+def _config_text(value: object) -> str:
+    """A config value as text (a YAML ``loadTimeoutSeconds: 5`` may arrive as a number)."""
+    return value if isinstance(value, str) else json.dumps(value)
