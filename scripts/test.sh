@@ -18,11 +18,12 @@ else
   phase "provision: real SGLang (own venv, tiny model, shims)" python3 tools/sglang_env.py
 fi
 PY=.venv/bin
-# pytest workers (pytest-xdist), one module (the CLI tests: one folder) per worker at a time:
-# two for the fast tier; three for the full tier, whose tests wait on real processes (the engine,
-# the apiserver, pods starting) for much of their time: with two, the cores sat 23 % idle and the
-# tier took 818 s; with three, 10 % and 682 s (2026-12-06). TEST_WORKERS=N sets both (0: this
-# process).
+# pytest workers (pytest-xdist), one module per worker at a time: two for the fast tier; three for
+# the full tier, whose tests wait on real processes (the engine, the apiserver, pods starting) for
+# much of their time: with two, the cores sat 23 % idle and the tier took 818 s; with three, 10 %
+# and 682 s; with the CLI modules spread over the workers (their user venv built once, shared)
+# and programs no longer importing the provider's work, 467 s (2026-12-06). TEST_WORKERS=N sets
+# both (0: this process).
 workers=(-n "${TEST_WORKERS:-2}")
 full_workers=(-n "${TEST_WORKERS:-3}")
 phase "gate: ruff check" "$PY/ruff" check .

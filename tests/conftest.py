@@ -37,7 +37,15 @@ def pytest_report_header() -> list[str]:
 
 
 #: Groups started first, longest first, so that no long test is left to run alone at the end.
-LONG_GROUPS = ("cli", "chaos/test_chaos_run.py", "release/test_release_install.py")
+LONG_GROUPS = (
+    "chaos/test_chaos_run.py",
+    "cli/test_python_stacks.py",
+    "cli/test_generated_sdks.py",
+    "release/test_release_install.py",
+    "cli/test_yaml_adoption.py",
+    "cli/test_typescript.py",
+    "cli/test_yaml_provider.py",
+)
 
 
 def worker_group(path: str) -> str:
