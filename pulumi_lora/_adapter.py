@@ -43,8 +43,9 @@ class AdapterInputs(TypedDict):
 
     adapter_name: pulumi.Input[str]
     """``spec.name``: the SGLang handle quoted in requests (1-63 chars of ``[A-Za-z0-9._-]``)."""
-    path: pulumi.Input[str]
-    """``spec.path``: the adapter directory (with adapter_config.json) in the sglang container."""
+    path: NotRequired[pulumi.Input[str]]
+    """``spec.path``: the adapter directory (with adapter_config.json) in the sglang container,
+    where it already is; or give ``source`` instead."""
     inference_service: pulumi.Input[str]
     """``spec.inferenceServiceRef.name``: the target InferenceService."""
     inference_service_namespace: NotRequired[pulumi.Input[str]]
@@ -72,6 +73,26 @@ class AdapterInputs(TypedDict):
     adopt: NotRequired[pulumi.Input[bool]]
     """Take over a CR of this name that already exists (made by kubectl or Helm) when its spec
     is what this resource declares; load only on pods that lack the adapter (default false)."""
+    source: NotRequired[pulumi.Input[str]]
+    """Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of
+    ``path``): ``hf://ORG/REPO@COMMIT``, ``s3://BUCKET/PREFIX/`` or ``https://HOST/PATH/``."""
+    digests: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
+    """File name → sha256 of each file to stage; checked before anything is loaded. Optional for
+    ``hf://`` at a 40-hex commit; required for any other source unless ``allow_mutable``."""
+    allow_mutable: NotRequired[pulumi.Input[bool]]
+    """Stage a source whose content can change (a branch, a tag, a prefix) without digests."""
+    source_endpoint: NotRequired[pulumi.Input[str]]
+    """The Hub endpoint (a private mirror, as ``HF_ENDPOINT``) or the S3-compatible server;
+    ``https``, or ``http`` only to a loopback or cluster-internal host."""
+    source_secret_name: NotRequired[pulumi.Input[str]]
+    """A Secret in the adapter's namespace holding ``HF_TOKEN`` or ``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``); the provider never reads it."""
+    source_service_account: NotRequired[pulumi.Input[str]]
+    """The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod
+    Identity, GKE Workload Identity) instead of static keys."""
+    volume_claim: NotRequired[pulumi.Input[str]]
+    """The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container
+    mounts."""
 
 
 REQUIRED_INPUTS = tuple(sorted(AdapterInputs.__required_keys__, key=INPUT_KEYS.index))
@@ -90,11 +111,18 @@ def checked_inputs(inputs: Mapping[str, Any], owner: str) -> dict[str, Any]:
             f"{owner} got unknown argument(s) {', '.join(map(repr, unknown))}; "
             f"valid arguments: {', '.join(INPUT_KEYS)}"
         )
-    missing = [k for k in REQUIRED_INPUTS if k not in inputs]
+    missing = [repr(k) for k in REQUIRED_INPUTS if k not in inputs]
+    if "path" not in inputs and "source" not in inputs:
+        missing.append("'path' (or 'source')")
     if missing:
         raise TypeError(
-            f"{owner} is missing required argument(s) {', '.join(map(repr, missing))}; "
-            f"required: {', '.join(REQUIRED_INPUTS)}"
+            f"{owner} is missing required argument(s) {', '.join(missing)}; "
+            f"required: {', '.join(REQUIRED_INPUTS)}, and path or source"
+        )
+    if "path" in inputs and "source" in inputs:
+        raise TypeError(
+            f"{owner} takes path (where the adapter already is) or source (where pulumi-lora "
+            "stages it from), not both"
         )
     return dict(inputs)
 
@@ -209,6 +237,8 @@ class AdapterOutputs:
     """The path the pods serve, when one serves the adapter."""
     last_loaded_at: pulumi.Output[Optional[str]]
     """When pulumi-lora last loaded the adapter on a pod (RFC 3339)."""
+    content_key: pulumi.Output[Optional[str]]
+    """A staged adapter's content key: the name of its directory on the claim (16 hex)."""
 
 
 class LoRAAdapter(LoRAAdapterResource, AdapterOutputs, module="lora", name="LoRAAdapter"):

@@ -86,6 +86,7 @@ __all__ = [
     "apply_adapter_status",
     "as_dict",
     "begin_delete",
+    "cluster_error",
     "delete_adapter",
     "emit_event",
     "get_adapter",
@@ -258,7 +259,7 @@ def get_target(client: Client, namespace: str, name: str) -> Target:
     except ApiError as exc:
         if exc.status.code == 404:
             raise InferenceServiceNotFound(namespace, name) from exc
-        raise _cluster_error(f"reading InferenceService {namespace}/{name}", exc) from exc
+        raise cluster_error(f"reading InferenceService {namespace}/{name}", exc) from exc
     return target_from_object(as_dict(obj))
 
 
@@ -271,7 +272,7 @@ def list_pods(client: Client, namespace: str, service: str) -> list[PodEndpoint]
         pods = client.list(PodResource, namespace=namespace, labels={SERVICE_LABEL: service})
         found = [pod_from_object(as_dict(p)) for p in pods]
     except ApiError as exc:
-        raise _cluster_error(f"listing pods of {namespace}/{service}", exc) from exc
+        raise cluster_error(f"listing pods of {namespace}/{service}", exc) from exc
     return sorted(found, key=lambda p: p.name)
 
 
@@ -292,7 +293,7 @@ def list_owners(
             as_dict(o) for o in client.list(DeploymentResource, namespace=namespace, labels=labels)
         ]
     except ApiError as exc:
-        raise _cluster_error(f"listing the workloads of {namespace}/{service}", exc) from exc
+        raise cluster_error(f"listing the workloads of {namespace}/{service}", exc) from exc
     return replicasets, deployments
 
 
@@ -338,7 +339,7 @@ def apply_adapter(client: Client, manifest: Mapping[str, Any]) -> dict[str, Any]
             LoRAAdapterResource.from_dict(dict(manifest)), field_manager=SPEC_MANAGER, force=True
         )
     except ApiError as exc:
-        raise _cluster_error(
+        raise cluster_error(
             f"applying LoRAAdapter {meta['namespace']}/{meta['name']}", exc
         ) from exc
     return as_dict(obj)
@@ -361,7 +362,7 @@ def apply_adapter_status(
             force=True,
         )
     except ApiError as exc:
-        raise _cluster_error(f"writing the status of LoRAAdapter {namespace}/{name}", exc) from exc
+        raise cluster_error(f"writing the status of LoRAAdapter {namespace}/{name}", exc) from exc
     return as_dict(obj)
 
 
@@ -372,7 +373,7 @@ def get_adapter(client: Client, namespace: str, name: str) -> dict[str, Any] | N
     except ApiError as exc:
         if exc.status.code == 404:
             return None
-        raise _cluster_error(f"reading LoRAAdapter {namespace}/{name}", exc) from exc
+        raise cluster_error(f"reading LoRAAdapter {namespace}/{name}", exc) from exc
     return as_dict(obj)
 
 
@@ -381,7 +382,7 @@ def list_adapters(client: Client, namespace: str | None = None) -> list[dict[str
     try:
         return [as_dict(o) for o in client.list(LoRAAdapterResource, namespace=namespace or "*")]
     except ApiError as exc:
-        raise _cluster_error("listing LoRAAdapters", exc) from exc
+        raise cluster_error("listing LoRAAdapters", exc) from exc
 
 
 def release_finalizer(
@@ -408,7 +409,7 @@ def release_finalizer(
                 return False
             if exc.status.code in (409, 422):  # the list changed under the test: read again
                 continue
-            raise _cluster_error(
+            raise cluster_error(
                 f"removing {finalizer} from LoRAAdapter {namespace}/{name}", exc
             ) from exc
         return True
@@ -424,7 +425,7 @@ def remove_annotations(client: Client, namespace: str, name: str, keys: list[str
         )
     except ApiError as exc:
         if exc.status.code != 404:
-            raise _cluster_error(f"annotating LoRAAdapter {namespace}/{name}", exc) from exc
+            raise cluster_error(f"annotating LoRAAdapter {namespace}/{name}", exc) from exc
 
 
 def begin_delete(client: Client, namespace: str, name: str) -> None:
@@ -433,7 +434,7 @@ def begin_delete(client: Client, namespace: str, name: str) -> None:
         client.delete(LoRAAdapterResource, name, namespace=namespace)
     except ApiError as exc:
         if exc.status.code != 404:
-            raise _cluster_error(f"deleting LoRAAdapter {namespace}/{name}", exc) from exc
+            raise cluster_error(f"deleting LoRAAdapter {namespace}/{name}", exc) from exc
 
 
 def delete_adapter(
@@ -476,7 +477,7 @@ def read_secret_value(client: Client, namespace: str, name: str, key: str) -> st
     try:
         secret = client.get(Secret, name, namespace=namespace)
     except ApiError as exc:
-        raise _cluster_error(f"reading Secret {namespace}/{name}", exc) from exc
+        raise cluster_error(f"reading Secret {namespace}/{name}", exc) from exc
     data = secret.data or {}
     if key not in data:
         raise ClusterError(f"Secret {namespace}/{name} has no key {key!r} (keys: {sorted(data)})")
@@ -599,7 +600,7 @@ def as_dict(obj: Any) -> dict[str, Any]:
 _UNAVAILABLE = frozenset({429, 503, 504})
 
 
-def _cluster_error(action: str, exc: ApiError) -> ClusterError:
+def cluster_error(action: str, exc: ApiError) -> ClusterError:
     status = exc.status
     detail = f"{action} failed: HTTP {status.code} {status.reason}: {status.message}{retried(exc)}"
     return ApiserverUnreachable(detail) if status.code in _UNAVAILABLE else ClusterError(detail)

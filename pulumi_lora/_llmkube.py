@@ -63,6 +63,8 @@ class Target:
     extra_args: tuple[str, ...] = ()
     sglang_adapters: tuple[Mapping[str, str], ...] = ()
     uid: str = ""
+    volumes: tuple[Mapping[str, Any], ...] = ()  # spec.extraVolumes
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()  # spec.extraVolumeMounts (sglang's)
 
 
 def target_from_object(obj: Mapping[str, Any]) -> Target:
@@ -78,6 +80,8 @@ def target_from_object(obj: Mapping[str, Any]) -> Target:
         extra_args=tuple(str(a) for a in spec.get("extraArgs") or ()),
         sglang_adapters=tuple(sglang.get("loraAdapters") or ()),
         uid=str(meta.get("uid", "")),
+        volumes=tuple(spec.get("extraVolumes") or ()),
+        volume_mounts=tuple(spec.get("extraVolumeMounts") or ()),
     )
 
 

@@ -21,7 +21,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 GROUP = "inference.llmkube.dev"
 VERSION = "v1alpha1"
@@ -222,6 +230,8 @@ ANNOTATION_TRANSPORT = ANNOTATION_PREFIX + "transport"
 ANNOTATION_POLICY = ANNOTATION_PREFIX + "readiness-policy"
 ANNOTATION_API_KEY_SECRET = ANNOTATION_PREFIX + "api-key-secret"  # "name/key", never the key
 ANNOTATION_MANAGED_BY = ANNOTATION_PREFIX + "managed-by"
+#: Where a staged adapter's weights came from (its ``source``: a URI that carries no credential).
+ANNOTATION_SOURCE = ANNOTATION_PREFIX + "source"
 #: Set by the provider while it swaps or deletes, so the loop does not re-apply meanwhile.
 ANNOTATION_OPERATION = ANNOTATION_PREFIX + "operation"
 #: pulumi-lora's own finalizer: set by the provider's delete just before it marks the CR for
@@ -233,6 +243,17 @@ ANNOTATION_OPERATION = ANNOTATION_PREFIX + "operation"
 UNLOAD_FINALIZER = ANNOTATION_PREFIX + "unload"
 
 
+#: The settings of a staged adapter, meaningless without ``source``.
+STAGING_SETTINGS = (
+    "digests",
+    "allow_mutable",
+    "source_endpoint",
+    "source_secret_name",
+    "source_service_account",
+    "volume_claim",
+)
+
+
 class AdapterArgs(_Model):
     """Everything one LoRAAdapter resource declares, validated before anything touches a cluster.
 
@@ -241,7 +262,7 @@ class AdapterArgs(_Model):
     """
 
     adapter_name: AdapterName
-    path: AdapterPath
+    path: AdapterPath | None = None
     inference_service: ObjectName
     inference_service_namespace: NamespaceName | None = None
     namespace: NamespaceName = "default"
@@ -257,6 +278,38 @@ class AdapterArgs(_Model):
     kube_context: str | None = None
     kubeconfig_path: str | None = None
     adopt: bool = False
+    # Where the weights come from, when pulumi-lora stages them (docs/staging.md); the provider
+    # checks the source itself (``_staging``) and sets ``path`` to the staged directory.
+    source: Annotated[str, StringConstraints(min_length=1, max_length=2048)] | None = None
+    digests: dict[str, str] | None = None
+    allow_mutable: bool = False
+    source_endpoint: Annotated[str, StringConstraints(min_length=1, max_length=2048)] | None = None
+    source_secret_name: ObjectName | None = None
+    source_service_account: ObjectName | None = None
+    volume_claim: ObjectName | None = None
+
+    @model_validator(mode="after")
+    def _path_or_source(self) -> AdapterArgs:
+        if self.path is None and self.source is None:
+            raise PydanticCustomError(
+                "path_or_source",
+                "path or source is required: path where the adapter already is in the SGLang "
+                "container, or source where pulumi-lora stages it from (hf://, s3://, https://)",
+            )
+        if self.source is None:
+            given = [name for name in STAGING_SETTINGS if getattr(self, name) not in (None, False)]
+            if given:
+                raise PydanticCustomError(
+                    "staged_only", f"{', '.join(given)} apply to a staged adapter: give source too"
+                )
+        return self
+
+    @property
+    def load_path(self) -> str:
+        """The directory pods load: ``path``, or the staged one the provider set from ``source``."""
+        if self.path is None:
+            raise ValueError(f"adapter {self.adapter_name} from {self.source} is not staged yet")
+        return self.path
 
     @property
     def cr_name(self) -> str:
@@ -275,7 +328,7 @@ class AdapterArgs(_Model):
                 name=self.inference_service, namespace=self.inference_service_namespace
             ),
             name=self.adapter_name,
-            path=self.path,
+            path=self.load_path,
         )
 
     def annotations(self) -> dict[str, str]:
@@ -290,6 +343,8 @@ class AdapterArgs(_Model):
             notes[ANNOTATION_API_KEY_SECRET] = (
                 f"{self.api_key_secret_name}/{self.api_key_secret_key}"
             )
+        if self.source:
+            notes[ANNOTATION_SOURCE] = self.source
         return notes
 
 

@@ -87,6 +87,13 @@ class ResourceOutputs(AdapterOutputs):
     kube_context: pulumi.Output[Optional[str]]
     kubeconfig_path: pulumi.Output[Optional[str]]
     adopt: pulumi.Output[Optional[bool]]
+    source: pulumi.Output[Optional[str]]
+    digests: pulumi.Output[Optional[Mapping[str, str]]]
+    allow_mutable: pulumi.Output[Optional[bool]]
+    source_endpoint: pulumi.Output[Optional[str]]
+    source_secret_name: pulumi.Output[Optional[str]]
+    source_service_account: pulumi.Output[Optional[str]]
+    volume_claim: pulumi.Output[Optional[str]]
     cr_uid: pulumi.Output[str]
     generation: pulumi.Output[int]
 

@@ -13,9 +13,14 @@ REPLACE_KEYS = (
     "kube_context",
     "kubeconfig_path",
 )
-#: Inputs changed in place (a path change is a swap on every pod).
+#: Inputs changed in place (a path change is a swap on every pod; a source, digest, endpoint or
+#: claim change stages the new content beside the old, then swaps).
 UPDATE_KEYS = (
     "path",
+    "source",
+    "digests",
+    "source_endpoint",
+    "volume_claim",
     "pinned",
     "readiness_policy",
     "ready_timeout_seconds",
@@ -23,8 +28,9 @@ UPDATE_KEYS = (
     "api_key_secret_name",
     "api_key_secret_key",
 )
-#: Inputs that matter only to ``create`` (a change later changes nothing).
-CREATE_KEYS = ("adopt",)
+#: Inputs that matter only when something is created or staged (a change alone changes nothing:
+#: the content staged with other credentials is the same content).
+CREATE_KEYS = ("adopt", "allow_mutable", "source_secret_name", "source_service_account")
 INPUT_KEYS = REPLACE_KEYS + UPDATE_KEYS + CREATE_KEYS
 #: Inputs always echoed in the outputs, defaults included (what a program reads back).
 ECHOED = ("adapter_name", "path", "inference_service", "namespace")
@@ -40,6 +46,7 @@ OUTPUT_KEYS = (
     "pods",
     "loaded_path",
     "last_loaded_at",
+    "content_key",
 )
 #: The engine's placeholder for values unknown during preview.
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"

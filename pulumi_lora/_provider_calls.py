@@ -46,6 +46,8 @@ from pulumi_lora._properties import (
     UNKNOWN,
     UPDATE_KEYS,
 )
+from pulumi_lora._staging._errors import MutableSourceRefused, SourceRefused
+from pulumi_lora._staging._source import content_key, declared_request
 
 
 class Calls:
@@ -94,6 +96,7 @@ class Calls:
         news: dict[str, Any],
     ) -> DiffResult:
         """Explicit diff against the live values in the old outputs (see module docstring)."""
+        news = with_staged_path(olds, news)
         before, after = effective_inputs(olds), effective_inputs(news)
         replaces = [k for k in REPLACE_KEYS if _changed(before.get(k), after.get(k))]
         updates = [k for k in UPDATE_KEYS if _changed(before.get(k), after.get(k))]
@@ -138,6 +141,8 @@ class Calls:
     def create(config: lifecycle.ProviderConfig, props: dict[str, Any]) -> CreateResult:
         """Apply the CR and load everywhere (nothing left behind on failure)."""
         args = _args(props)
+        if args.path is None:  # declared by source: staged first, then loaded by its path
+            args, _ = lifecycle.staged(args, config)
         state = lifecycle.create(args, config)
         return CreateResult(id_=f"{args.namespace}/{args.cr_name}", outs=outputs(args, state))
 
@@ -176,8 +181,11 @@ class Calls:
     def update(
         config: lifecycle.ProviderConfig, _id: str, _olds: dict[str, Any], news: dict[str, Any]
     ) -> UpdateResult:
-        """Swap on every pod, re-write status, return the full outputs."""
-        args = _args(news)
+        """Swap on every pod, re-write status, return the full outputs. New content of a
+        staged adapter is staged beside the old first (the old directory stays)."""
+        args = _args(with_staged_path(_olds, news))
+        if args.path is None:
+            args, _ = lifecycle.staged(args, config)
         return UpdateResult(outs=outputs(args, lifecycle.update(args, config)))
 
     @staticmethod
@@ -257,6 +265,10 @@ def _fingerprint(props: Mapping[str, Any]) -> str:
     return json.dumps(canonical(kept), sort_keys=True)
 
 
+#: The property a rule of the whole model (``AdapterArgs``' model validator) is reported on.
+MODEL_RULES = {"path_or_source": "path", "staged_only": "source"}
+
+
 def validation_failures(
     values: Mapping[str, Any], pending: frozenset[str] = frozenset()
 ) -> list[CheckFailure]:
@@ -269,13 +281,42 @@ def validation_failures(
     except ValidationError as exc:
         failures = []
         for error in exc.errors():
-            field = ".".join(str(p) for p in error["loc"]) or "inputs"
-            if field in pending:
+            field = ".".join(str(p) for p in error["loc"]) or MODEL_RULES.get(error["type"], "")
+            if field in pending or (error["type"] == "path_or_source" and pending):
                 continue
             value = error.get("input")
             shown = "" if error["type"] == "missing" else f"{value!r}: "
             failures.append(CheckFailure(field, f"{field} {shown}{error['msg']}"))
         return failures
+    return staging_failures(values) if not pending & STAGING_INPUTS else []
+
+
+#: The inputs that say what a staged adapter is (``_staging.parse_source`` checks them together).
+STAGING_INPUTS = frozenset({"path", "source", "digests", "allow_mutable", "source_endpoint"})
+
+
+def staging_failures(values: Mapping[str, Any]) -> list[CheckFailure]:
+    """Pure: what is wrong with a staged adapter's declaration (none for an adapter by path):
+    ``path`` and ``source`` together, a source, digest or endpoint the stager would refuse, a
+    mutable source without digests (unless ``allow_mutable``)."""
+    source = values.get("source")
+    if source is None:
+        return []
+    if values.get("path") is not None:
+        return [
+            CheckFailure(
+                "path",
+                "path and source exclude each other: path is where the adapter already is, "
+                "source where pulumi-lora stages it from (the staged directory is the output path)",
+            )
+        ]
+    try:
+        declared_request(values)
+    except MutableSourceRefused as exc:
+        return [CheckFailure("digests", str(exc))]
+    except SourceRefused as exc:
+        field = "source_endpoint" if str(exc).startswith("source_endpoint") else "source"
+        return [CheckFailure(field, str(exc))]
     return []
 
 
@@ -328,11 +369,30 @@ def outputs(args: AdapterArgs, state: lifecycle.AdapterState) -> dict[str, Any]:
         loaded=state.condition(ConditionKind.LOADED),
         available=state.condition(ConditionKind.AVAILABLE),
         ready=state.condition(ConditionKind.READY),
-        pods=[pod_output(p, args.path) for p in state.pods],
+        pods=[pod_output(p, args.load_path) for p in state.pods],
         loaded_path=state.loaded_path,
         last_loaded_at=state.last_loaded_at,
     )
+    if args.source is not None:
+        outs["content_key"] = content_key(declared_request(args.model_dump())[0])
     return outs
+
+
+def with_staged_path(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: ``news`` with the staged directory the old outputs record, when a staged adapter's
+    content and claim are unchanged (so it is not staged again, and ``path`` is no change)."""
+    if news.get("source") is None or news.get("path") is not None:
+        return dict(news)
+    if any(_unknown(news.get(k)) for k in STAGING_INPUTS):  # known once previewed
+        return dict(news)
+    try:
+        key = content_key(declared_request(news)[0])
+    except SourceRefused:  # check says why
+        return dict(news)
+    same_claim = olds.get("volume_claim") == news.get("volume_claim")
+    if olds.get("content_key") == key and same_claim and olds.get("path"):
+        return {**news, "path": olds["path"]}
+    return dict(news)
 
 
 def drift_words(live: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:

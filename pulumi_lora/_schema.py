@@ -79,6 +79,11 @@ CONFIG: dict[str, dict[str, Any]] = {
         "then in-cluster).",
     },
     "context": {"type": "string", "description": "The kubeconfig context to use."},
+    "image": {
+        "type": "string",
+        "description": "The project's image (where you pushed what `tools/image.py` builds), "
+        "which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).",
+    },
     "sglangApiKey": {
         "type": "string",
         "secret": True,

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Build the re-sync loop's image (``deploy/Dockerfile``) from this checkout, offline.
+"""Build the project's image (``deploy/Dockerfile``: the re-sync loop and the staging Jobs)
+from this checkout, offline.
 
     python3 tools/image.py                                  # localhost/pulumi-lora:VERSION
     python3 tools/image.py --tag ghcr.io/acme/pulumi-lora:0.3.0       # then podman push it
@@ -8,8 +9,9 @@
 Steps, each timed:
 
 1. **wheels** into ``build/wheels``: this checkout's wheel, and every dependency of
-   ``pulumi-lora[metrics]`` as a binary wheel for CPython 3.11 on manylinux of this machine's
-   architecture (whatever Python runs this script), pinned by ``tools/versions.toml``;
+   ``pulumi-lora[metrics,staging]`` (the loop's metrics, the staging Jobs' Hub and S3 clients)
+   as a binary wheel for CPython 3.11 on manylinux of this machine's architecture (whatever
+   Python runs this script), pinned by ``tools/versions.toml``;
 2. **the base image**, with ``--local-base`` only: Debian bookworm (``python3``, ``python3-venv``)
    made by ``mmdebstrap`` from Debian's packages and ``podman import``-ed, for machines that reach
    Debian's mirror but no image registry (this one); its root file system is cached as a tarball
@@ -175,7 +177,7 @@ def build_wheels(python: str, pins: Path | None) -> list[Path]:
             "--abi=none",
             *platforms,
             *(["--constraint", str(pins)] if pins else []),
-            f"{own}[metrics]",
+            f"{own}[metrics,staging]",
         ]
     )
     return sorted(WHEELS.glob("*.whl"))

@@ -16,6 +16,7 @@ Modules, one job each:
 - ``_session``: one step's session with its cluster (:class:`Session`);
 - ``_steps``: create, observe, update, delete, adoption;
 - ``_rollback``: a failed create leaves nothing behind;
+- ``_stage``: a staged adapter's weights onto the claim its target mounts (the staging Job);
 - ``_events``: the advice of failed loads and the Events on the CR.
 """
 
@@ -39,6 +40,7 @@ from pulumi_lora._lifecycle._session import (
     parallel,
     target_generation,
 )
+from pulumi_lora._lifecycle._stage import staged
 from pulumi_lora._lifecycle._state import AdapterState, PodReport, reports, state_from_cr
 from pulumi_lora._lifecycle._steps import (
     adoption_refusal,
@@ -82,6 +84,7 @@ __all__ = [
     "observed_conditions",
     "parallel",
     "reports",
+    "staged",
     "state_from_cr",
     "target_generation",
     "update",

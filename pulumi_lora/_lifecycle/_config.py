@@ -24,6 +24,7 @@ class ProviderConfig:
     context: str | None = None
     api_key: str | None = None
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
+    image: str | None = None  # the project's image, for staging Jobs (``_stage.DEFAULT_IMAGE``)
 
     @classmethod
     def from_config(cls, values: Mapping[str, str]) -> ProviderConfig:
@@ -41,14 +42,18 @@ class ProviderConfig:
             if (text := get(key)) is not None:
                 seconds[attribute] = _positive_seconds(f"pulumi-lora:{key}", text)
         return cls(
-            get("kubeconfig"), get("context"), get("sglangApiKey"), ClientTimeouts(**seconds)
+            get("kubeconfig"),
+            get("context"),
+            get("sglangApiKey"),
+            ClientTimeouts(**seconds),
+            get("image"),
         )
 
     def __repr__(self) -> str:
         return (
             f"ProviderConfig(kubeconfig={'set' if self.kubeconfig else None}, "
             f"context={self.context!r}, api_key={'set' if self.api_key else None}, "
-            f"timeouts={self.timeouts!r})"
+            f"timeouts={self.timeouts!r}, image={self.image!r})"
         )
 
 
@@ -60,7 +65,7 @@ TIMEOUT_KEYS = {
     "unloadTimeoutSeconds": "unload",
 }
 #: Every stack config key the provider reads.
-CONFIG_KEYS = ("kubeconfig", "context", "sglangApiKey", *TIMEOUT_KEYS)
+CONFIG_KEYS = ("kubeconfig", "context", "sglangApiKey", "image", *TIMEOUT_KEYS)
 
 
 def _positive_seconds(key: str, text: str) -> float:

@@ -467,7 +467,7 @@ class Session:
             views, _ = self.views(pods, clients)
         else:
             views = [PodView(p.name, p.ready and p.name in clients, p.state, p.uid) for p in pods]
-        desired = Desired(self.args.adapter_name, self.args.path, self.args.pinned)
+        desired = Desired(self.args.adapter_name, self.args.load_path, self.args.pinned)
         return self.execute(desired, plan(desired, views, desired.name), clients), listing
 
 

@@ -17,7 +17,8 @@
         ├── AdapterConfigInvalid     ``adapter_config.json`` missing, unreadable, or not LoRA
         ├── AdapterIncompatible      rank or target modules beyond the server's LoRA flags
         ├── VolumeFull               ENOSPC while writing the volume
-        └── VolumeUnusable           the destination root cannot be written or renamed into
+        ├── VolumeUnusable           the destination root cannot be written or renamed into
+        └── VolumeNotMounted         the target mounts no claim to stage into, or several
 
 Every message names the file (or the cause) and says what to do. Messages are built from the
 source as declared (which holds no credential: userinfo and query strings are refused) and from
@@ -47,8 +48,10 @@ __all__ = [
     "SourceUnreachable",
     "StagingError",
     "VolumeFull",
+    "VolumeNotMounted",
     "VolumeUnusable",
     "as_staging_error",
+    "reported",
 ]
 
 FOREIGN_MESSAGE_CHARS = 500
@@ -81,7 +84,8 @@ class MutableSourceRefused(SourceRefused):
     reason = "MutableSource"
     advice = (
         "pin it: an hf:// source at a 40-hex commit, or a sha256 digest for every file "
-        "(--digest FILE=SHA256); or accept changing content explicitly with allow_mutable"
+        "(digests {FILE: SHA256}, or --digest FILE=SHA256); or accept changing content "
+        "explicitly with allow_mutable"
     )
 
 
@@ -186,6 +190,34 @@ class VolumeUnusable(StagingError):
 
     reason = "VolumeUnusable"
     advice = "mount the claim writable at the root given to the stager (and as its user)"
+
+
+class VolumeNotMounted(StagingError):
+    """The target's SGLang container mounts no PersistentVolumeClaim to stage into, or several
+    and none is named."""
+
+    reason = "VolumeNotMounted"
+    advice = (
+        "mount one claim in the SGLang container (the InferenceService's extraVolumes and "
+        "extraVolumeMounts), or set volume_claim"
+    )
+
+
+def _subclasses(kind: type[StagingError]) -> list[type[StagingError]]:
+    found = [kind]
+    for sub in kind.__subclasses__():
+        found += _subclasses(sub)
+    return found
+
+
+def reported(reason: str, message: str, file: str | None) -> StagingError:
+    """The error a stager reported in its termination message (its whole message, advice
+    included), as the class whose ``reason`` it names (``StagingError`` for any other). Pure."""
+    kind = {k.reason: k for k in reversed(_subclasses(StagingError))}.get(reason, StagingError)
+    error = kind.__new__(kind)
+    Exception.__init__(error, message)
+    error.file, error.detail = file, message
+    return error
 
 
 def as_staging_error(exc: BaseException, *, file: str | None = None) -> StagingError:

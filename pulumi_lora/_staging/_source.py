@@ -44,8 +44,11 @@ __all__ = [
     "SourceKind",
     "StagingRequest",
     "content_key",
+    "declared_request",
+    "is_cluster_internal",
     "parse_digest",
     "parse_source",
+    "source_endpoint",
 ]
 
 KEY_HEX = 16
@@ -315,6 +318,64 @@ def _base_url(uri: str) -> str:
     if not parts.path.endswith("/"):
         raise SourceRefused(f"source {uri!r}: the base URL must end with '/' (a directory)")
     return uri
+
+
+def declared_request(values: Mapping[str, Any]) -> tuple[StagingRequest, str | None]:
+    """The staging request a staged adapter's inputs declare (``source``, ``digests``,
+    ``allow_mutable``, ``source_endpoint``), and its Hub endpoint (``None``: the public Hub, or
+    not an hf:// source). Raises ``SourceRefused`` as the stager would. Pure."""
+    source = str(values["source"])
+    endpoint = values.get("source_endpoint")
+    if endpoint is not None:
+        endpoint = source_endpoint(str(endpoint), source)
+    s3 = source.startswith("s3://")
+    request = parse_source(
+        source,
+        digests=values.get("digests") or {},
+        s3_endpoint=endpoint if s3 else None,
+        allow_mutable=bool(values.get("allow_mutable")),
+    )
+    return request, (None if s3 else endpoint)
+
+
+def source_endpoint(url: str, source: str) -> str:
+    """The endpoint a resource's ``source_endpoint`` names, checked: the Hub (``HF_ENDPOINT``,
+    a private mirror) for an ``hf://`` source, the S3-compatible server for an ``s3://`` one;
+    ``https``, or plain ``http`` only to a loopback or cluster-internal host (the credentials and
+    the weights cross it). Raises ``SourceRefused`` saying which rule. Pure."""
+    scheme = source.partition("://")[0]
+    if scheme not in {"hf", "s3"}:
+        raise SourceRefused(
+            f"source_endpoint applies to hf:// (the Hub or a mirror) and s3:// sources, "
+            f"not {scheme}://"
+        )
+    parts = urlsplit(url)
+    if parts.scheme not in {"https", "http"} or not parts.hostname:
+        raise SourceRefused(f"source_endpoint {url!r} is not an http(s) URL")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise SourceRefused(
+            "source_endpoint carries credentials or a query, which would land in the state: "
+            "give credentials through source_secret_name"
+        )
+    if parts.scheme == "http" and not is_cluster_internal(parts.hostname):
+        raise SourceRefused(
+            f"source_endpoint {url!r}: use https:// (plain http only to a loopback or "
+            "cluster-internal host, such as minio.storage.svc)"
+        )
+    return url.rstrip("/")
+
+
+def is_cluster_internal(host: str) -> bool:
+    """Whether ``host`` is this machine or a name only a cluster resolves: a Service
+    (``NAME.NAMESPACE.svc[.cluster.local]``) or a single label. Pure."""
+    name = host.lower().rstrip(".")
+    if is_loopback(name):
+        return True
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return "." not in name or name.endswith((".svc", ".cluster.local"))
+    return False
 
 
 def is_loopback(host: str) -> bool:

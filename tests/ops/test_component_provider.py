@@ -104,6 +104,13 @@ INPUT_TYPES = {
     "kubeContext": "string",
     "kubeconfigPath": "string",
     "adopt": "boolean",
+    "source": "string",
+    "digests": "object",
+    "allowMutable": "boolean",
+    "sourceEndpoint": "string",
+    "sourceSecretName": "string",
+    "sourceServiceAccount": "string",
+    "volumeClaim": "string",
 }
 """Every input of the Python resource, camelCase, with its schema type (an enum's name)."""
 
@@ -116,7 +123,10 @@ def kind(spec: dict[str, Any]) -> str | None:
 def test_every_input_with_its_type_and_requiredness(resource: dict[str, Any]) -> None:
     inputs = {key: kind(spec) for key, spec in resource["inputProperties"].items()}
     assert inputs == INPUT_TYPES
-    assert sorted(resource["requiredInputs"]) == ["adapterName", "inferenceService", "path"]
+    assert sorted(resource["requiredInputs"]) == [
+        "adapterName",
+        "inferenceService",
+    ]  # + path|source
     # ... and exactly AdapterInputs (what LoRAAdapterArgs takes): a new argument can't be
     # forgotten in the schema.
     assert set(inputs) == {camel(k) for k in AdapterInputs.__annotations__}
@@ -140,6 +150,7 @@ def test_every_output(resource: dict[str, Any]) -> None:
         "pods": "array",
         "loadedPath": "string",
         "lastLoadedAt": "string",
+        "contentKey": "string",
     }
     assert set(outputs) == {camel(k) for k in (*INPUT_KEYS, *OUTPUT_KEYS)}
     assert {camel(k) for k in COMPONENT_OUTPUTS} < set(outputs)  # what the component had

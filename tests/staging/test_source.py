@@ -33,7 +33,8 @@ def test_a_branch_without_digests_is_refused_and_says_how_to_pin() -> None:
     assert str(refused.value) == (
         "hf://acme/sql-lora@main names a branch or tag, not a commit, and no file has a digest: "
         "pin it: an hf:// source at a 40-hex commit, or a sha256 digest for every file "
-        "(--digest FILE=SHA256); or accept changing content explicitly with allow_mutable"
+        "(digests {FILE: SHA256}, or --digest FILE=SHA256); or accept changing content "
+        "explicitly with allow_mutable"
     )
     assert refused.value.reason == "MutableSource"
 

@@ -17,8 +17,10 @@ from pulumi_lora import RESOURCE_TYPE, LoRAAdapter, LoRAAdapterArgs
 
 VALID = (
     "valid arguments: adapter_name, inference_service, inference_service_namespace, namespace, "
-    "resource_name, kube_context, kubeconfig_path, path, pinned, readiness_policy, "
-    "ready_timeout_seconds, transport, api_key_secret_name, api_key_secret_key, adopt"
+    "resource_name, kube_context, kubeconfig_path, path, source, digests, source_endpoint, "
+    "volume_claim, pinned, readiness_policy, ready_timeout_seconds, transport, "
+    "api_key_secret_name, api_key_secret_key, adopt, allow_mutable, source_secret_name, "
+    "source_service_account"
 )
 SQL: dict[str, Any] = {
     "adapter_name": "sql-lora",
@@ -100,9 +102,16 @@ def test_a_missing_required_argument_is_named() -> None:
     with pytest.raises(TypeError) as caught:
         LoRAAdapterArgs(adapter_name="sql-lora", namespace="models")  # type: ignore[typeddict-item]
     assert str(caught.value) == (
-        "LoRAAdapterArgs is missing required argument(s) 'inference_service', 'path'; "
-        "required: adapter_name, inference_service, path"
+        "LoRAAdapterArgs is missing required argument(s) 'inference_service', 'path' (or "
+        "'source'); required: adapter_name, inference_service, and path or source"
     )
+
+
+def test_path_and_source_together_are_refused_in_the_program() -> None:
+    with pytest.raises(TypeError, match=r"path .* or source .*, not both"):
+        LoRAAdapterArgs(**SQL, source="hf://acme/sql-lora@" + "0" * 40)
+    staged = {k: v for k, v in SQL.items() if k != "path"}
+    assert LoRAAdapterArgs(**staged, source="hf://acme/sql-lora@" + "0" * 40)["source"]
 
 
 def test_args_and_keywords_together_are_refused() -> None:

@@ -22,6 +22,7 @@ from pulumi_lora.testing.testbed._containers import (
     run_argv,
 )
 from pulumi_lora.testing.testbed._incluster import SERVICE_ACCOUNT_DIR, pod_hostname
+from pulumi_lora.testing.testbed._kubelet import container_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,7 +102,7 @@ def test_security_context_fields_map_to_podman_and_pod_level_is_inherited() -> N
     assert argv[-2:] == ["img", "--x"]  # no command: the image's ENTRYPOINT, args as its CMD
 
 
-def test_volumes_other_than_empty_dir_are_refused_by_name() -> None:
+def test_volumes_other_than_empty_dir_and_claims_are_refused_by_name() -> None:
     pod = {
         "metadata": {"name": "p", "namespace": "n"},
         "spec": {"volumes": [{"name": "cfg", "configMap": {"name": "x"}}]},
@@ -122,7 +123,34 @@ def test_volumes_other_than_empty_dir_are_refused_by_name() -> None:
             ulimits={},
         )
     assert refused.value.reason == "CreateContainerConfigError"
-    assert "emptyDir volumes only (volume 'cfg')" in refused.value.message
+    assert "emptyDir and PersistentVolumeClaim volumes only (volume 'cfg')" in refused.value.message
+
+
+def test_a_staging_jobs_claim_and_termination_log_are_mounted() -> None:
+    """A claim's directory at its mount path (under its ``subPath``) and the termination-log
+    file at ``/dev/termination-log``, where the stager writes its result."""
+    pod = {
+        "metadata": {"name": "stage-x", "namespace": "n"},
+        "spec": {"volumes": [{"name": "adapters", "persistentVolumeClaim": {"claimName": "a"}}]},
+    }
+    container = {
+        "name": "stage",
+        "image": "img",
+        "args": ["stage"],
+        "volumeMounts": [{"name": "adapters", "mountPath": "/staging", "subPath": "loras"}],
+    }
+    argv = run_argv(
+        name="c",
+        pod=pod,
+        container=container,
+        env={},
+        network="/n",
+        mounts=Mounts(None, {"adapters": Path("/pv/a")}, Path("/state/termination-log")),
+        ulimits={},
+    )
+    assert "/pv/a/loras:/staging" in argv
+    assert "/state/termination-log:/dev/termination-log" in argv
+    assert container_kind(container) == "stage"
 
 
 def test_run_as_non_root_is_verified_with_the_kubelets_messages() -> None:

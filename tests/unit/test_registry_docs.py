@@ -81,6 +81,7 @@ def test_enums_defaults_config_and_names(committed: dict[str, Any]) -> None:
         "transport": "direct",
         "apiKeySecretKey": "api-key",
         "adopt": False,
+        "allowMutable": False,
     }
     variables = committed["config"]["variables"]
     assert variables["sglangApiKey"]["secret"] is True
@@ -88,6 +89,7 @@ def test_enums_defaults_config_and_names(committed: dict[str, Any]) -> None:
         "kubeconfig",
         "context",
         "sglangApiKey",
+        "image",
         "connectTimeoutSeconds",
         "readTimeoutSeconds",
         "loadTimeoutSeconds",

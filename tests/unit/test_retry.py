@@ -83,7 +83,7 @@ def test_the_last_answer_past_the_bound_reaches_the_caller_and_says_so() -> None
     with pytest.raises(ApiError) as shed:
         client.get(ConfigMap, "c", namespace="n")
     assert len(bodies) == 4
-    error = k8s._cluster_error("reading ConfigMap n/c", shed.value)
+    error = k8s.cluster_error("reading ConfigMap n/c", shed.value)
     assert "HTTP 429" in str(error) and "(the last of 4 answers over 0 s)" in str(error), error
     assert error.retryable
 

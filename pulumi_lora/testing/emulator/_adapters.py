@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from pulumi_lora._staging._verify import (  # SGLang's module names, kept once
@@ -34,9 +35,12 @@ _WEIGHTS = ("*.safetensors", "*.bin", "*.pt")
 """The weight files SGLang's loader looks for in an adapter's directory (``model_loader``)."""
 
 
-def read_adapter(path: str, fs_root: Path | None = None) -> AdapterSpec:
-    """The adapter at ``path`` (under ``fs_root`` if given); ``AdapterReadError`` if unusable."""
-    directory = _host_path(path, fs_root)
+def read_adapter(
+    path: str, fs_root: Path | None = None, mounts: Sequence[tuple[str, Path]] = ()
+) -> AdapterSpec:
+    """The adapter at ``path`` (in the volume mounted there, else under ``fs_root`` if given);
+    ``AdapterReadError`` if unusable."""
+    directory = _host_path(path, fs_root, mounts)
     if not directory.is_dir():
         raise AdapterReadError(_hub_error(path))
     config_file = directory / _CONFIG_FILE
@@ -52,8 +56,13 @@ def read_adapter(path: str, fs_root: Path | None = None) -> AdapterSpec:
     return AdapterSpec(rank=spec.rank, target_modules=spec.target_modules, missing_weights=missing)
 
 
-def _host_path(path: str, fs_root: Path | None) -> Path:
-    """Where ``path`` lives on this machine: under ``fs_root`` like a volume mount, if given."""
+def _host_path(path: str, fs_root: Path | None, mounts: Sequence[tuple[str, Path]] = ()) -> Path:
+    """Where ``path`` lives on this machine: in the volume mounted at the longest prefix of it,
+    else under ``fs_root`` like a volume mount, if given."""
+    for mount_path, host in sorted(mounts, key=lambda m: len(m[0]), reverse=True):
+        inside = PurePosixPath(path)
+        if inside == PurePosixPath(mount_path) or PurePosixPath(mount_path) in inside.parents:
+            return _host_path(str(inside.relative_to(mount_path)), host)
     if fs_root is None:
         return Path(path)
     relative = PurePosixPath(path.lstrip("/"))

@@ -96,6 +96,14 @@ def _add_lora_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-loaded-loras", type=int, default=None)
 
 
+def _mount(text: str) -> tuple[str, Path]:
+    """``HOST:PATH`` → ``(PATH, HOST)``: a container path and the host directory mounted there."""
+    host, sep, path = text.rpartition(":")
+    if not sep or not host or not path.startswith("/"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:/PATH")
+    return path.rstrip("/") or "/", Path(host)
+
+
 def _add_emulator_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("emulator only")
     group.add_argument(
@@ -104,6 +112,15 @@ def _add_emulator_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="resolve adapter paths under DIR, like a volume mount",
+    )
+    group.add_argument(
+        "--emulator-mount",
+        type=_mount,
+        action="append",
+        default=[],
+        metavar="HOST:PATH",
+        help="resolve adapter paths under PATH in host directory HOST first (a volume the pod "
+        "mounts; repeatable)",
     )
     group.add_argument(
         "--emulator-startup-delay",
@@ -182,6 +199,7 @@ def _config(namespace: argparse.Namespace) -> EmulatorConfig:
         dp_size=namespace.dp_size,
         context_length=namespace.context_length,
         fs_root=namespace.emulator_fs_root,
+        mounts=tuple(namespace.emulator_mount),
         startup_delay=namespace.emulator_startup_delay,
         latency=dict(namespace.emulator_latency),
         faults=tuple(namespace.emulator_fault),

@@ -68,6 +68,9 @@ class EmulatorConfig:
     """``--context-length``: the base model's ``max_model_len`` in ``/v1/models``."""
     fs_root: Path | None = None
     """Emulator only (``--emulator-fs-root``): adapter paths resolve under this directory."""
+    mounts: tuple[tuple[str, Path], ...] = ()
+    """Emulator only (``--emulator-mount``): (container path, host directory) of the volumes the
+    pod mounts; an adapter path under one resolves there, not under ``fs_root``."""
     startup_delay: float = 0.0
     """Emulator only (``--emulator-startup-delay``): seconds ``/health*`` answer 503 at start."""
     latency: Mapping[str, float] = field(default_factory=dict)

@@ -163,7 +163,7 @@ class Engine:
 
 def build_engine(config: EmulatorConfig, sleep: Sleep) -> Engine:
     """The engine of a launch: the pool sized as SGLang sizes it, startup adapters loaded."""
-    read = partial(read_adapter, fs_root=config.fs_root)
+    read = partial(read_adapter, fs_root=config.fs_root, mounts=config.mounts)
     startup_specs = [
         _read_startup(read, adapter.name, adapter.path) for adapter in config.lora_paths
     ]

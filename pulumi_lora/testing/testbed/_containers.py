@@ -78,6 +78,8 @@ ContainerRuntime = Literal["auto", "podman", "process"]
 PODMAN = ("podman", "--runtime", "runc")
 """The runtime's command: crun refuses hybrid cgroups (cgroup v1 + v2) on these VMs."""
 
+TERMINATION_LOG = "/dev/termination-log"
+"""A container's default ``terminationMessagePath``."""
 NPROC_LIMIT = 4096
 """``RLIMIT_NPROC`` inside containers: runc cannot raise it to the host's hard limit here."""
 
@@ -231,10 +233,12 @@ def _memory_bytes(quantity: str) -> int:
 
 @dataclass(frozen=True)
 class Mounts:
-    """Host directories the container gets: the ServiceAccount files and emptyDir volumes."""
+    """Host paths the container gets: the ServiceAccount files, its volumes (``emptyDir``
+    directories, claims' PersistentVolume directories) and its termination-message file."""
 
     service_account: Path | None
     volumes: Mapping[str, Path]
+    termination_log: Path | None = None
 
 
 def run_argv(
@@ -281,15 +285,18 @@ def run_argv(
         argv += ["--env", f"{key}={value}"]
     if mounts.service_account is not None:
         argv += ["--volume", f"{mounts.service_account}:{SERVICE_ACCOUNT_DIR}:ro"]
-    declared = {v.get("name"): v for v in pod.get("spec", {}).get("volumes", []) or []}
+    if mounts.termination_log is not None:
+        path = str(container.get("terminationMessagePath") or TERMINATION_LOG)
+        argv += ["--volume", f"{mounts.termination_log}:{path}"]
     for mount in container.get("volumeMounts", []) or []:
-        volume = declared.get(mount.get("name"), {})
-        if "emptyDir" not in volume or mount["name"] not in mounts.volumes:
+        if mount["name"] not in mounts.volumes:
             raise ContainerRefusedError(
                 "CreateContainerConfigError",
-                f"the testbed's kubelet provides emptyDir volumes only (volume {mount['name']!r})",
+                "the testbed's kubelet provides emptyDir and PersistentVolumeClaim volumes only "
+                f"(volume {mount['name']!r})",
             )
-        flag = f"{mounts.volumes[mount['name']]}:{mount['mountPath']}"
+        host = mounts.volumes[mount["name"]] / str(mount.get("subPath") or "")
+        flag = f"{str(host).rstrip('/')}:{mount['mountPath']}"
         argv += ["--volume", flag + (":ro" if mount.get("readOnly") else "")]
     command = [str(a) for a in container.get("command", []) or []]
     if command:
@@ -442,11 +449,15 @@ def start_container(
     state_dir: Path,
     log_path: Path,
     routes: PodRoutes | None = None,
+    claims: Mapping[str, Path] | None = None,
+    termination_log: Path | None = None,
 ) -> ContainerProcess:
     """Check the image and the security context as the kubelet does, then start the container.
 
     ``env`` is the container's resolved env; ``token`` the ServiceAccount token to mount
-    (``None``: ``automountServiceAccountToken: false``). Raises :class:`ContainerRefusedError` with
+    (``None``: ``automountServiceAccountToken: false``); ``claims`` the directories of its
+    PersistentVolumeClaim volumes, by volume name; ``termination_log`` the host file mounted at
+    its ``terminationMessagePath``. Raises :class:`ContainerRefusedError` with
     the kubelet's waiting reason when it will not run.
     """
     missing = container_runtime_unavailable_reason()
@@ -482,7 +493,7 @@ def start_container(
         container=container,
         env=pod_env,
         network=f"/run/netns/{network.namespace}",
-        mounts=Mounts(account, _empty_dirs(pod, state_dir)),
+        mounts=Mounts(account, {**_empty_dirs(pod, state_dir), **(claims or {})}, termination_log),
         ulimits=host_ulimits(),
     )
     grace = float(pod.get("spec", {}).get("terminationGracePeriodSeconds", 30))

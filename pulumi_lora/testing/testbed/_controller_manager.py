@@ -2,7 +2,8 @@
 
 Started after the apiserver, against it, with what a single-node cluster needs
 (:data:`CONTROLLERS`: Deployments, ReplicaSets, the garbage collector, namespace deletion,
-ServiceAccounts and their tokens, Endpoints and EndpointSlices, the root CA ConfigMap), leader
+ServiceAccounts and their tokens, Endpoints and EndpointSlices, the root CA ConfigMap, Jobs and
+their TTL, PersistentVolume binding), leader
 election off and no serving port. ``--use-service-account-credentials`` makes every controller
 act under its own ServiceAccount in ``kube-system`` (the ReplicaSet controller creates pods as
 :data:`REPLICASET_CONTROLLER_USER`), authorized by the apiserver's bootstrap RBAC alone; the
@@ -53,6 +54,9 @@ CONTROLLERS = (
     "endpoints-controller",
     "endpointslice-controller",
     "root-ca-certificate-publisher-controller",
+    "job-controller",
+    "ttl-after-finished-controller",
+    "persistentvolume-binder-controller",
 )
 """The controllers a single-node cluster of InferenceServices needs (``--controllers``)."""
 
@@ -65,6 +69,9 @@ CONTROLLER_ACCOUNTS = (
     "endpoint-controller",
     "endpointslice-controller",
     "root-ca-cert-publisher",
+    "job-controller",
+    "ttl-after-finished-controller",
+    "persistent-volume-binder",
 )
 """The ``kube-system`` ServiceAccounts those controllers act as (the token controller signs
 with the controller-manager's own key and needs none)."""

@@ -115,11 +115,15 @@ def isvc_manifest(
     probe_time_scale: float | None = None,
     endpoint_port: int | None = None,
     server: Server = "emulator",
+    adapter_claim: str | None = None,
 ) -> dict[str, Any]:
     """The InferenceService the testbed's helper creates, knobs as annotations (pure).
 
     ``endpoint_port`` sets ``spec.endpoint.port`` (LLMKube's Service port); without it LLMKube
     fronts the pods with a Service on 8080, which the container (30000) does not serve.
+    ``adapter_claim`` mounts that PersistentVolumeClaim read-only at :data:`ADAPTERS_PATH` in the
+    SGLang container (``extraVolumes``, ``extraVolumeMounts``), as a platform team mounts the
+    claim adapters are staged onto.
     """
     annotations: dict[str, str] = {ANNOTATION_NETWORK: network}
     if startup_delay > 0:
@@ -141,8 +145,57 @@ def isvc_manifest(
             "containerPort": NETNS_PORT,
             "extraArgs": list(extra_args),
             **({"endpoint": {"port": endpoint_port}} if endpoint_port else {}),
+            **(adapter_volume(adapter_claim) if adapter_claim else {}),
         },
     }
+
+
+ADAPTERS_PATH = "/adapters"
+"""Where the SGLang container sees the adapter claim (and, without one, the adapter root)."""
+
+
+def adapter_volume(claim: str) -> dict[str, Any]:
+    """The ``extraVolumes`` and ``extraVolumeMounts`` that mount ``claim`` read-only (pure)."""
+    return {
+        "extraVolumes": [
+            {"name": "adapters", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        ],
+        "extraVolumeMounts": [{"name": "adapters", "mountPath": ADAPTERS_PATH, "readOnly": True}],
+    }
+
+
+def claim_manifests(namespace: str, claim: str, directory: str) -> list[dict[str, Any]]:
+    """A ReadWriteMany PersistentVolume on ``directory`` (a ``hostPath``: the node is this
+    machine), bound ahead to the PersistentVolumeClaim ``namespace/claim``, then that claim
+    (pure). The binder controller binds them as it binds any pre-bound pair."""
+    volume = f"{namespace}-{claim}"
+    size = {"storage": "10Gi"}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume, "labels": {"testbed.pulumi-lora.dev/claim": claim}},
+            "spec": {
+                "capacity": size,
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": directory, "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": size},
+            },
+        },
+    ]
 
 
 class InferenceServiceHandle:

@@ -66,7 +66,7 @@ Network = Literal["loopback", "netns"]
 Server = Literal["emulator", "sglang"]
 """What an SGLang pod runs: the emulator, or the real SGLang server on the CPU."""
 
-ContainerKind = Literal["emulator", "resync", "unsupported"]
+ContainerKind = Literal["emulator", "resync", "stage", "unsupported"]
 """What the testbed's kubelet does with a container."""
 
 EMULATOR_MODULE = "pulumi_lora.testing.emulator"
@@ -89,6 +89,8 @@ CRASH_BACKOFF = 1.0
 
 RESYNC_COMMAND = ["pulumi-lora", "resync"]
 """The command of the re-sync loop's container, as ``pulumi_lora.deploy`` renders it."""
+STAGE_ARGS = "stage"
+"""The first argument of a staging Job's container (the image's entrypoint is ``pulumi-lora``)."""
 
 _STOP_TIMEOUT = 10.0
 _PROBE_TIMEOUT = 1.0
@@ -112,17 +114,27 @@ def _container_id() -> str:
 
 
 def container_kind(container: dict[str, Any]) -> ContainerKind:
-    """What this kubelet can run: the SGLang emulator, the re-sync loop, or nothing (pure)."""
+    """What this kubelet can run: the SGLang emulator, the re-sync loop, a staging Job's
+    ``pulumi-lora stage``, or nothing (pure)."""
     if container.get("command") == RESYNC_COMMAND:
         return "resync"
+    if not container.get("command") and (container.get("args") or [None])[0] == STAGE_ARGS:
+        return "stage"
     image = str(container.get("image", ""))
     if container.get("name") == CONTAINER_NAME or image.startswith("lmsysorg/sglang"):
         return "emulator"
     return "unsupported"
 
 
-def resolve_env(container: dict[str, Any], pod: dict[str, Any], pod_ip: str) -> dict[str, str]:
-    """The container's ``env`` with ``value`` and ``fieldRef`` (name, namespace, podIP) (pure)."""
+def resolve_env(
+    container: dict[str, Any],
+    pod: dict[str, Any],
+    pod_ip: str,
+    secret: Callable[[str, str], str | None] = lambda _name, _key: None,
+) -> dict[str, str]:
+    """The container's ``env`` with ``value``, ``fieldRef`` (name, namespace, podIP) and
+    ``secretKeyRef`` (``secret(name, key)``: the value, ``None`` when the Secret or the key is
+    missing, which only an ``optional`` reference allows)."""
     fields = {
         "metadata.name": pod["metadata"]["name"],
         "metadata.namespace": pod["metadata"]["namespace"],
@@ -134,6 +146,15 @@ def resolve_env(container: dict[str, Any], pod: dict[str, Any], pod_ip: str) -> 
     for item in container.get("env", []) or []:
         if "value" in item:
             env[item["name"]] = str(item["value"])
+        elif ref := item.get("valueFrom", {}).get("secretKeyRef"):
+            value = secret(str(ref.get("name")), str(ref.get("key")))
+            if value is None and not ref.get("optional"):
+                raise ContainerRefusedError(
+                    "CreateContainerConfigError",
+                    f'secret "{ref.get("name")}" or its key "{ref.get("key")}" not found',
+                )
+            if value is not None:
+                env[item["name"]] = value
         else:
             path = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
             if path in fields:
@@ -203,6 +224,10 @@ class KubeletContext:
     note_pod: Callable[[dict[str, Any]], None]
     start_resync: Callable[[PodRuntime], ManagedProcess]
     routes: LoopbackRoutes = field(default_factory=LoopbackRoutes)
+    claim_mounts: Callable[[dict[str, Any], dict[str, Any]], list[tuple[Path, str]]] = (
+        lambda _pod, _container: []
+    )
+    termination_message: Callable[[PodRuntime], str | None] = lambda _runtime: None
 
 
 class PodRuntime:
@@ -222,8 +247,8 @@ class PodRuntime:
         self.kind = container_kind(self.container)
         #: What an SGLang container runs: the emulator, or the real server (``sglang``).
         self.server = self.annotations.get(ANNOTATION_SERVER, "emulator")
-        if self.kind == "resync":
-            network = "netns"  # the sandbox gives the loop a network namespace of its own
+        if self.kind in ("resync", "stage"):
+            network = "netns"  # the sandbox gives the container a network namespace of its own
         self.network: Network = "netns" if network == "netns" else "loopback"
         self.ports = {
             str(p.get("name")): int(p["containerPort"])
@@ -328,13 +353,15 @@ class PodRuntime:
         self.publish()
 
     def _make_process(self) -> ManagedProcess:
-        if self.kind == "resync":
+        if self.kind in ("resync", "stage"):
             return self.ctx.start_resync(self)
         if self.server == "sglang":
             return self._real_sglang()
         argv = [] if self.net is None else self.net.exec_prefix()
         argv += [sys.executable, "-m", EMULATOR_MODULE, "--host", self.ip, "--port", str(self.port)]
         argv += ["--emulator-fs-root", str(self.ctx.adapter_root), "--emulator-admin"]
+        for host, mount_path in self.ctx.claim_mounts(self.pod, self.container):
+            argv += ["--emulator-mount", f"{host}:{mount_path}"]
         argv += emulator_args([str(a) for a in self.container.get("args", []) or []])
         extra = self.annotations.get(ANNOTATION_EMULATOR_ARGS)
         if extra:
@@ -348,15 +375,19 @@ class PodRuntime:
     def _real_sglang(self) -> ManagedProcess:
         """The real SGLang server on the CPU with the container's arguments (its LoRA flags).
 
-        It runs in a mount namespace of its own where the adapter root's ``adapters/`` is
-        ``/adapters``: the paths a LoRAAdapter's ``spec.path`` holds (``Testbed.make_adapter``)
-        are the paths it opens, as in a pod with the adapters' volume mounted there.
+        It runs in a mount namespace of its own where the adapter root's ``adapters/`` (or the
+        claim the pod mounts at ``/adapters``) is ``/adapters``: the paths a LoRAAdapter's
+        ``spec.path`` holds (``Testbed.make_adapter``, or a staged directory) are the paths it
+        opens, as in a pod with the adapters' volume mounted there.
         """
         try:
             real = RealSGLang.find()
         except RealSGLangMissingError as exc:
             raise ContainerRefusedError("ErrImageNeverPull", str(exc)) from exc
-        adapters = self.ctx.adapter_root / "adapters"
+        claimed = dict(
+            (path, host) for host, path in self.ctx.claim_mounts(self.pod, self.container)
+        )
+        adapters = claimed.get(str(ADAPTERS_MOUNT), self.ctx.adapter_root / "adapters")
         adapters.mkdir(parents=True, exist_ok=True)
         try:
             ADAPTERS_MOUNT.mkdir(exist_ok=True)
@@ -479,15 +510,19 @@ class PodRuntime:
     def _terminated(self, code: int | None) -> None:
         exit_code = 137 if code is None or code < 0 else code
         started = self.state.get("running", {}).get("startedAt", _rfc3339(self.started_at))
-        self.state = {
-            "terminated": {
-                "exitCode": exit_code,
-                "reason": "Completed" if exit_code == 0 else "Error",
-                "startedAt": started,
-                "finishedAt": _rfc3339(_now()),
-                "containerID": self.container_id,
-            }
+        terminated: dict[str, Any] = {
+            "exitCode": exit_code,
+            "reason": "Completed" if exit_code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": _rfc3339(_now()),
+            "containerID": self.container_id,
         }
+        message = self.ctx.termination_message(self)
+        if message:
+            terminated["message"] = message
+        self.state = {"terminated": terminated}
+        if self.pod["spec"].get("restartPolicy") == "Never":  # a Job's pod: it is over
+            self.phase = "Succeeded" if exit_code == 0 else "Failed"
 
     def restart(self) -> None:
         """Restart in place like a kubelet: state lost, restartCount+1, same IP and port."""

@@ -20,6 +20,7 @@ operations tests use.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import logging
@@ -32,10 +33,11 @@ from typing import Any
 
 from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed import _incluster
-from pulumi_lora.testing.testbed._containers import start_container
+from pulumi_lora.testing.testbed._containers import ContainerRefusedError, start_container
 from pulumi_lora.testing.testbed._handles import (
     InferenceServiceHandle,
     PodNotFoundError,
+    claim_manifests,
     isvc_manifest,
 )
 from pulumi_lora.testing.testbed._kubelet import (
@@ -153,6 +155,8 @@ class PodPlayer:
             note_pod=self.caches.pods.note,
             start_resync=self.start_resync,
             routes=self.routes,
+            claim_mounts=self.claim_mounts,
+            termination_message=self.termination_message,
         )
         self.manager = ClusterPlay(
             operator_rest or rest, self.caches, context, scheduler=scheduler_rest
@@ -272,6 +276,7 @@ class PodPlayer:
         probe_time_scale: float | None = None,
         endpoint_port: int | None = None,
         server: Server = "emulator",
+        adapter_claim: str | None = None,
     ) -> InferenceServiceHandle:
         """Create the InferenceService; return once its pods exist and their processes started."""
         if network not in ("loopback", "netns"):
@@ -291,7 +296,10 @@ class PodPlayer:
             probe_time_scale=probe_time_scale,
             endpoint_port=endpoint_port,
             server=server,
+            adapter_claim=adapter_claim,
         )
+        if adapter_claim is not None:
+            self.make_claim(namespace, adapter_claim)
         collection = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{INFERENCE_SERVICE_PLURAL}"
         self.caches.isvcs.note(self.user.create(collection, body))
         handle = self.handle(namespace, name)
@@ -300,6 +308,36 @@ class PodPlayer:
             f"{replicas} pods for {namespace}/{name}",
         )
         return handle
+
+    def make_claim(self, namespace: str, claim: str) -> Path:
+        """The ReadWriteMany claim ``namespace/claim`` on a directory of this testbed (made once,
+        bound before it returns); its directory, writable by any uid as an NFS export can be."""
+        directory = self.volume_root / f"{namespace}-{claim}"
+        found = self.user.get(
+            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}", allow=(404,)
+        )
+        if found is None:
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o1777)
+            volume, pvc = claim_manifests(namespace, claim, str(directory))
+            self.user.create("/api/v1/persistentvolumes", volume)
+            self.user.create(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", pvc)
+        self.converge(
+            lambda: self._claim_phase(namespace, claim) == "Bound",
+            f"PersistentVolumeClaim {namespace}/{claim} bound",
+        )
+        return directory
+
+    def _claim_phase(self, namespace: str, claim: str) -> str | None:
+        found = self.user.get(
+            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}", allow=(404,)
+        )
+        return None if found is None else (found.get("status") or {}).get("phase")
+
+    @property
+    def volume_root(self) -> Path:
+        """Where this testbed's PersistentVolumes keep their files (beside the adapter root)."""
+        return self.adapter_root.parent / "volumes"
 
     def handle(self, namespace: str, name: str) -> InferenceServiceHandle:
         """The handle of an InferenceService in the cluster; ``KeyError`` if there is none."""
@@ -382,25 +420,39 @@ class PodPlayer:
         if self.sandbox is None or runtime.net is None:
             raise SandboxUnavailableError("a re-sync pod needs a network namespace (root)")
         pod = runtime.pod
-        account = pod["spec"].get("serviceAccountName", "default")
-        token = _incluster.request_token(
-            self.rest, runtime.namespace, account, runtime.name, runtime.uid
-        )
-        env = resolve_env(runtime.container, pod, runtime.ip)
+        account = pod["spec"].get("serviceAccountName") or "default"
+
+        def token() -> str:  # bound to the pod, as the kubelet's projected volume is
+            return _incluster.request_token(
+                self.rest, runtime.namespace, account, runtime.name, runtime.uid
+            )
+
+        env = resolve_env(runtime.container, pod, runtime.ip, self._secret(runtime.namespace))
         log_path = self.log_dir / f"{runtime.namespace}_{runtime.name}.log"
+        if runtime.kind == "stage" and not self.sandbox.containers:
+            raise ContainerRefusedError(
+                "CreateContainerError", "a staging Job's pod needs the container runtime (podman)"
+            )
         if self.sandbox.containers:
-            state = self.sandbox.state_dir or self.log_dir
+            termination_log = self._termination_log(runtime)
+            termination_log.parent.mkdir(parents=True, exist_ok=True)
+            termination_log.write_bytes(b"")
+            termination_log.chmod(0o666)
             return start_container(
                 pod=pod,
                 container=runtime.container,
                 env=env,
-                token=None if pod["spec"].get("automountServiceAccountToken") is False else token,
+                token=token()
+                if pod["spec"].get("automountServiceAccountToken") is not False
+                else None,
                 ca_pem=self.sandbox.ca_pem,
                 network=runtime.net,
                 apiserver_port=self.sandbox.apiserver_port,
-                state_dir=state / runtime.uid,
+                state_dir=termination_log.parent,
                 log_path=log_path,
                 routes=self.routes,
+                claims=self.claim_dirs(pod),
+                termination_log=termination_log,
             )
         command = [str(a) for a in runtime.container.get("command", [])]
         argv = [*command, *[str(a) for a in runtime.container.get("args", []) or []]]
@@ -409,7 +461,7 @@ class PodPlayer:
             argv=argv,
             env=env,
             namespace=runtime.namespace,
-            service_account_token=token,
+            service_account_token=token(),
             ca_pem=self.sandbox.ca_pem.encode("ascii"),
             apiserver_port=self.sandbox.apiserver_port,
             network=runtime.net,
@@ -417,6 +469,67 @@ class PodPlayer:
             routes=self.routes,
         )
         return process
+
+    def _termination_log(self, runtime: PodRuntime) -> Path:
+        """The host file a container's ``terminationMessagePath`` is (in its state directory)."""
+        state = (self.sandbox.state_dir if self.sandbox else None) or self.log_dir
+        return state / runtime.uid / "termination-log"
+
+    def termination_message(self, runtime: PodRuntime) -> str | None:
+        """What the container left at its ``terminationMessagePath``: the last 4096 bytes, as a
+        kubelet keeps them (``None`` when it left nothing)."""
+        try:
+            data = self._termination_log(runtime).read_bytes()
+        except OSError:
+            return None
+        return data[-4096:].decode("utf-8", "replace") or None
+
+    def _secret(self, namespace: str) -> Callable[[str, str], str | None]:
+        """A reader of the Secrets of ``namespace`` (``secretKeyRef``), as a kubelet reads them."""
+
+        def read(name: str, key: str) -> str | None:
+            found = self.rest.get(f"/api/v1/namespaces/{namespace}/secrets/{name}", allow=(404,))
+            encoded = ((found or {}).get("data") or {}).get(key)
+            return None if encoded is None else base64.b64decode(encoded).decode()
+
+        return read
+
+    def claim_dirs(self, pod: dict[str, Any]) -> dict[str, Path]:
+        """The host directory of each PersistentVolumeClaim volume of ``pod``, by volume name:
+        its bound PersistentVolume's ``hostPath``. Raises :class:`ContainerRefusedError` for a
+        claim that is missing or not bound (the pod waits, as a kubelet's would)."""
+        namespace = pod["metadata"]["namespace"]
+        found: dict[str, Path] = {}
+        for volume in pod["spec"].get("volumes") or ():
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if not claim:
+                continue
+            pvc = self.rest.get(
+                f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}", allow=(404,)
+            )
+            bound = (pvc or {}).get("spec", {}).get("volumeName")
+            pv = (
+                self.rest.get(f"/api/v1/persistentvolumes/{bound}", allow=(404,)) if bound else None
+            )
+            host = ((pv or {}).get("spec") or {}).get("hostPath", {}).get("path")
+            if not host:
+                raise ContainerRefusedError(
+                    "ContainerCreating",
+                    f'persistentvolumeclaim "{claim}" is not bound to a hostPath volume',
+                )
+            found[str(volume["name"])] = Path(host)
+        return found
+
+    def claim_mounts(
+        self, pod: dict[str, Any], container: dict[str, Any]
+    ) -> list[tuple[Path, str]]:
+        """(host directory, mount path) of each claim ``container`` mounts."""
+        claims = self.claim_dirs(pod)
+        return [
+            (claims[m["name"]] / str(m.get("subPath") or ""), str(m["mountPath"]))
+            for m in container.get("volumeMounts") or ()
+            if m.get("name") in claims
+        ]
 
     # --- cost and teardown ---------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ class PodHelpers:
         probe_time_scale: float | None = None,
         endpoint_port: int | None = None,
         server: Server = "emulator",
+        adapter_claim: str | None = None,
     ) -> InferenceServiceHandle:
         """Create an InferenceService CR; return the handle on what the controllers run for it.
 
@@ -68,7 +69,10 @@ class PodHelpers:
         ``server="sglang"`` runs the real SGLang server in each pod (on the CPU, the tiny model
         ``tools/provision.py`` built; about 4 GB and 20-30 s to start each) with ``extra_args``
         as its flags, as LLMKube passes them; ``emulator_args`` and ``startup_delay`` are the
-        emulator's and do not apply to it.
+        emulator's and do not apply to it. ``adapter_claim`` makes a bound ReadWriteMany
+        PersistentVolumeClaim of that name (a directory of this testbed, :meth:`claim_directory`)
+        and mounts it read-only at ``/adapters`` in every SGLang pod, the claim staged adapters
+        land on; a pod that does not mount it cannot see its files.
         """
         if network == "netns":
             reason = netns_unavailable_reason()
@@ -87,7 +91,19 @@ class PodHelpers:
             probe_time_scale=probe_time_scale,
             endpoint_port=endpoint_port,
             server=server,
+            adapter_claim=adapter_claim,
         )
+
+    def claim_directory(self, namespace: str, claim: str) -> Path:
+        """The host directory behind the testbed's claim ``namespace/claim`` (made, and bound,
+        if it was not): what staging Jobs write and the pods that mount it read."""
+        return self._require_player().make_claim(namespace, claim)
+
+    def expose_to_pods(self, port: int, host: str = "127.0.0.1") -> None:
+        """Make ``host:port`` on this machine's loopback reachable at the same address from
+        pods in network namespaces (a Hub endpoint or an S3 server a staging Job fetches from,
+        as a cluster reaches a Service)."""
+        self._require_player().routes.add_port(port, host)
 
     def inference_service(self, namespace: str, name: str) -> InferenceServiceHandle:
         """The handle of an InferenceService in the cluster (whoever made it); KeyError if none."""

@@ -1,0 +1,197 @@
+"""A staged adapter's weights onto the claim its target mounts, before anything is loaded.
+
+``staged(args)`` turns an adapter declared by ``source`` into one with a ``path``: it finds the
+claim the InferenceService mounts in its SGLang container, runs the staging Job
+(``_staging._plan``: ``pulumi-lora stage`` in the project's image, named after the content key,
+so adapters of the same content share it), waits for it, reads its result from the container's
+termination message, and deletes the Job. A failure raises the stager's own error (naming the
+file or the cause and what to do) with the Job deleted; no pod has been touched yet, and the
+stager never leaves a partial directory at a final path (docs/staging.md).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lightkube import Client
+
+from pulumi_lora import _jobs
+from pulumi_lora._errors import ClusterError
+from pulumi_lora._lifecycle._config import ProviderConfig
+from pulumi_lora._lifecycle._session import Session
+from pulumi_lora._models import AdapterArgs
+from pulumi_lora._staging._errors import StagingError
+from pulumi_lora._staging._plan import (
+    StageResult,
+    adapter_mount,
+    server_flags,
+    stage_outcome,
+    staging_job,
+)
+from pulumi_lora._staging._source import content_key, declared_request
+from pulumi_lora._version import __version__
+
+DEFAULT_IMAGE = f"localhost/pulumi-lora:{__version__}"
+"""The staging Job's image unless ``pulumi-lora:image`` says where the project's image was
+pushed: what ``tools/image.py`` tags locally (the testbed's)."""
+DEADLINE_SECONDS = 3600
+"""The stager's ``--deadline`` for the whole fetch."""
+START_SECONDS = 300.0
+"""How long the Job's pod may take to start (pull the image, mount the claim) before the
+staging fails naming what it waits for."""
+WAITING_FAILURES = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+"""A staging container waiting for one of these will not start by itself."""
+
+Say = Callable[[str], None]
+
+
+def _to_stderr(text: str) -> None:
+    """Where the engine shows a dynamic provider's lines: its stderr, among the diagnostics."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def staged(
+    args: AdapterArgs, config: ProviderConfig, *, say: Say = _to_stderr, poll: float = 0.5
+) -> tuple[AdapterArgs, str]:
+    """``args`` with ``path`` set to the staged directory as the pods see it, and the content
+    key; stages the content unless it is already there (the stager verifies and reuses it)."""
+    request, hf_endpoint = declared_request(args.model_dump())
+    key = content_key(request)
+    session = Session(args, config)
+    target = session.resolve_target()
+    where = f"{target.namespace}/{target.name}"
+    mount = adapter_mount(target.volumes, target.volume_mounts, args.volume_claim, where)
+    manifest = staging_job(
+        request,
+        key,
+        namespace=target.namespace,
+        mount=mount,
+        image=config.image or DEFAULT_IMAGE,
+        secret_name=args.source_secret_name,
+        service_account=args.source_service_account,
+        hf_endpoint=hf_endpoint,
+        server_flags=server_flags(target.extra_args),
+        deadline_seconds=DEADLINE_SECONDS,
+    )
+    label = f"staging {args.adapter_name} ({key}) from {request.source.uri} onto {mount.claim}"
+    result = run_job(session.kube, manifest, say=say, label=label, poll=poll)
+    say(f"{label}: {'fetched' if result.fetched else 'already staged'}, {result.bytes} bytes")
+    return args.model_copy(update={"path": mount.staged_path(key)}), key
+
+
+def run_job(
+    kube: Client, manifest: Mapping[str, Any], *, say: Say, label: str, poll: float
+) -> StageResult:
+    """Run the staging Job to its end and return its result (or raise the stager's error); the
+    Job is deleted either way. A Job of the same name that another adapter started is waited
+    for, not duplicated; one that already failed is replaced."""
+    meta = manifest["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    try:
+        return _run(kube, manifest, say=say, label=label, poll=poll)
+    finally:
+        _jobs.delete_job(kube, namespace, name)
+
+
+def _run(
+    kube: Client, manifest: Mapping[str, Any], *, say: Say, label: str, poll: float
+) -> StageResult:
+    namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    started = time.monotonic()
+    deadline = started + DEADLINE_SECONDS + START_SECONDS
+    said = started
+    job, created = _jobs.create_job(kube, manifest)
+    say(f"{label}: Job {namespace}/{name} {'started' if created else 'already running'}")
+    while True:
+        if not job:  # gone under us (another adapter's staging ended and deleted it)
+            job, _ = _jobs.create_job(kube, manifest)
+            continue
+        finished = _finished(job)
+        if finished is not None:
+            if finished == "Failed" and not created and not _ran(kube, namespace, name):
+                _jobs.delete_job(kube, namespace, name)  # a stale failure: stage afresh
+                job, created = _jobs.create_job(kube, manifest)
+                continue
+            return _outcome(kube, namespace, name, finished)
+        _check_started(kube, namespace, name, started)
+        now = time.monotonic()
+        if now >= deadline:
+            raise StagingError(
+                f"{label}: Job {namespace}/{name} did not finish within "
+                f"{DEADLINE_SECONDS + START_SECONDS:.0f}s"
+            )
+        if now - said >= 10:
+            said = now
+            say(f"{label}: running for {now - started:.0f}s")
+        time.sleep(poll)
+        job = _jobs.get_job(kube, namespace, name) or {}
+
+
+def _finished(job: Mapping[str, Any]) -> str | None:
+    """``Complete`` or ``Failed`` once the Job controller says so, else ``None``."""
+    for condition in (job.get("status") or {}).get("conditions") or ():
+        if condition.get("type") in {"Complete", "Failed"} and condition.get("status") == "True":
+            return str(condition["type"])
+    return None
+
+
+def _ran(kube: Client, namespace: str, name: str) -> bool:
+    """Whether a pod of the Job left a termination message (it ran, rather than never started)."""
+    return any(_terminated(pod) for pod in _jobs.job_pods(kube, namespace, name))
+
+
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated:
+            return dict(terminated)
+    return None
+
+
+def _outcome(kube: Client, namespace: str, name: str, finished: str) -> StageResult:
+    """The stager's result from the last pod's termination message."""
+    pods = _jobs.job_pods(kube, namespace, name)
+    terminated = next((t for pod in reversed(pods) if (t := _terminated(pod))), None)
+    if terminated is None:
+        reason = finished
+        for pod in pods:
+            reason = (pod.get("status") or {}).get("reason") or reason
+        raise StagingError(
+            f"staging Job {namespace}/{name} ended ({reason}) before its container ran: "
+            "was its pod evicted or past activeDeadlineSeconds?"
+        )
+    return stage_outcome(terminated.get("message"), terminated.get("exitCode"))
+
+
+def _check_started(kube: Client, namespace: str, name: str, started: float) -> None:
+    """Fail early when the staging container cannot start by itself (a missing image, a
+    Secret or ServiceAccount that does not exist, a claim never bound), naming why."""
+    for pod in _jobs.job_pods(kube, namespace, name):
+        status = pod.get("status") or {}
+        for container in status.get("containerStatuses") or ():
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in WAITING_FAILURES:
+                raise StagingError(
+                    f"staging Job {namespace}/{name} cannot start: {waiting.get('reason')}: "
+                    f"{waiting.get('message') or 'no message'} (check pulumi-lora:image, "
+                    "source_secret_name and source_service_account)"
+                )
+        if status.get("phase") == "Pending" and time.monotonic() - started > START_SECONDS:
+            conditions = status.get("conditions") or ()
+            why = "; ".join(str(c.get("message")) for c in conditions if c.get("message"))
+            raise ClusterError(
+                f"staging Job {namespace}/{name}: its pod did not start within "
+                f"{START_SECONDS:.0f}s{': ' + why if why else ''}"
+            )

@@ -1,0 +1,262 @@
+"""The staging Job, as values: where the claim is mounted, the Job's manifest, its result. Pure.
+
+The provider stages an adapter by running ``pulumi-lora stage`` in a Job of the project's image
+that mounts the adapter claim read-write (docs/staging.md); SGLang's pods mount the same claim,
+read-only, where the InferenceService says (``spec.extraVolumes``/``extraVolumeMounts``). This
+module decides everything about that Job from plain dicts (no client): the claim and its mount
+(:func:`adapter_mount`), the manifest (:func:`staging_job`), and what its termination message
+says (:func:`stage_outcome`). The Job is named after the content key, so two adapters of the same
+content share one Job and one directory.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pulumi_lora._staging._errors import StagingError, VolumeNotMounted, reported
+from pulumi_lora._staging._source import HfSource, S3Source, StagingRequest
+
+__all__ = [
+    "JOB_ROOT",
+    "AdapterMount",
+    "StageResult",
+    "adapter_mount",
+    "job_name",
+    "server_flags",
+    "stage_outcome",
+    "staging_job",
+]
+
+JOB_ROOT = "/staging"
+"""Where the Job mounts the claim (the stager's ``--root``)."""
+UID = 65532
+"""The image's user (deploy/Dockerfile): non-root, also the volume's group (``fsGroup``)."""
+SECRET_KEYS = ("HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+"""What the stager reads from ``source_secret_name``, each optional (docs/staging.md)."""
+COMPONENT_LABEL = "app.kubernetes.io/component"
+KEY_LABEL = "pulumi-lora.dev/content-key"
+
+
+@dataclass(frozen=True)
+class AdapterMount:
+    """The claim the SGLang container mounts for adapters, and where."""
+
+    claim: str
+    mount_path: str
+    sub_path: str = ""
+
+    def staged_path(self, key: str) -> str:
+        """The directory pods load for content ``key``: ``<mount path>/<key>``."""
+        return posixpath.join(self.mount_path, key)
+
+
+def adapter_mount(
+    volumes: Sequence[Mapping[str, Any]],
+    mounts: Sequence[Mapping[str, Any]],
+    claim: str | None,
+    isvc: str,
+) -> AdapterMount:
+    """Pure: the PersistentVolumeClaim the InferenceService ``isvc`` mounts in its SGLang
+    container (its ``extraVolumes`` and ``extraVolumeMounts``): the one named ``claim``, or the
+    only one. Raises :class:`VolumeNotMounted` naming what was found and what to set."""
+    claims = {
+        str(v.get("name")): str((v.get("persistentVolumeClaim") or {}).get("claimName"))
+        for v in volumes
+        if (v.get("persistentVolumeClaim") or {}).get("claimName")
+    }
+    found_mounts = [
+        AdapterMount(claims[m["name"]], str(m.get("mountPath")), str(m.get("subPath") or ""))
+        for m in mounts
+        if m.get("name") in claims and m.get("mountPath")
+    ]
+    found = ", ".join(f"{m.claim} at {m.mount_path}" for m in found_mounts) or "none"
+    if claim is not None:
+        named = [m for m in found_mounts if m.claim == claim]
+        if not named:
+            raise VolumeNotMounted(
+                f"InferenceService {isvc} does not mount PersistentVolumeClaim {claim} "
+                f"(claims it mounts: {found})"
+            )
+        return named[0]
+    if len(found_mounts) != 1:
+        raise VolumeNotMounted(
+            f"InferenceService {isvc} mounts {len(found_mounts)} PersistentVolumeClaims "
+            f"({found}): staging needs exactly one, or volume_claim naming it"
+        )
+    return found_mounts[0]
+
+
+def server_flags(extra_args: Sequence[str]) -> list[str]:
+    """Pure: the stager's ``--max-lora-rank`` and ``--lora-target-modules`` from the SGLang
+    flags of the InferenceService (``extraArgs``), so a staged adapter the server would refuse
+    fails at staging, naming the rank or module."""
+    flags: list[str] = []
+    args = list(extra_args)
+    for index, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name == "--max-lora-rank":
+            rank = value if eq else (args[index + 1] if index + 1 < len(args) else "")
+            if rank.isdigit():
+                flags += ["--max-lora-rank", rank]
+        elif name == "--lora-target-modules":
+            modules = [value] if eq else []
+            for follower in args[index + 1 :] if not eq else []:
+                if follower.startswith("--"):
+                    break
+                modules.append(follower)
+            if modules:
+                flags += ["--lora-target-modules", " ".join(modules)]
+    return flags
+
+
+def job_name(key: str) -> str:
+    """The Job that stages content ``key`` (one per content: adapters sharing it share it)."""
+    return f"pulumi-lora-stage-{key}"
+
+
+def staging_job(
+    request: StagingRequest,
+    key: str,
+    *,
+    namespace: str,
+    mount: AdapterMount,
+    image: str,
+    secret_name: str | None = None,
+    service_account: str | None = None,
+    hf_endpoint: str | None = None,
+    server_flags: Sequence[str] = (),
+    deadline_seconds: int = 3600,
+    ttl_seconds: int = 600,
+) -> dict[str, Any]:
+    """Pure: the Job that runs ``pulumi-lora stage`` for ``request`` into the claim.
+
+    Least privilege (docs/staging.md, threat model): non-root, read-only root file system with
+    an ``emptyDir`` for temporary files, no privilege escalation or capability, no ServiceAccount
+    token (unless ``service_account`` is given: workload identity signs S3 requests with it),
+    credentials only as optional keys of ``secret_name``, bounded resources, no retry (the next
+    ``pulumi up`` retries), gone ``ttl_seconds`` after it ends.
+    """
+    args = ["stage", "--source", request.source.uri, "--root", JOB_ROOT]
+    for name in request.files:
+        digest = request.digests.get(name)
+        args += ["--digest", f"{name}={digest}"] if digest else ["--file", name]
+    if isinstance(request.source, S3Source) and request.source.endpoint:
+        args += ["--s3-endpoint", request.source.endpoint]
+    if request.allow_mutable:
+        args.append("--allow-mutable")
+    args += ["--deadline", str(deadline_seconds), *server_flags]
+    env: list[dict[str, Any]] = [
+        {"name": "HOME", "value": "/tmp"},  # noqa: S108 - the emptyDir below
+        {"name": "HF_HOME", "value": "/tmp/hf"},  # noqa: S108
+    ]
+    if isinstance(request.source, HfSource) and hf_endpoint:
+        env.append({"name": "HF_ENDPOINT", "value": hf_endpoint})
+    if secret_name:
+        env += [
+            {
+                "name": name,
+                "valueFrom": {"secretKeyRef": {"name": secret_name, "key": name, "optional": True}},
+            }
+            for name in SECRET_KEYS
+        ]
+    labels = {
+        "app.kubernetes.io/name": "pulumi-lora",
+        "app.kubernetes.io/managed-by": "pulumi-lora",
+        COMPONENT_LABEL: "staging",
+        KEY_LABEL: key,
+    }
+    mount_spec: dict[str, Any] = {"name": "adapters", "mountPath": JOB_ROOT}
+    if mount.sub_path:
+        mount_spec["subPath"] = mount.sub_path
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": service_account is not None,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": UID,
+            "runAsGroup": UID,
+            "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "stage",
+                "image": image,
+                "args": args,
+                "env": env,
+                "terminationMessagePolicy": "File",
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "256Mi"},
+                    "limits": {"cpu": "1", "memory": "1Gi"},
+                },
+                "volumeMounts": [mount_spec, {"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108
+            }
+        ],
+        "volumes": [
+            {"name": "adapters", "persistentVolumeClaim": {"claimName": mount.claim}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        ],
+    }
+    if service_account is not None:
+        pod_spec["serviceAccountName"] = service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(key), "namespace": namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline_seconds + 300,
+            "ttlSecondsAfterFinished": ttl_seconds,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a staging Job reported on success (the stager's JSON line)."""
+
+    key: str
+    path: str
+    fetched: bool
+    bytes: int
+    seconds: float
+
+
+def stage_outcome(message: str | None, exit_code: int | None) -> StageResult:
+    """Pure: the Job's result from its container's termination message, or the
+    :class:`StagingError` it reported (the same class the stager raised, with its message).
+
+    A message that is missing or not the stager's JSON (an image without the command, a
+    container killed before it wrote one) is a :class:`StagingError` saying so, with the exit
+    code.
+    """
+    try:
+        document = json.loads(message or "")
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        raise StagingError(
+            f"the staging container ended (exit code {exit_code}) without the stager's result "
+            "in its termination message: is pulumi-lora:image an image of this project with "
+            "the staging extra?"
+        )
+    if "error" in document:
+        file = document.get("file")
+        raise reported(str(document.get("reason")), str(document["error"]), file and str(file))
+    return StageResult(
+        key=str(document.get("key", "")),
+        path=str(document.get("path", "")),
+        fetched=bool(document.get("fetched")),
+        bytes=int(document.get("bytes") or 0),
+        seconds=float(document.get("seconds") or 0.0),
+    )
