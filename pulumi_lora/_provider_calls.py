@@ -186,12 +186,20 @@ class Calls:
         args = _args(with_staged_path(_olds, news))
         if args.path is None:
             args, _ = lifecycle.staged(args, config)
-        return UpdateResult(outs=outputs(args, lifecycle.update(args, config)))
+        outs = outputs(args, lifecycle.update(args, config))
+        old = _olds.get("path")
+        if _olds.get("content_key") and old and old != args.path:  # the old content, unused?
+            lifecycle.unstage_unused(_args(_olds), config, str(old))
+        return UpdateResult(outs=outs)
 
     @staticmethod
     def delete(config: lifecycle.ProviderConfig, _id: str, props: dict[str, Any]) -> None:
-        """Unload everywhere, remove the CR, wait until it is gone."""
-        lifecycle.delete(_args(props), config)
+        """Unload everywhere, remove the CR, wait until it is gone; a staged directory nothing
+        else names goes too."""
+        args = _args(props)
+        lifecycle.delete(args, config)
+        if props.get("content_key") and args.path:
+            lifecycle.unstage_unused(args, config, args.path)
 
 
 CALLS = Calls()

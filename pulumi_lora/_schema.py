@@ -186,6 +186,11 @@ def document(made: Mapping[str, Any], token: str, output_docs: Mapping[str, str]
                 old = properties[name]
                 kept = {k: old[k] for k in ("description", "default") if k in old}
                 properties[name] = {**kept, **ref}
+    for prop in (*inputs.values(), *outputs.values()):
+        # A map's element type is a type spec, which has no description (the analyzer copies
+        # the property's there; the engine drops it when it serves the schema).
+        if isinstance(prop.get("additionalProperties"), dict):
+            prop["additionalProperties"].pop("description", None)
     for name, prop in outputs.items():
         if "description" not in prop:
             text = (inputs.get(name) or {}).get("description") or output_docs.get(name)

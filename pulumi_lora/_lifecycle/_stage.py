@@ -18,8 +18,9 @@ from typing import Any
 
 from lightkube import Client
 
+from pulumi_lora import _cluster as k8s
 from pulumi_lora import _jobs
-from pulumi_lora._errors import ClusterError
+from pulumi_lora._errors import ClusterError, PulumiLoRAError
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._session import Session
 from pulumi_lora._models import AdapterArgs
@@ -30,6 +31,7 @@ from pulumi_lora._staging._plan import (
     server_flags,
     stage_outcome,
     staging_job,
+    unstaging_job,
 )
 from pulumi_lora._staging._source import content_key, declared_request
 from pulumi_lora._version import __version__
@@ -91,12 +93,60 @@ def staged(
     return args.model_copy(update={"path": mount.staged_path(key)}), key
 
 
+def unstage_unused(
+    args: AdapterArgs,
+    config: ProviderConfig,
+    path: str,
+    *,
+    say: Say = _to_stderr,
+    poll: float = 0.5,
+) -> bool:
+    """Remove the staged directory ``path`` (of ``args``' claim) once no LoRAAdapter CR of the
+    adapter's or the target's namespace and no pod of the target names it; returns whether it
+    was removed. Best effort: a directory left behind is reported, never an error (nothing
+    loaded depends on it)."""
+    key = path.rstrip("/").rpartition("/")[2]
+    try:
+        session = Session(args, config)
+        target = session.resolve_target()
+        mount = adapter_mount(target.volumes, target.volume_mounts, args.volume_claim, target.name)
+        if mount.staged_path(key) != path:
+            return False  # not a directory of this claim: not ours to remove
+        namespaces = {args.namespace, target.namespace}
+        named = [
+            f"LoRAAdapter {cr['metadata']['namespace']}/{cr['metadata']['name']}"
+            for namespace in sorted(namespaces)
+            for cr in k8s.list_adapters(session.kube, namespace)
+            if (cr.get("spec") or {}).get("path") == path
+        ]
+        pods = list(k8s.list_target_pods(session.kube, target).pods)
+        views, _ = session.views(pods, session.clients(pods, session.api_key(target)))
+        named += [
+            f"pod {v.name}" + (" (could not be read)" if v.adapters is None else "")
+            for v in views
+            if v.adapters is None or path in v.adapters.values()
+        ]
+        if named:
+            say(f"staged directory {path} kept: {', '.join(named)} still name it")
+            return False
+        manifest = unstaging_job(
+            key, namespace=target.namespace, mount=mount, image=config.image or DEFAULT_IMAGE
+        )
+        run_job(session.kube, manifest, say=say, label=f"removing {path}", poll=poll)
+    except PulumiLoRAError as exc:
+        say(f"staged directory {path} left on the claim: {exc}")
+        return False
+    say(f"staged directory {path} removed: nothing names it any more")
+    return True
+
+
 def run_job(
     kube: Client, manifest: Mapping[str, Any], *, say: Say, label: str, poll: float
 ) -> StageResult:
     """Run the staging Job to its end and return its result (or raise the stager's error); the
     Job is deleted either way. A Job of the same name that another adapter started is waited
-    for, not duplicated; one that already failed is replaced."""
+    for, not duplicated; one that already failed is replaced. (A cleanup Job's result reads as
+    an empty one: only its failure says something.)"""
     meta = manifest["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     try:

@@ -29,6 +29,7 @@ __all__ = [
     "server_flags",
     "stage_outcome",
     "staging_job",
+    "unstaging_job",
 ]
 
 JOB_ROOT = "/staging"
@@ -163,6 +164,53 @@ def staging_job(
             }
             for name in SECRET_KEYS
         ]
+    return _job(
+        job_name(key),
+        key,
+        args,
+        env,
+        namespace=namespace,
+        mount=mount,
+        image=image,
+        service_account=service_account,
+        active_seconds=deadline_seconds + 300,
+        ttl_seconds=ttl_seconds,
+    )
+
+
+def unstaging_job(
+    key: str, *, namespace: str, mount: AdapterMount, image: str, ttl_seconds: int = 600
+) -> dict[str, Any]:
+    """Pure: the cleanup Job that removes the staged directory of ``key`` from the claim
+    (``pulumi-lora unstage``), with the staging Job's least privilege and no credential."""
+    return _job(
+        f"pulumi-lora-unstage-{key}",
+        key,
+        ["unstage", "--root", JOB_ROOT, key],
+        [],
+        namespace=namespace,
+        mount=mount,
+        image=image,
+        service_account=None,
+        active_seconds=300,
+        ttl_seconds=ttl_seconds,
+    )
+
+
+def _job(
+    name: str,
+    key: str,
+    args: list[str],
+    env: list[dict[str, Any]],
+    *,
+    namespace: str,
+    mount: AdapterMount,
+    image: str,
+    service_account: str | None,
+    active_seconds: int,
+    ttl_seconds: int,
+) -> dict[str, Any]:
+    """Pure: a Job of the project's image on the claim, least privilege (see staging_job)."""
     labels = {
         "app.kubernetes.io/name": "pulumi-lora",
         "app.kubernetes.io/managed-by": "pulumi-lora",
@@ -184,7 +232,7 @@ def staging_job(
         },
         "containers": [
             {
-                "name": "stage",
+                "name": args[0],
                 "image": image,
                 "args": args,
                 "env": env,
@@ -211,10 +259,10 @@ def staging_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job_name(key), "namespace": namespace, "labels": labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": deadline_seconds + 300,
+            "activeDeadlineSeconds": active_seconds,
             "ttlSecondsAfterFinished": ttl_seconds,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },

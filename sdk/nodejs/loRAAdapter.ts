@@ -56,6 +56,10 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly adopt: pulumi.Output<boolean | undefined>;
     /**
+     * Stage a source whose content can change (a branch, a tag, a prefix) without digests.
+     */
+    declare public readonly allowMutable: pulumi.Output<boolean | undefined>;
+    /**
      * The key inside that Secret (default `api-key`).
      */
     declare public readonly apiKeySecretKey: pulumi.Output<string | undefined>;
@@ -72,6 +76,10 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public /*out*/ readonly conditions: pulumi.Output<outputs.ConditionInfo[]>;
     /**
+     * A staged adapter's content key: the name of its directory on the claim (16 hex).
+     */
+    declare public /*out*/ readonly contentKey: pulumi.Output<string | undefined>;
+    /**
      * The LoRAAdapter CR's name (`metadata.name`).
      */
     declare public /*out*/ readonly crName: pulumi.Output<string>;
@@ -79,6 +87,10 @@ export class LoRAAdapter extends pulumi.CustomResource {
      * The CR's `metadata.uid` (a new one means the CR was replaced).
      */
     declare public /*out*/ readonly crUid: pulumi.Output<string>;
+    /**
+     * File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
+     */
+    declare public readonly digests: pulumi.Output<{[key: string]: string} | undefined>;
     /**
      * The CR's `metadata.generation` the outputs describe.
      */
@@ -116,7 +128,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly namespace: pulumi.Output<string>;
     /**
-     * `spec.path`: the adapter directory (with adapter_config.json) in the sglang container.
+     * `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
      */
     declare public readonly path: pulumi.Output<string>;
     /**
@@ -144,9 +156,29 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly resourceName: pulumi.Output<string | undefined>;
     /**
+     * Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
+     */
+    declare public readonly source: pulumi.Output<string | undefined>;
+    /**
+     * The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
+     */
+    declare public readonly sourceEndpoint: pulumi.Output<string | undefined>;
+    /**
+     * A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+     */
+    declare public readonly sourceSecretName: pulumi.Output<string | undefined>;
+    /**
+     * The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+     */
+    declare public readonly sourceServiceAccount: pulumi.Output<string | undefined>;
+    /**
      * `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
      */
     declare public readonly transport: pulumi.Output<enums.Transport | undefined>;
+    /**
+     * The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container mounts.
+     */
+    declare public readonly volumeClaim: pulumi.Output<string | undefined>;
 
     /**
      * Create a LoRAAdapter resource with the given unique name, arguments, and options.
@@ -165,13 +197,12 @@ export class LoRAAdapter extends pulumi.CustomResource {
             if (args?.inferenceService === undefined && !opts.urn) {
                 throw new Error("Missing required property 'inferenceService'");
             }
-            if (args?.path === undefined && !opts.urn) {
-                throw new Error("Missing required property 'path'");
-            }
             resourceInputs["adapterName"] = args?.adapterName;
             resourceInputs["adopt"] = (args?.adopt) ?? false;
+            resourceInputs["allowMutable"] = (args?.allowMutable) ?? false;
             resourceInputs["apiKeySecretKey"] = (args?.apiKeySecretKey) ?? "api-key";
             resourceInputs["apiKeySecretName"] = args?.apiKeySecretName;
+            resourceInputs["digests"] = args?.digests;
             resourceInputs["inferenceService"] = args?.inferenceService;
             resourceInputs["inferenceServiceNamespace"] = args?.inferenceServiceNamespace;
             resourceInputs["kubeContext"] = args?.kubeContext;
@@ -182,9 +213,15 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["readinessPolicy"] = (args?.readinessPolicy) ?? "AllReadyPods";
             resourceInputs["readyTimeoutSeconds"] = (args?.readyTimeoutSeconds) ?? 300;
             resourceInputs["resourceName"] = args?.resourceName;
+            resourceInputs["source"] = args?.source;
+            resourceInputs["sourceEndpoint"] = args?.sourceEndpoint;
+            resourceInputs["sourceSecretName"] = args?.sourceSecretName;
+            resourceInputs["sourceServiceAccount"] = args?.sourceServiceAccount;
             resourceInputs["transport"] = (args?.transport) ?? "direct";
+            resourceInputs["volumeClaim"] = args?.volumeClaim;
             resourceInputs["available"] = undefined /*out*/;
             resourceInputs["conditions"] = undefined /*out*/;
+            resourceInputs["contentKey"] = undefined /*out*/;
             resourceInputs["crName"] = undefined /*out*/;
             resourceInputs["crUid"] = undefined /*out*/;
             resourceInputs["generation"] = undefined /*out*/;
@@ -196,12 +233,15 @@ export class LoRAAdapter extends pulumi.CustomResource {
         } else {
             resourceInputs["adapterName"] = undefined /*out*/;
             resourceInputs["adopt"] = undefined /*out*/;
+            resourceInputs["allowMutable"] = undefined /*out*/;
             resourceInputs["apiKeySecretKey"] = undefined /*out*/;
             resourceInputs["apiKeySecretName"] = undefined /*out*/;
             resourceInputs["available"] = undefined /*out*/;
             resourceInputs["conditions"] = undefined /*out*/;
+            resourceInputs["contentKey"] = undefined /*out*/;
             resourceInputs["crName"] = undefined /*out*/;
             resourceInputs["crUid"] = undefined /*out*/;
+            resourceInputs["digests"] = undefined /*out*/;
             resourceInputs["generation"] = undefined /*out*/;
             resourceInputs["inferenceService"] = undefined /*out*/;
             resourceInputs["inferenceServiceNamespace"] = undefined /*out*/;
@@ -218,7 +258,12 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["ready"] = undefined /*out*/;
             resourceInputs["readyTimeoutSeconds"] = undefined /*out*/;
             resourceInputs["resourceName"] = undefined /*out*/;
+            resourceInputs["source"] = undefined /*out*/;
+            resourceInputs["sourceEndpoint"] = undefined /*out*/;
+            resourceInputs["sourceSecretName"] = undefined /*out*/;
+            resourceInputs["sourceServiceAccount"] = undefined /*out*/;
             resourceInputs["transport"] = undefined /*out*/;
+            resourceInputs["volumeClaim"] = undefined /*out*/;
         }
         opts = pulumi.mergeOptions(utilities.resourceOptsDefaults(), opts);
         super(LoRAAdapter.__pulumiType, name, resourceInputs, opts);
@@ -238,6 +283,10 @@ export interface LoRAAdapterArgs {
      */
     adopt?: pulumi.Input<boolean | undefined>;
     /**
+     * Stage a source whose content can change (a branch, a tag, a prefix) without digests.
+     */
+    allowMutable?: pulumi.Input<boolean | undefined>;
+    /**
      * The key inside that Secret (default `api-key`).
      */
     apiKeySecretKey?: pulumi.Input<string | undefined>;
@@ -245,6 +294,10 @@ export interface LoRAAdapterArgs {
      * A Secret in the InferenceService's namespace holding the SGLang API key.
      */
     apiKeySecretName?: pulumi.Input<string | undefined>;
+    /**
+     * File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
+     */
+    digests?: pulumi.Input<{[key: string]: pulumi.Input<string>} | undefined>;
     /**
      * `spec.inferenceServiceRef.name`: the target InferenceService.
      */
@@ -266,9 +319,9 @@ export interface LoRAAdapterArgs {
      */
     namespace?: pulumi.Input<string | undefined>;
     /**
-     * `spec.path`: the adapter directory (with adapter_config.json) in the sglang container.
+     * `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
      */
-    path: pulumi.Input<string>;
+    path?: pulumi.Input<string | undefined>;
     /**
      * Pin the adapter in SGLang's memory pool (never evicted by `--max-loaded-loras`).
      */
@@ -286,7 +339,27 @@ export interface LoRAAdapterArgs {
      */
     resourceName?: pulumi.Input<string | undefined>;
     /**
+     * Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
+     */
+    source?: pulumi.Input<string | undefined>;
+    /**
+     * The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
+     */
+    sourceEndpoint?: pulumi.Input<string | undefined>;
+    /**
+     * A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+     */
+    sourceSecretName?: pulumi.Input<string | undefined>;
+    /**
+     * The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+     */
+    sourceServiceAccount?: pulumi.Input<string | undefined>;
+    /**
      * `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
      */
     transport?: pulumi.Input<enums.Transport | undefined>;
+    /**
+     * The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container mounts.
+     */
+    volumeClaim?: pulumi.Input<string | undefined>;
 }

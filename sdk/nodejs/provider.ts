@@ -36,6 +36,7 @@ export class Provider extends pulumi.ProviderResource {
         {
             resourceInputs["connectTimeoutSeconds"] = pulumi.output((args?.connectTimeoutSeconds) ?? 3).apply(JSON.stringify);
             resourceInputs["context"] = args?.context;
+            resourceInputs["image"] = args?.image;
             resourceInputs["kubeconfig"] = args?.kubeconfig;
             resourceInputs["loadTimeoutSeconds"] = pulumi.output((args?.loadTimeoutSeconds) ?? 300).apply(JSON.stringify);
             resourceInputs["readTimeoutSeconds"] = pulumi.output((args?.readTimeoutSeconds) ?? 10).apply(JSON.stringify);
@@ -59,6 +60,10 @@ export interface ProviderArgs {
      * The kubeconfig context to use.
      */
     context?: pulumi.Input<string | undefined>;
+    /**
+     * The project's image (where you pushed what `tools/image.py` builds), which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).
+     */
+    image?: pulumi.Input<string | undefined>;
     /**
      * A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
      */

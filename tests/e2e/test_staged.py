@@ -9,22 +9,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pytest
+from pulumi import automation as auto
 from pulumi.dynamic import CreateResult
 
+from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.hub import PlayedHub
 from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
-from .conftest import adapter_props, provider_for, served
+from .conftest import adapter_props, drift_report, provider_for, served
 
 COMMIT = "1" * 40
+NEXT = "2" * 40
+TOKEN = "hf_staged_e2e_token_0123456789"
 
 
 @pytest.fixture
@@ -37,9 +43,10 @@ def files(tmp_path: Path) -> dict[str, bytes]:
 @pytest.fixture
 def hub(testbed: Testbed, files: dict[str, bytes]) -> Iterator[PlayedHub]:
     """A played Hub holding ``acme/sql-lora`` at :data:`COMMIT`, reachable from pods."""
-    with PlayedHub() as played:
+    with PlayedHub(tokens=frozenset({TOKEN})) as played:
         lfs = frozenset({"adapter_model.safetensors"})
         played.publish("acme/sql-lora", files, lfs=lfs, commit=COMMIT)
+        played.publish("acme/private-lora", files, lfs=lfs, commit=COMMIT, private=True)
         testbed.expose_to_pods(played.port)
         yield played
 
@@ -114,5 +121,109 @@ def test_a_wrong_digest_fails_naming_the_file_and_loads_nothing(
     assert all(pod == {} for pod in served(claimed).values())
     root = testbed.claim_directory(namespace, "adapters")
     assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
+    listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
+    assert listed.returncode == 0 and listed.stdout.strip() == ""
+
+
+def program_of(declared: dict[str, dict[str, Any]]) -> Callable[[], None]:
+    def program() -> None:
+        for name, args in declared.items():
+            adapter = LoRAAdapter(name, LoRAAdapterArgs(**args))
+            pulumi.export(f"{name}_path", adapter.path)
+            pulumi.export(f"{name}_key", adapter.content_key)
+
+    return program
+
+
+def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
+    engine: LocalEngine,
+    testbed: Testbed,
+    namespace: str,
+    claimed: InferenceServiceHandle,
+    hub: PlayedHub,
+    tmp_path: Path,
+) -> None:
+    """The issue's path through Pulumi: two staged adapters (one from a private repository,
+    its token in a Secret the provider never reads), a clean refresh, a new commit swapped on
+    every pod, a destroy that leaves no CR and no Job; no credential in the state."""
+    made = testbed.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "hub-token",
+        "-n",
+        namespace,
+        f"--from-literal=HF_TOKEN={TOKEN}",
+    )
+    assert made.returncode == 0, made.stderr
+    base = {"inference_service": "llama", "namespace": namespace, "source_endpoint": hub.endpoint}
+    declared: dict[str, dict[str, Any]] = {
+        "sql": {**base, "adapter_name": "sql-lora", "source": f"hf://acme/sql-lora@{COMMIT}"},
+        "private": {
+            **base,
+            "adapter_name": "private-lora",
+            "source": f"hf://acme/private-lora@{COMMIT}",
+            "source_secret_name": "hub-token",
+        },
+    }
+    stack = engine.inline_stack("staged-e2e", "dev", program_of(declared))
+    stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
+    up = stack.up()
+    sql_path = up.outputs["sql_path"].value
+    assert sql_path == f"/adapters/{up.outputs['sql_key'].value}"
+    private_path = up.outputs["private_path"].value
+    assert private_path.startswith("/adapters/") and private_path != sql_path  # another source
+    assert all(
+        pod == {"sql-lora": sql_path, "private-lora": private_path}
+        for pod in served(claimed).values()
+    )
+    assert drift_report(stack) is None
+    state = json.dumps(stack.export_stack().deployment)
+    assert TOKEN not in state and "hub-token" in state
+
+    # A new commit: staged beside the old directory, then swapped on every pod.
+    write_adapter(tmp_path / "next", seed="next")
+    changed = {p.name: p.read_bytes() for p in (tmp_path / "next").iterdir()}
+    hub.publish("acme/sql-lora", changed, lfs=frozenset({"adapter_model.safetensors"}), commit=NEXT)
+    declared["sql"]["source"] = f"hf://acme/sql-lora@{NEXT}"
+    swapped = stack.up()
+    new_path = swapped.outputs["sql_path"].value
+    assert new_path != sql_path and swapped.summary.resource_changes == {"update": 1, "same": 2}
+    assert all(pod["sql-lora"] == new_path for pod in served(claimed).values())
+    root = testbed.claim_directory(namespace, "adapters")
+    staged = sorted(p.name for p in root.iterdir())
+    assert staged == sorted({Path(private_path).name, Path(new_path).name})  # the old one gone
+
+    stack.destroy()
+    listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
+    assert listed.returncode == 0 and listed.stdout.strip() == ""
+    assert all(pod == {} for pod in served(claimed).values())
+    assert list(root.iterdir()) == []  # every directory only these adapters named: gone
+
+
+def test_a_private_repository_without_its_secret_fails_saying_so(
+    engine: LocalEngine,
+    testbed: Testbed,
+    namespace: str,
+    claimed: InferenceServiceHandle,
+    hub: PlayedHub,
+) -> None:
+    declared = {
+        "private": {
+            "adapter_name": "private-lora",
+            "source": f"hf://acme/private-lora@{COMMIT}",
+            "source_endpoint": hub.endpoint,
+            "inference_service": "llama",
+            "namespace": namespace,
+        }
+    }
+    stack = engine.inline_stack("staged-e2e", "private", program_of(declared))
+    stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
+    with pytest.raises(auto.errors.CommandError) as failed:
+        stack.up()
+    text = str(failed.value)
+    assert "SourceUnauthorized" in text or "401" in text, text
+    assert "source_secret_name" in text or "HF_TOKEN" in text, text
+    assert all(pod == {} for pod in served(claimed).values())
     listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
     assert listed.returncode == 0 and listed.stdout.strip() == ""

@@ -107,10 +107,11 @@ def test_every_python_block_runs() -> pulumi.Output[None]:
             made += [v for v in values if isinstance(v, pulumi.Resource)]
 
     def check(_: object) -> None:
-        # The quickstart declares one adapter; the platform stack three, its InferenceService
-        # and the re-sync loop; the adoption example one.
-        assert len(python) == 3
-        assert recorder.types.count(RESOURCE_TYPE) == 5
+        # The quickstart declares one adapter; the staged example one; the platform stack
+        # three, its InferenceService and the re-sync loop; the adoption example one.
+        assert len(python) == 4
+        assert recorder.types.count(RESOURCE_TYPE) == 6
+        assert recorder.inputs["sql-staged"]["source"].startswith("hf://acme/sql-lora@")
         assert "kubernetes:inference.llmkube.dev/v1alpha1:InferenceService" in recorder.types
         assert "pulumi-lora:index:ResyncDeployment" in recorder.types
         assert recorder.inputs["adapter"]["transport"] == quickstart_defaults()["transport"]

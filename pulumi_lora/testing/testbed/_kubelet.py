@@ -89,8 +89,9 @@ CRASH_BACKOFF = 1.0
 
 RESYNC_COMMAND = ["pulumi-lora", "resync"]
 """The command of the re-sync loop's container, as ``pulumi_lora.deploy`` renders it."""
-STAGE_ARGS = "stage"
-"""The first argument of a staging Job's container (the image's entrypoint is ``pulumi-lora``)."""
+JOB_COMMANDS = ("stage", "unstage")
+"""The first argument of a staging or cleanup Job's container (the image's entrypoint is
+``pulumi-lora``)."""
 
 _STOP_TIMEOUT = 10.0
 _PROBE_TIMEOUT = 1.0
@@ -118,7 +119,7 @@ def container_kind(container: dict[str, Any]) -> ContainerKind:
     ``pulumi-lora stage``, or nothing (pure)."""
     if container.get("command") == RESYNC_COMMAND:
         return "resync"
-    if not container.get("command") and (container.get("args") or [None])[0] == STAGE_ARGS:
+    if not container.get("command") and (container.get("args") or [None])[0] in JOB_COMMANDS:
         return "stage"
     image = str(container.get("image", ""))
     if container.get("name") == CONTAINER_NAME or image.startswith("lmsysorg/sglang"):

@@ -20,6 +20,8 @@ type LoRAAdapter struct {
 	AdapterName pulumi.StringOutput `pulumi:"adapterName"`
 	// Take over a CR of this name that already exists (made by kubectl or Helm) when its spec is what this resource declares; load only on pods that lack the adapter (default false).
 	Adopt pulumi.BoolPtrOutput `pulumi:"adopt"`
+	// Stage a source whose content can change (a branch, a tag, a prefix) without digests.
+	AllowMutable pulumi.BoolPtrOutput `pulumi:"allowMutable"`
 	// The key inside that Secret (default `api-key`).
 	ApiKeySecretKey pulumi.StringPtrOutput `pulumi:"apiKeySecretKey"`
 	// A Secret in the InferenceService's namespace holding the SGLang API key.
@@ -28,10 +30,14 @@ type LoRAAdapter struct {
 	Available pulumi.BoolOutput `pulumi:"available"`
 	// The conditions pulumi-lora wrote to the CR's status (`Available`, `Loaded`, `Error`, `Ready`).
 	Conditions ConditionInfoArrayOutput `pulumi:"conditions"`
+	// A staged adapter's content key: the name of its directory on the claim (16 hex).
+	ContentKey pulumi.StringPtrOutput `pulumi:"contentKey"`
 	// The LoRAAdapter CR's name (`metadata.name`).
 	CrName pulumi.StringOutput `pulumi:"crName"`
 	// The CR's `metadata.uid` (a new one means the CR was replaced).
 	CrUid pulumi.StringOutput `pulumi:"crUid"`
+	// File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
+	Digests pulumi.StringMapOutput `pulumi:"digests"`
 	// The CR's `metadata.generation` the outputs describe.
 	Generation pulumi.IntOutput `pulumi:"generation"`
 	// `spec.inferenceServiceRef.name`: the target InferenceService.
@@ -50,7 +56,7 @@ type LoRAAdapter struct {
 	LoadedPath pulumi.StringPtrOutput `pulumi:"loadedPath"`
 	// The CR's namespace (default `default`).
 	Namespace pulumi.StringOutput `pulumi:"namespace"`
-	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container.
+	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
 	Path pulumi.StringOutput `pulumi:"path"`
 	// Pin the adapter in SGLang's memory pool (never evicted by `--max-loaded-loras`).
 	Pinned pulumi.BoolPtrOutput `pulumi:"pinned"`
@@ -64,8 +70,18 @@ type LoRAAdapter struct {
 	ReadyTimeoutSeconds pulumi.Float64PtrOutput `pulumi:"readyTimeoutSeconds"`
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName pulumi.StringPtrOutput `pulumi:"resourceName"`
+	// Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
+	Source pulumi.StringPtrOutput `pulumi:"source"`
+	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
+	SourceEndpoint pulumi.StringPtrOutput `pulumi:"sourceEndpoint"`
+	// A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+	SourceSecretName pulumi.StringPtrOutput `pulumi:"sourceSecretName"`
+	// The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+	SourceServiceAccount pulumi.StringPtrOutput `pulumi:"sourceServiceAccount"`
 	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport TransportPtrOutput `pulumi:"transport"`
+	// The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container mounts.
+	VolumeClaim pulumi.StringPtrOutput `pulumi:"volumeClaim"`
 }
 
 // NewLoRAAdapter registers a new resource with the given unique name, arguments, and options.
@@ -81,11 +97,11 @@ func NewLoRAAdapter(ctx *pulumi.Context,
 	if args.InferenceService == nil {
 		return nil, errors.New("invalid value for required argument 'InferenceService'")
 	}
-	if args.Path == nil {
-		return nil, errors.New("invalid value for required argument 'Path'")
-	}
 	if args.Adopt == nil {
 		args.Adopt = pulumi.BoolPtr(false)
+	}
+	if args.AllowMutable == nil {
+		args.AllowMutable = pulumi.BoolPtr(false)
 	}
 	if args.ApiKeySecretKey == nil {
 		args.ApiKeySecretKey = pulumi.StringPtr("api-key")
@@ -148,10 +164,14 @@ type loRAAdapterArgs struct {
 	AdapterName string `pulumi:"adapterName"`
 	// Take over a CR of this name that already exists (made by kubectl or Helm) when its spec is what this resource declares; load only on pods that lack the adapter (default false).
 	Adopt *bool `pulumi:"adopt"`
+	// Stage a source whose content can change (a branch, a tag, a prefix) without digests.
+	AllowMutable *bool `pulumi:"allowMutable"`
 	// The key inside that Secret (default `api-key`).
 	ApiKeySecretKey *string `pulumi:"apiKeySecretKey"`
 	// A Secret in the InferenceService's namespace holding the SGLang API key.
 	ApiKeySecretName *string `pulumi:"apiKeySecretName"`
+	// File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
+	Digests map[string]string `pulumi:"digests"`
 	// `spec.inferenceServiceRef.name`: the target InferenceService.
 	InferenceService string `pulumi:"inferenceService"`
 	// `spec.inferenceServiceRef.namespace`; defaults to `namespace`.
@@ -162,8 +182,8 @@ type loRAAdapterArgs struct {
 	KubeconfigPath *string `pulumi:"kubeconfigPath"`
 	// The CR's namespace (default `default`).
 	Namespace *string `pulumi:"namespace"`
-	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container.
-	Path string `pulumi:"path"`
+	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
+	Path *string `pulumi:"path"`
 	// Pin the adapter in SGLang's memory pool (never evicted by `--max-loaded-loras`).
 	Pinned *bool `pulumi:"pinned"`
 	// `AllReadyPods` (default) or `AnyReadyPod`: what counts as loaded.
@@ -172,8 +192,18 @@ type loRAAdapterArgs struct {
 	ReadyTimeoutSeconds *float64 `pulumi:"readyTimeoutSeconds"`
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName *string `pulumi:"resourceName"`
+	// Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
+	Source *string `pulumi:"source"`
+	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
+	SourceEndpoint *string `pulumi:"sourceEndpoint"`
+	// A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+	SourceSecretName *string `pulumi:"sourceSecretName"`
+	// The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+	SourceServiceAccount *string `pulumi:"sourceServiceAccount"`
 	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport *Transport `pulumi:"transport"`
+	// The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container mounts.
+	VolumeClaim *string `pulumi:"volumeClaim"`
 }
 
 // The set of arguments for constructing a LoRAAdapter resource.
@@ -182,10 +212,14 @@ type LoRAAdapterArgs struct {
 	AdapterName pulumi.StringInput
 	// Take over a CR of this name that already exists (made by kubectl or Helm) when its spec is what this resource declares; load only on pods that lack the adapter (default false).
 	Adopt pulumi.BoolPtrInput
+	// Stage a source whose content can change (a branch, a tag, a prefix) without digests.
+	AllowMutable pulumi.BoolPtrInput
 	// The key inside that Secret (default `api-key`).
 	ApiKeySecretKey pulumi.StringPtrInput
 	// A Secret in the InferenceService's namespace holding the SGLang API key.
 	ApiKeySecretName pulumi.StringPtrInput
+	// File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
+	Digests pulumi.StringMapInput
 	// `spec.inferenceServiceRef.name`: the target InferenceService.
 	InferenceService pulumi.StringInput
 	// `spec.inferenceServiceRef.namespace`; defaults to `namespace`.
@@ -196,8 +230,8 @@ type LoRAAdapterArgs struct {
 	KubeconfigPath pulumi.StringPtrInput
 	// The CR's namespace (default `default`).
 	Namespace pulumi.StringPtrInput
-	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container.
-	Path pulumi.StringInput
+	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
+	Path pulumi.StringPtrInput
 	// Pin the adapter in SGLang's memory pool (never evicted by `--max-loaded-loras`).
 	Pinned pulumi.BoolPtrInput
 	// `AllReadyPods` (default) or `AnyReadyPod`: what counts as loaded.
@@ -206,8 +240,18 @@ type LoRAAdapterArgs struct {
 	ReadyTimeoutSeconds pulumi.Float64PtrInput
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName pulumi.StringPtrInput
+	// Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
+	Source pulumi.StringPtrInput
+	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
+	SourceEndpoint pulumi.StringPtrInput
+	// A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+	SourceSecretName pulumi.StringPtrInput
+	// The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+	SourceServiceAccount pulumi.StringPtrInput
 	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport TransportPtrInput
+	// The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container mounts.
+	VolumeClaim pulumi.StringPtrInput
 }
 
 func (LoRAAdapterArgs) ElementType() reflect.Type {
@@ -307,6 +351,11 @@ func (o LoRAAdapterOutput) Adopt() pulumi.BoolPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.BoolPtrOutput { return v.Adopt }).(pulumi.BoolPtrOutput)
 }
 
+// Stage a source whose content can change (a branch, a tag, a prefix) without digests.
+func (o LoRAAdapterOutput) AllowMutable() pulumi.BoolPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.BoolPtrOutput { return v.AllowMutable }).(pulumi.BoolPtrOutput)
+}
+
 // The key inside that Secret (default `api-key`).
 func (o LoRAAdapterOutput) ApiKeySecretKey() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.ApiKeySecretKey }).(pulumi.StringPtrOutput)
@@ -327,6 +376,11 @@ func (o LoRAAdapterOutput) Conditions() ConditionInfoArrayOutput {
 	return o.ApplyT(func(v *LoRAAdapter) ConditionInfoArrayOutput { return v.Conditions }).(ConditionInfoArrayOutput)
 }
 
+// A staged adapter's content key: the name of its directory on the claim (16 hex).
+func (o LoRAAdapterOutput) ContentKey() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.ContentKey }).(pulumi.StringPtrOutput)
+}
+
 // The LoRAAdapter CR's name (`metadata.name`).
 func (o LoRAAdapterOutput) CrName() pulumi.StringOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringOutput { return v.CrName }).(pulumi.StringOutput)
@@ -335,6 +389,11 @@ func (o LoRAAdapterOutput) CrName() pulumi.StringOutput {
 // The CR's `metadata.uid` (a new one means the CR was replaced).
 func (o LoRAAdapterOutput) CrUid() pulumi.StringOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringOutput { return v.CrUid }).(pulumi.StringOutput)
+}
+
+// File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
+func (o LoRAAdapterOutput) Digests() pulumi.StringMapOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringMapOutput { return v.Digests }).(pulumi.StringMapOutput)
 }
 
 // The CR's `metadata.generation` the outputs describe.
@@ -382,7 +441,7 @@ func (o LoRAAdapterOutput) Namespace() pulumi.StringOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringOutput { return v.Namespace }).(pulumi.StringOutput)
 }
 
-// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container.
+// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
 func (o LoRAAdapterOutput) Path() pulumi.StringOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringOutput { return v.Path }).(pulumi.StringOutput)
 }
@@ -417,9 +476,34 @@ func (o LoRAAdapterOutput) ResourceName() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.ResourceName }).(pulumi.StringPtrOutput)
 }
 
+// Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
+func (o LoRAAdapterOutput) Source() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.Source }).(pulumi.StringPtrOutput)
+}
+
+// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
+func (o LoRAAdapterOutput) SourceEndpoint() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.SourceEndpoint }).(pulumi.StringPtrOutput)
+}
+
+// A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+func (o LoRAAdapterOutput) SourceSecretName() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.SourceSecretName }).(pulumi.StringPtrOutput)
+}
+
+// The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+func (o LoRAAdapterOutput) SourceServiceAccount() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.SourceServiceAccount }).(pulumi.StringPtrOutput)
+}
+
 // `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 func (o LoRAAdapterOutput) Transport() TransportPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) TransportPtrOutput { return v.Transport }).(TransportPtrOutput)
+}
+
+// The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container mounts.
+func (o LoRAAdapterOutput) VolumeClaim() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.VolumeClaim }).(pulumi.StringPtrOutput)
 }
 
 type LoRAAdapterArrayOutput struct{ *pulumi.OutputState }

@@ -52,6 +52,8 @@ type providerArgs struct {
 	ConnectTimeoutSeconds *float64 `pulumi:"connectTimeoutSeconds"`
 	// The kubeconfig context to use.
 	Context *string `pulumi:"context"`
+	// The project's image (where you pushed what `tools/image.py` builds), which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).
+	Image *string `pulumi:"image"`
 	// A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
 	Kubeconfig *string `pulumi:"kubeconfig"`
 	// Seconds to wait for `POST /load_lora_adapter` to answer.
@@ -70,6 +72,8 @@ type ProviderArgs struct {
 	ConnectTimeoutSeconds pulumi.Float64PtrInput
 	// The kubeconfig context to use.
 	Context pulumi.StringPtrInput
+	// The project's image (where you pushed what `tools/image.py` builds), which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).
+	Image pulumi.StringPtrInput
 	// A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
 	Kubeconfig pulumi.StringPtrInput
 	// Seconds to wait for `POST /load_lora_adapter` to answer.

@@ -30,6 +30,17 @@ Object.defineProperty(exports, "context", {
 });
 
 /**
+ * The project's image (where you pushed what `tools/image.py` builds), which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).
+ */
+export declare const image: string | undefined;
+Object.defineProperty(exports, "image", {
+    get() {
+        return __config.get("image");
+    },
+    enumerable: true,
+});
+
+/**
  * A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
  */
 export declare const kubeconfig: string | undefined;

@@ -27,6 +27,11 @@ func GetContext(ctx *pulumi.Context) string {
 	return config.Get(ctx, "pulumi-lora:context")
 }
 
+// The project's image (where you pushed what `tools/image.py` builds), which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).
+func GetImage(ctx *pulumi.Context) string {
+	return config.Get(ctx, "pulumi-lora:image")
+}
+
 // A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
 func GetKubeconfig(ctx *pulumi.Context) string {
 	return config.Get(ctx, "pulumi-lora:kubeconfig")

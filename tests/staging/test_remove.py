@@ -1,0 +1,58 @@
+"""``pulumi-lora unstage``: staged directories go in one rename, nothing else is touched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pulumi_lora._staging._cli import unstage_command
+from pulumi_lora._staging._errors import SourceRefused
+from pulumi_lora._staging._remove import unstage
+
+KEY, OTHER = "0123456789abcdef", "fedcba9876543210"
+
+
+def staged(root: Path, name: str) -> Path:
+    directory = root / name
+    directory.mkdir(parents=True)
+    (directory / "adapter_config.json").write_text("{}")
+    (directory / "adapter_config.json").chmod(0o444)
+    return directory
+
+
+def test_the_named_directory_and_its_leftovers_go_and_nothing_else(tmp_path: Path) -> None:
+    staged(tmp_path, KEY)
+    staged(tmp_path, f".{KEY}.tmp-abc")
+    staged(tmp_path, OTHER)
+    assert unstage(tmp_path, [KEY, "1111111111111111"]) == {
+        "removed": [KEY],
+        "absent": ["1111111111111111"],
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == [OTHER]
+
+
+def test_anything_but_a_content_key_is_refused(tmp_path: Path) -> None:
+    staged(tmp_path, "models")
+    for bad in ("models", "../x", ".", KEY + "0"):
+        with pytest.raises(SourceRefused):
+            unstage(tmp_path, [bad])
+    assert (tmp_path / "models").is_dir()
+
+
+def test_the_command_reports_in_the_termination_log(tmp_path: Path) -> None:
+    root, log = tmp_path / "root", tmp_path / "termination-log"
+    staged(root, KEY)
+    log.write_text("")
+    done = CliRunner().invoke(
+        unstage_command, [KEY, "--root", str(root), "--termination-log", str(log)]
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(log.read_text()) == {"removed": [KEY], "absent": []}
+    failed = CliRunner().invoke(
+        unstage_command, ["nope", "--root", str(root), "--termination-log", str(log)]
+    )
+    assert failed.exit_code == 1
+    assert json.loads(log.read_text())["reason"] == "InvalidSource"
