@@ -56,6 +56,7 @@ _SUBCOMMANDS = {
     "resync": "pulumi_lora._resync._cli:resync_command",
     "stage": "pulumi_lora._staging._cli:stage_command",
     "unstage": "pulumi_lora._staging._cli:unstage_command",
+    "verify-staged": "pulumi_lora._staging._cli:verify_command",
 }
 
 

@@ -173,6 +173,12 @@ class Calls:
             }
         )
         outs = outputs(live, state)
+        if outs.get("content_key") and outs.get("path"):  # a staged adapter: is it still there?
+            verdict = lifecycle.verify_staged(live, config, str(outs["path"]))
+            if verdict != "verified":
+                changed = "missing" if verdict == "missing" else f"changed ({verdict})"
+                report_drift(args, [f"staged directory {outs['path']} {changed}"])
+                del outs["content_key"]  # the next up stages it again
         report_drift(args, drift_words(outs, props))
         RECENT_READS.record(id_, outs, started, generation)
         return ReadResult(id_=id_, outs=outs, inputs=refreshed_inputs(props, outs))

@@ -40,7 +40,7 @@ from pulumi_lora._lifecycle._session import (
     parallel,
     target_generation,
 )
-from pulumi_lora._lifecycle._stage import staged, unstage_unused
+from pulumi_lora._lifecycle._stage import staged, unstage_unused, verify_staged
 from pulumi_lora._lifecycle._state import AdapterState, PodReport, reports, state_from_cr
 from pulumi_lora._lifecycle._steps import (
     adoption_refusal,
@@ -89,4 +89,5 @@ __all__ = [
     "target_generation",
     "unstage_unused",
     "update",
+    "verify_staged",
 ]

@@ -22,16 +22,19 @@ from pulumi_lora import _cluster as k8s
 from pulumi_lora import _jobs
 from pulumi_lora._errors import ClusterError, PulumiLoRAError
 from pulumi_lora._lifecycle._config import ProviderConfig
+from pulumi_lora._lifecycle._looks import LOOK_MAX_AGE_SECONDS
 from pulumi_lora._lifecycle._session import Session
 from pulumi_lora._models import AdapterArgs
+from pulumi_lora._shared_views import SharedViews
 from pulumi_lora._staging._errors import StagingError
 from pulumi_lora._staging._plan import (
-    StageResult,
     adapter_mount,
+    job_document,
     server_flags,
-    stage_outcome,
+    stage_result,
     staging_job,
     unstaging_job,
+    verifying_job,
 )
 from pulumi_lora._staging._source import content_key, declared_request
 from pulumi_lora._version import __version__
@@ -88,9 +91,49 @@ def staged(
         deadline_seconds=DEADLINE_SECONDS,
     )
     label = f"staging {args.adapter_name} ({key}) from {request.source.uri} onto {mount.claim}"
-    result = run_job(session.kube, manifest, say=say, label=label, poll=poll)
+    try:
+        result = stage_result(run_job(session.kube, manifest, say=say, label=label, poll=poll))
+    finally:
+        VERIFIED.invalidate((str(session.source), target.namespace, mount.claim))
     say(f"{label}: {'fetched' if result.fetched else 'already staged'}, {result.bytes} bytes")
     return args.model_copy(update={"path": mount.staged_path(key)}), key
+
+
+VerifyKey = tuple[str, str, str, str]
+"""(kubeconfig or context, namespace, claim, content key)."""
+VERIFIED: SharedViews[VerifyKey, str] = SharedViews(LOOK_MAX_AGE_SECONDS, lambda key: key[:3])
+"""The verdicts of this process's verification Jobs, shared as a look at the pods is (the same
+age bound): one Job per staged directory for the concurrent reads of a refresh, however many
+adapters name it; this process's own staging and removal on a claim retire them."""
+
+
+def verify_staged(
+    args: AdapterArgs, config: ProviderConfig, path: str, *, say: Say = _to_stderr
+) -> str:
+    """What a refresh knows of the staged directory ``path``: ``"verified"`` (every file as the
+    stager recorded it), ``"missing"``, or what is wrong with it, from a Job that fetches
+    nothing (``pulumi-lora verify-staged``). ``"verified"`` too when it cannot be checked (said
+    on the command's output): a refresh reports drift it saw, never a guess."""
+    key = path.rstrip("/").rpartition("/")[2]
+    session = Session(args, config)
+    try:
+        target = session.resolve_target()
+        mount = adapter_mount(target.volumes, target.volume_mounts, args.volume_claim, target.name)
+        if mount.staged_path(key) != path:
+            return "verified"  # not a directory of this claim (edited outside): the spec says
+        manifest = verifying_job(
+            key, namespace=target.namespace, mount=mount, image=config.image or DEFAULT_IMAGE
+        )
+        cache_key = (str(session.source), target.namespace, mount.claim, key)
+
+        def take() -> str:
+            document = run_job(session.kube, manifest, say=say, label=f"verifying {path}", poll=0.2)
+            return str((document.get("keys") or {}).get(key, "missing"))
+
+        return VERIFIED.get(cache_key, take)
+    except PulumiLoRAError as exc:
+        say(f"staged directory {path} not verified: {exc}")
+        return "verified"
 
 
 def unstage_unused(
@@ -132,7 +175,10 @@ def unstage_unused(
         manifest = unstaging_job(
             key, namespace=target.namespace, mount=mount, image=config.image or DEFAULT_IMAGE
         )
-        run_job(session.kube, manifest, say=say, label=f"removing {path}", poll=poll)
+        try:
+            run_job(session.kube, manifest, say=say, label=f"removing {path}", poll=poll)
+        finally:
+            VERIFIED.invalidate((str(session.source), target.namespace, mount.claim))
     except PulumiLoRAError as exc:
         say(f"staged directory {path} left on the claim: {exc}")
         return False
@@ -142,11 +188,10 @@ def unstage_unused(
 
 def run_job(
     kube: Client, manifest: Mapping[str, Any], *, say: Say, label: str, poll: float
-) -> StageResult:
+) -> dict[str, Any]:
     """Run the staging Job to its end and return its result (or raise the stager's error); the
     Job is deleted either way. A Job of the same name that another adapter started is waited
-    for, not duplicated; one that already failed is replaced. (A cleanup Job's result reads as
-    an empty one: only its failure says something.)"""
+    for, not duplicated; one that already failed is replaced."""
     meta = manifest["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     try:
@@ -157,7 +202,7 @@ def run_job(
 
 def _run(
     kube: Client, manifest: Mapping[str, Any], *, say: Say, label: str, poll: float
-) -> StageResult:
+) -> dict[str, Any]:
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     started = time.monotonic()
     deadline = started + DEADLINE_SECONDS + START_SECONDS
@@ -210,7 +255,7 @@ def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _outcome(kube: Client, namespace: str, name: str, finished: str) -> StageResult:
+def _outcome(kube: Client, namespace: str, name: str, finished: str) -> dict[str, Any]:
     """The stager's result from the last pod's termination message."""
     pods = _jobs.job_pods(kube, namespace, name)
     terminated = next((t for pod in reversed(pods) if (t := _terminated(pod))), None)
@@ -222,7 +267,7 @@ def _outcome(kube: Client, namespace: str, name: str, finished: str) -> StageRes
             f"staging Job {namespace}/{name} ended ({reason}) before its container ran: "
             "was its pod evicted or past activeDeadlineSeconds?"
         )
-    return stage_outcome(terminated.get("message"), terminated.get("exitCode"))
+    return job_document(terminated.get("message"), terminated.get("exitCode"))
 
 
 def _check_started(kube: Client, namespace: str, name: str, started: float) -> None:

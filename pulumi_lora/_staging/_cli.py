@@ -26,7 +26,7 @@ from pulumi_lora._staging._source import parse_digest, parse_source
 from pulumi_lora._staging._transfer import DEFAULT_DEADLINE, TransferLimits
 from pulumi_lora._staging._verify import ServerLimits
 
-__all__ = ["TERMINATION_LOG", "stage_command", "unstage_command"]
+__all__ = ["TERMINATION_LOG", "stage_command", "unstage_command", "verify_command"]
 
 TERMINATION_LOG = Path("/dev/termination-log")
 """Where Kubernetes reads a container's termination message (``terminationMessagePath``)."""
@@ -294,7 +294,7 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
 def unstage_command(keys: Sequence[str], root: Path, termination_log: Path) -> None:
     """Remove staged directories ROOT/KEY that nothing names any more (the provider's cleanup
     Job runs this once no CR and no pod names them)."""
-    from pulumi_lora._staging._remove import unstage  # noqa: PLC0415 - one command's module
+    from pulumi_lora._staging._claim import unstage  # noqa: PLC0415 - one command's module
 
     try:
         document: dict[str, Any] = dict(unstage(root, keys))
@@ -303,5 +303,37 @@ def unstage_command(keys: Sequence[str], root: Path, termination_log: Path) -> N
         _terminate({"error": str(error), "reason": error.reason, "file": None}, termination_log)
         raise click.ClickException(str(error)) from None
     _emit("unstaged", **document)
+    click.echo(json.dumps(document, separators=(",", ":")))
+    _terminate(document, termination_log)
+
+
+@click.command(
+    "verify-staged",
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
+@click.argument("keys", nargs=-1, required=True)
+@click.option(
+    "--root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/adapters"),
+    help="The volume's mount, where ROOT/<content key> was staged.",
+)
+@click.option(
+    "--termination-log",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=TERMINATION_LOG,
+    hidden=True,
+)
+def verify_command(keys: Sequence[str], root: Path, termination_log: Path) -> None:
+    """Check staged directories ROOT/KEY against the manifests the stager recorded, fetching
+    nothing: {"keys": {KEY: "verified" | "missing" | what is wrong}} (a refresh's Job)."""
+    from pulumi_lora._staging._claim import verify_keys  # noqa: PLC0415 - one command's module
+
+    try:
+        document: dict[str, Any] = {"keys": verify_keys(root, keys)}
+    except Exception as exc:  # every failure reaches the log, as for stage
+        error = as_staging_error(exc)
+        _terminate({"error": str(error), "reason": error.reason, "file": None}, termination_log)
+        raise click.ClickException(str(error)) from None
     click.echo(json.dumps(document, separators=(",", ":")))
     _terminate(document, termination_log)

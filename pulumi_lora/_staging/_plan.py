@@ -25,11 +25,14 @@ __all__ = [
     "AdapterMount",
     "StageResult",
     "adapter_mount",
+    "job_document",
     "job_name",
     "server_flags",
     "stage_outcome",
+    "stage_result",
     "staging_job",
     "unstaging_job",
+    "verifying_job",
 ]
 
 JOB_ROOT = "/staging"
@@ -280,11 +283,11 @@ class StageResult:
     seconds: float
 
 
-def stage_outcome(message: str | None, exit_code: int | None) -> StageResult:
-    """Pure: the Job's result from its container's termination message, or the
-    :class:`StagingError` it reported (the same class the stager raised, with its message).
+def job_document(message: str | None, exit_code: int | None) -> dict[str, Any]:
+    """Pure: what a staging or cleanup Job's container reported in its termination message, or
+    the :class:`StagingError` it reported (the same class the stager raised, with its message).
 
-    A message that is missing or not the stager's JSON (an image without the command, a
+    A message that is missing or not the command's JSON (an image without the command, a
     container killed before it wrote one) is a :class:`StagingError` saying so, with the exit
     code.
     """
@@ -301,10 +304,39 @@ def stage_outcome(message: str | None, exit_code: int | None) -> StageResult:
     if "error" in document:
         file = document.get("file")
         raise reported(str(document.get("reason")), str(document["error"]), file and str(file))
+    return document
+
+
+def stage_outcome(message: str | None, exit_code: int | None) -> StageResult:
+    """Pure: a staging Job's result (see :func:`job_document`)."""
+    return stage_result(job_document(message, exit_code))
+
+
+def stage_result(document: Mapping[str, Any]) -> StageResult:
+    """Pure: the stager's result line as a :class:`StageResult`."""
     return StageResult(
         key=str(document.get("key", "")),
         path=str(document.get("path", "")),
         fetched=bool(document.get("fetched")),
         bytes=int(document.get("bytes") or 0),
         seconds=float(document.get("seconds") or 0.0),
+    )
+
+
+def verifying_job(
+    key: str, *, namespace: str, mount: AdapterMount, image: str, ttl_seconds: int = 600
+) -> dict[str, Any]:
+    """Pure: the Job a refresh runs to check the staged directory of ``key`` against its
+    manifest (``pulumi-lora verify-staged``), fetching nothing, with no credential."""
+    return _job(
+        f"pulumi-lora-verify-{key}",
+        key,
+        ["verify-staged", "--root", JOB_ROOT, key],
+        [],
+        namespace=namespace,
+        mount=mount,
+        image=image,
+        service_account=None,
+        active_seconds=300,
+        ttl_seconds=ttl_seconds,
     )

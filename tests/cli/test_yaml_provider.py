@@ -15,6 +15,8 @@ import httpx2
 import pytest
 
 from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.hub import PlayedHub
+from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.testbed import Testbed
 
 from .conftest import (
@@ -96,3 +98,41 @@ def test_yaml_example_up_drift_heal_destroy(
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
     assert_nothing_left(testbed, [handle])
+
+
+def test_the_staged_yaml_example_stages_loads_refreshes_clean_and_destroys(
+    consumer_engine: LocalEngine, testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    """examples/staged as shipped, its source and endpoint set to a played Hub on this machine:
+    staged once onto the claim, loaded on every pod from the output path, a clean refresh, and
+    a destroy that leaves no CR, no Job and no directory (issue 40)."""
+    require_program("pulumi-language-yaml")
+    handle = testbed.deploy_inference_service(
+        namespace, "llama", replicas=2, adapter_claim="adapters"
+    )
+    handle.wait_ready(timeout=60)
+    write_adapter(tmp_path / "weights", seed="staged-yaml")
+    files = {p.name: p.read_bytes() for p in (tmp_path / "weights").iterdir()}
+    commit = "4" * 40
+    with PlayedHub() as hub:
+        hub.publish(
+            "acme/sql-lora", files, lfs=frozenset({"adapter_model.safetensors"}), commit=commit
+        )
+        testbed.expose_to_pods(hub.port)
+        folder = example_beside_provider("staged", tmp_path, "Pulumi.*.yaml")
+        runner = consumer_engine.project(folder)
+        stack_on_testbed(runner, testbed, namespace)
+        runner.pulumi("config", "set", "source", f"hf://acme/sql-lora@{commit}")
+        runner.pulumi("config", "set", "sourceEndpoint", hub.endpoint)
+        try:
+            runner.pulumi("up", "--yes", "--skip-preview")
+            outputs = runner.outputs()
+            assert outputs["path"] == f"/adapters/{outputs['contentKey']}" and outputs["loaded"]
+            assert all(a == {"sql-lora": outputs["path"]} for a in served(handle).values())
+            assert_clean_refresh(runner)
+        finally:
+            runner.pulumi("destroy", "--yes", "--skip-preview")
+    assert_nothing_left(testbed, [handle])
+    assert list(testbed.claim_directory(namespace, "adapters").iterdir()) == []
+    jobs = testbed.kubectl("get", "jobs", "-n", namespace, "-o", "name")
+    assert jobs.returncode == 0 and jobs.stdout.strip() == ""

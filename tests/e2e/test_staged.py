@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +23,12 @@ from pulumi.dynamic import CreateResult
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora._lifecycle._stage import VERIFIED
 from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.hub import PlayedHub
 from pulumi_lora.testing.peft import write_adapter
+from pulumi_lora.testing.s3 import MotoServer, MotoUnavailableError
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 from .conftest import adapter_props, drift_report, provider_for, served
@@ -227,3 +232,96 @@ def test_a_private_repository_without_its_secret_fails_saying_so(
     assert all(pod == {} for pod in served(claimed).values())
     listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
     assert listed.returncode == 0 and listed.stdout.strip() == ""
+
+
+def test_an_s3_source_with_its_keys_in_a_secret_is_staged_and_loaded(
+    testbed: Testbed,
+    namespace: str,
+    claimed: InferenceServiceHandle,
+    files: dict[str, bytes],
+    config: ProviderConfig,
+) -> None:
+    """From a real S3-compatible server (moto) on loopback: the keys only in a Secret the Job
+    reads, the digests pinning every object; nothing of the keys in the outputs."""
+    import boto3  # noqa: PLC0415 - the staging extra, installed with the test extra
+
+    try:
+        server = MotoServer().start()
+    except MotoUnavailableError as exc:
+        missing_real_part(str(exc))
+    try:
+        s3 = boto3.client("s3", endpoint_url=server.endpoint, **_keys(server.env))
+        s3.create_bucket(Bucket="adapters")
+        for name, data in files.items():
+            s3.put_object(Bucket="adapters", Key=f"sql-lora/{name}", Body=data)
+        testbed.expose_to_pods(server.port)
+        literals = [f"--from-literal={k}={v}" for k, v in server.env.items() if k != "AWS_REGION"]
+        made = testbed.kubectl("create", "secret", "generic", "s3-keys", "-n", namespace, *literals)
+        assert made.returncode == 0, made.stderr
+        props = {
+            **adapter_props(namespace, ""),
+            "source": "s3://adapters/sql-lora/",
+            "digests": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
+            "source_endpoint": server.endpoint,
+            "source_secret_name": "s3-keys",
+        }
+        del props["path"]
+        provider = provider_for(config)
+        assert provider.check({}, props).failures == []
+        outs = provider.create(props).outs or {}
+    finally:
+        server.stop()
+    assert all(pod == {"sql-lora": outs["path"]} for pod in served(claimed).values())
+    shown = json.dumps(outs)
+    assert all(value not in shown for value in server.env.values() if value != "us-east-1")
+
+
+def _keys(env: dict[str, str]) -> dict[str, str]:
+    return {
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+        "region_name": env["AWS_REGION"],
+    }
+
+
+def test_a_changed_or_missing_staged_directory_is_drift_healed_by_the_next_up(
+    testbed: Testbed,
+    namespace: str,
+    claimed: InferenceServiceHandle,
+    hub: PlayedHub,
+    files: dict[str, bytes],
+    config: ProviderConfig,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Refresh checks a staged directory in place (a Job that fetches nothing): a file changed
+    on the claim, or the directory gone, is drift in words, and the next up stages it again."""
+    provider = provider_for(config)
+    props = staged_props(namespace, hub)
+    made = provider.create(props)
+    outs = {**props, **(made.outs or {})}
+    directory = testbed.claim_directory(namespace, "adapters") / outs["content_key"]
+    assert "content_key" in (provider.read(made.id, outs).outs or {})  # untouched: no drift
+
+    weights = directory / "adapter_model.safetensors"
+    weights.chmod(0o644)
+    weights.write_bytes(b"tampered" + files["adapter_model.safetensors"][8:])
+    time.sleep(VERIFIED.max_age)  # the first read's verdict is shared that long
+    capfd.readouterr()
+    read = provider.read(made.id, outs).outs or {}
+    said = capfd.readouterr().err
+    assert "content_key" not in read
+    assert (
+        f"drift: LoRAAdapter {namespace}/sql-lora: staged directory {outs['path']} changed" in said
+    )
+    assert "adapter_model.safetensors" in said
+    assert provider.diff(made.id, {**props, **read}, props).changes
+    healed = provider.update(made.id, {**props, **read}, props).outs or {}
+    assert healed["content_key"] == outs["content_key"] and healed["path"] == outs["path"]
+    assert weights.read_bytes() == files["adapter_model.safetensors"]
+
+    shutil.rmtree(directory)
+    time.sleep(VERIFIED.max_age)
+    capfd.readouterr()
+    gone = provider.read(made.id, {**props, **healed}).outs or {}
+    assert "content_key" not in gone
+    assert f"staged directory {outs['path']} missing" in capfd.readouterr().err

@@ -6,12 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import ssl
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +17,7 @@ import pytest
 
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.hub import PlayedHub
+from pulumi_lora.testing.s3 import MotoServer, MotoUnavailableError
 
 from .played import PlayedHttp, self_signed
 
@@ -61,46 +59,14 @@ def leftovers(root: Path) -> list[str]:
     return sorted(os.listdir(root)) if root.exists() else []
 
 
-@dataclass(frozen=True)
-class MotoServer:
-    endpoint: str
-    env: dict[str, str]
-
-
 @pytest.fixture(scope="module")
 def moto() -> Iterator[MotoServer]:
     """moto's S3-compatible server (``moto_server``) on 127.0.0.1, a free port."""
-    program = shutil.which("moto_server", path=str(Path(sys.executable).parent))
-    if program is None:
-        missing_real_part("moto_server is not installed (the project's test extra: moto[server])")
-    process = subprocess.Popen(
-        [program, "-H", "127.0.0.1", "-p", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    endpoint = None
-    for line in process.stdout:  # werkzeug names the port it bound, then serves
-        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
-        if found:
-            endpoint = found[1]
-            break
-    if endpoint is None:
-        process.kill()
-        pytest.fail(f"moto_server exited ({process.wait()}) without serving")
-    # Its request log goes on: drain it, or the pipe fills and the server blocks.
-    threading.Thread(target=process.stdout.read, daemon=True).start()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing-key-id",
-        "AWS_SECRET_ACCESS_KEY": "testing-secret-0123456789",
-        "AWS_REGION": "us-east-1",
-    }
     try:
-        yield MotoServer(endpoint=endpoint, env=env)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+        with MotoServer() as server:
+            yield server
+    except MotoUnavailableError as exc:
+        missing_real_part(str(exc))
 
 
 @pytest.fixture

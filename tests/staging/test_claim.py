@@ -1,4 +1,5 @@
-"""``pulumi-lora unstage``: staged directories go in one rename, nothing else is touched."""
+"""Staged directories on the claim: verified in place (`pulumi-lora verify-staged`) and removed
+in one rename (`pulumi-lora unstage`), nothing else touched."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pulumi_lora._staging._claim import unstage, verify_keys
 from pulumi_lora._staging._cli import unstage_command
 from pulumi_lora._staging._errors import SourceRefused
-from pulumi_lora._staging._remove import unstage
+from pulumi_lora._staging._fetch import stage
+from pulumi_lora._staging._source import parse_source
+from pulumi_lora.testing.hub import PlayedHub
+
+from .conftest import Adapter
+
+WEIGHTS = "adapter_model.safetensors"
 
 KEY, OTHER = "0123456789abcdef", "fedcba9876543210"
 
@@ -56,3 +64,20 @@ def test_the_command_reports_in_the_termination_log(tmp_path: Path) -> None:
     )
     assert failed.exit_code == 1
     assert json.loads(log.read_text())["reason"] == "InvalidSource"
+
+
+def test_a_staged_directory_is_verified_against_its_manifest_in_place(
+    hub: PlayedHub, adapter: Adapter, tmp_path: Path
+) -> None:
+    commit = hub.publish("acme/verified", adapter.files, lfs=frozenset({WEIGHTS}))
+    result = stage(
+        parse_source(f"hf://acme/verified@{commit}"), tmp_path, env={"HF_ENDPOINT": hub.endpoint}
+    )
+    key = result.key
+    assert verify_keys(tmp_path, [key, OTHER]) == {key: "verified", OTHER: "missing"}
+    weights = tmp_path / key / WEIGHTS
+    weights.chmod(0o644)
+    weights.write_bytes(b"changed")
+    assert WEIGHTS in verify_keys(tmp_path, [key])[key]
+    staged(tmp_path, KEY)  # a directory no stager recorded
+    assert "never recorded" in verify_keys(tmp_path, [KEY])[KEY]
