@@ -142,7 +142,7 @@ class Calls:
         """Apply the CR and load everywhere (nothing left behind on failure)."""
         args = _args(props)
         if args.path is None:  # declared by source: staged first, then loaded by its path
-            args, _ = lifecycle.staged(args, config)
+            args, _ = lifecycle.staged(args, config, say=progress)
         state = lifecycle.create(args, config)
         return CreateResult(id_=f"{args.namespace}/{args.cr_name}", outs=outputs(args, state))
 
@@ -174,7 +174,7 @@ class Calls:
         )
         outs = outputs(live, state)
         if outs.get("content_key") and outs.get("path"):  # a staged adapter: is it still there?
-            verdict = lifecycle.verify_staged(live, config, str(outs["path"]))
+            verdict = lifecycle.verify_staged(live, config, str(outs["path"]), say=progress)
             if verdict != "verified":
                 changed = "missing" if verdict == "missing" else f"changed ({verdict})"
                 report_drift(args, [f"staged directory {outs['path']} {changed}"])
@@ -191,11 +191,11 @@ class Calls:
         staged adapter is staged beside the old first (the old directory stays)."""
         args = _args(with_staged_path(_olds, news))
         if args.path is None:
-            args, _ = lifecycle.staged(args, config)
+            args, _ = lifecycle.staged(args, config, say=progress)
         outs = outputs(args, lifecycle.update(args, config))
         old = _olds.get("path")
         if _olds.get("content_key") and old and old != args.path:  # the old content, unused?
-            lifecycle.unstage_unused(_args(_olds), config, str(old))
+            lifecycle.unstage_unused(_args(_olds), config, str(old), say=progress)
         return UpdateResult(outs=outs)
 
     @staticmethod
@@ -205,7 +205,7 @@ class Calls:
         args = _args(props)
         lifecycle.delete(args, config)
         if props.get("content_key") and args.path:
-            lifecycle.unstage_unused(args, config, args.path)
+            lifecycle.unstage_unused(args, config, args.path, say=progress)
 
 
 CALLS = Calls()
@@ -471,6 +471,12 @@ class DriftReporter:
 
 
 report_drift = DriftReporter()
+
+
+def progress(line: str) -> None:
+    """A line of a long operation's progress (staging), where drift lines go: the command's
+    output for the dynamic provider, the engine's log for ``provider/``'s plugin."""
+    report_drift.write(line + "\n")
 
 
 def refreshed_inputs(olds: Mapping[str, Any], outs: Mapping[str, Any]) -> dict[str, Any] | None:

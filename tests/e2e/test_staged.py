@@ -7,6 +7,7 @@ as a cluster reaches a Service (``Testbed.expose_to_pods``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -325,3 +326,24 @@ def test_a_changed_or_missing_staged_directory_is_drift_healed_by_the_next_up(
     gone = provider.read(made.id, {**props, **healed}).outs or {}
     assert "content_key" not in gone
     assert f"staged directory {outs['path']} missing" in capfd.readouterr().err
+
+
+def test_a_staging_job_that_cannot_start_fails_at_once_and_leaves_nothing(
+    testbed: Testbed,
+    namespace: str,
+    claimed: InferenceServiceHandle,
+    hub: PlayedHub,
+    config: ProviderConfig,
+) -> None:
+    """An image the nodes cannot pull (``pulumi-lora:image`` wrong): the up fails with the
+    kubelet's reason within seconds, not at the Job's deadline; no CR, no Job, nothing loaded."""
+    provider = provider_for(dataclasses.replace(config, image="localhost/pulumi-lora:no-such"))
+    started = time.monotonic()
+    with pytest.raises(PulumiLoRAError) as failed:
+        provider.create(staged_props(namespace, hub))
+    assert time.monotonic() - started < 60
+    assert "cannot start: ErrImagePull" in str(failed.value)
+    assert "pulumi-lora:image" in str(failed.value)
+    assert all(pod == {} for pod in served(claimed).values())
+    listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
+    assert listed.returncode == 0 and listed.stdout.strip() == ""

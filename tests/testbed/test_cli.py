@@ -50,7 +50,8 @@ def containers_expected() -> bool:
 def test_up_status_down(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     up = cli("up", "--state-dir", str(state_dir), "--isvc", "demo", "--replicas", "2",
-             "--namespace", "cli", "--startup-delay", "0.2")  # fmt: skip
+             "--namespace", "cli", "--startup-delay", "0.2",
+             "--adapter-claim", "adapters")  # fmt: skip
     assert up.returncode == 0, up.stderr
     kubeconfig = Path(up.stdout.strip())
     assert kubeconfig == state_dir / "kubeconfig" and kubeconfig.is_file()
@@ -86,6 +87,19 @@ def test_up_status_down(tmp_path: Path) -> None:
         assert got.returncode == 0, got.stderr
         items = json.loads(got.stdout)["items"]
         assert len(items) == 2 and all(i["status"]["phase"] == "Running" for i in items)
+        # --adapter-claim: a bound claim, mounted read-only at /adapters in every SGLang pod
+        for item in items:
+            claims = [v["persistentVolumeClaim"]["claimName"]
+                      for v in item["spec"]["volumes"] if "persistentVolumeClaim" in v]  # fmt: skip
+            assert claims == ["adapters"]
+            (mount,) = [m for m in item["spec"]["containers"][0]["volumeMounts"]
+                        if m["name"] == "adapters"]  # fmt: skip
+            assert mount["mountPath"] == "/adapters" and mount["readOnly"] is True
+        bound = subprocess.run(
+            [str(kubectl), "get", "pvc", "adapters", "-n", "cli", "-o", "jsonpath={.status.phase}"],
+            capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+        assert bound.stdout == "Bound", bound.stderr
         # As in every LLMKube install, LLMKube's LoRA controller acts there, as its own account,
         # and the played operator made the InferenceService's Service.
         acts = subprocess.run(

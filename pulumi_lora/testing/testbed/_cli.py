@@ -146,6 +146,14 @@ _state_dir_option = click.option(
     help="What the SGLang pods run: the emulator, or the real SGLang server on the CPU with "
     "the tiny model (`python3 tools/sglang_env.py` installs it; ~4 GB and ~30 s per pod).",
 )
+@click.option(
+    "--adapter-claim",
+    default=None,
+    metavar="NAME",
+    help="Mount a ReadWriteMany PersistentVolumeClaim NAME (made, bound, on a directory of the "
+    "testbed) read-only at /adapters in every SGLang pod: where adapters declared by `source` "
+    "are staged (docs/staging.md).",
+)
 @click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds to wait.")
 @click.option(
     "--llmkube-lora-controller/--no-llmkube-lora-controller",
@@ -174,6 +182,7 @@ def up(  # noqa: PLR0917 - one parameter per click option
     network: str,
     startup_delay: float,
     server: str,
+    adapter_claim: str | None,
     timeout: float,
     llmkube_lora_controller: bool,
     container_runtime: str,
@@ -195,6 +204,7 @@ def up(  # noqa: PLR0917 - one parameter per click option
         "network": network,
         "startup_delay": startup_delay,
         "server": server,
+        "adapter_claim": adapter_claim,
         "ready_timeout": timeout,
         "llmkube": llmkube_lora_controller,
         "container_runtime": container_runtime,

@@ -61,6 +61,9 @@ class SupervisorSpec:
     """How the re-sync loop's pods run: podman containers of their image, or local processes."""
     server: Server = "emulator"
     """What the SGLang pods run: the emulator, or the real server on the CPU (``sglang``)."""
+    adapter_claim: str | None = None
+    """A ReadWriteMany claim of this name mounted read-only at ``/adapters`` in every SGLang pod
+    (staged adapters land on it); none: the adapter root is ``/adapters``."""
 
 
 def write_state(state_dir: Path, state: dict[str, Any]) -> None:
@@ -142,6 +145,7 @@ def run(state_dir: Path, spec: SupervisorSpec, stop: threading.Event) -> int:
                         network=spec.network,
                         startup_delay=spec.startup_delay,
                         server=spec.server,
+                        adapter_claim=spec.adapter_claim,
                         # a real server's probe is a generation: once a second, as declared
                         probe_time_scale=1.0 if spec.server == "sglang" else None,
                         **kwargs,
