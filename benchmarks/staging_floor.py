@@ -15,12 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +27,7 @@ import httpx2
 from pulumi_lora._staging._fetch import stage
 from pulumi_lora._staging._source import parse_source
 from pulumi_lora.testing.hub import PlayedHub
+from pulumi_lora.testing.s3 import MotoServer
 
 SIZE = 80 * 10**6
 WEIGHTS = "adapter_model.safetensors"
@@ -61,23 +58,6 @@ def fsync(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
-
-
-def start_moto() -> tuple[subprocess.Popen[str], str]:
-    program = Path(sys.executable).parent / "moto_server"
-    process = subprocess.Popen(
-        [str(program), "-H", "127.0.0.1", "-p", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
-        if found:
-            threading.Thread(target=process.stdout.read, daemon=True).start()
-            return process, found[1]
-    raise SystemExit("moto_server did not start")
 
 
 def main() -> None:
@@ -118,7 +98,8 @@ def main() -> None:
             best(lambda _: stage(request, work / "hf0", env=env)),
         )
 
-    process, endpoint = start_moto()
+    moto = MotoServer().start()
+    endpoint = moto.endpoint
     try:
         client = boto3.client(
             "s3",
@@ -144,8 +125,7 @@ def main() -> None:
             best(lambda attempt: stage(request, work / f"s3{attempt}", env=S3_KEYS)),
         )
     finally:
-        process.terminate()
-        process.wait()
+        moto.stop()
         shutil.rmtree(work)
 
 

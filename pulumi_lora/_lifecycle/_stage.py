@@ -47,6 +47,8 @@ DEADLINE_SECONDS = 3600
 START_SECONDS = 300.0
 """How long the Job's pod may take to start (pull the image, mount the claim) before the
 staging fails naming what it waits for."""
+POLL = 0.2
+"""Seconds between two looks at a Job's pods (a staging takes a few seconds in all)."""
 WAITING_FAILURES = frozenset(
     {
         "ErrImagePull",
@@ -68,7 +70,7 @@ def _to_stderr(text: str) -> None:
 
 
 def staged(
-    args: AdapterArgs, config: ProviderConfig, *, say: Say = _to_stderr, poll: float = 0.5
+    args: AdapterArgs, config: ProviderConfig, *, say: Say = _to_stderr, poll: float = POLL
 ) -> tuple[AdapterArgs, str]:
     """``args`` with ``path`` set to the staged directory as the pods see it, and the content
     key; stages the content unless it is already there (the stager verifies and reuses it)."""
@@ -127,7 +129,9 @@ def verify_staged(
         cache_key = (str(session.source), target.namespace, mount.claim, key)
 
         def take() -> str:
-            document = run_job(session.kube, manifest, say=say, label=f"verifying {path}", poll=0.2)
+            document = run_job(
+                session.kube, manifest, say=say, label=f"verifying {path}", poll=POLL
+            )
             return str((document.get("keys") or {}).get(key, "missing"))
 
         return VERIFIED.get(cache_key, take)
@@ -142,7 +146,7 @@ def unstage_unused(
     path: str,
     *,
     say: Say = _to_stderr,
-    poll: float = 0.5,
+    poll: float = POLL,
 ) -> bool:
     """Remove the staged directory ``path`` (of ``args``' claim) once no LoRAAdapter CR of the
     adapter's or the target's namespace and no pod of the target names it; returns whether it
@@ -203,6 +207,8 @@ def run_job(
 def _run(
     kube: Client, manifest: Mapping[str, Any], *, say: Say, label: str, poll: float
 ) -> dict[str, Any]:
+    """The result as soon as the Job's container has ended: its termination message is final,
+    and the Job controller marks the Job complete only a batching period later."""
     namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
     started = time.monotonic()
     deadline = started + DEADLINE_SECONDS + START_SECONDS
@@ -211,16 +217,26 @@ def _run(
     say(f"{label}: Job {namespace}/{name} {'started' if created else 'already running'}")
     while True:
         if not job:  # gone under us (another adapter's staging ended and deleted it)
-            job, _ = _jobs.create_job(kube, manifest)
+            job, created = _jobs.create_job(kube, manifest)
             continue
+        pods = _jobs.job_pods(kube, namespace, name)
+        ended = next((t for pod in reversed(pods) if (t := _terminated(pod))), None)
         finished = _finished(job)
+        if ended is None and finished == "Failed" and not created:
+            _jobs.delete_job(kube, namespace, name)  # a stale failure that never ran: afresh
+            job, created = _jobs.create_job(kube, manifest)
+            continue
+        if ended is not None:
+            return job_document(ended.get("message"), ended.get("exitCode"))
         if finished is not None:
-            if finished == "Failed" and not created and not _ran(kube, namespace, name):
-                _jobs.delete_job(kube, namespace, name)  # a stale failure: stage afresh
-                job, created = _jobs.create_job(kube, manifest)
-                continue
-            return _outcome(kube, namespace, name, finished)
-        _check_started(kube, namespace, name, started)
+            reason = next(
+                (p["status"]["reason"] for p in pods if p.get("status", {}).get("reason")), finished
+            )
+            raise StagingError(
+                f"staging Job {namespace}/{name} ended ({reason}) before its container ran: "
+                "was its pod evicted or past activeDeadlineSeconds?"
+            )
+        _check_started(pods, namespace, name, started)
         now = time.monotonic()
         if now >= deadline:
             raise StagingError(
@@ -242,11 +258,6 @@ def _finished(job: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _ran(kube: Client, namespace: str, name: str) -> bool:
-    """Whether a pod of the Job left a termination message (it ran, rather than never started)."""
-    return any(_terminated(pod) for pod in _jobs.job_pods(kube, namespace, name))
-
-
 def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or ():
         terminated = (status.get("state") or {}).get("terminated")
@@ -255,25 +266,10 @@ def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _outcome(kube: Client, namespace: str, name: str, finished: str) -> dict[str, Any]:
-    """The stager's result from the last pod's termination message."""
-    pods = _jobs.job_pods(kube, namespace, name)
-    terminated = next((t for pod in reversed(pods) if (t := _terminated(pod))), None)
-    if terminated is None:
-        reason = finished
-        for pod in pods:
-            reason = (pod.get("status") or {}).get("reason") or reason
-        raise StagingError(
-            f"staging Job {namespace}/{name} ended ({reason}) before its container ran: "
-            "was its pod evicted or past activeDeadlineSeconds?"
-        )
-    return job_document(terminated.get("message"), terminated.get("exitCode"))
-
-
-def _check_started(kube: Client, namespace: str, name: str, started: float) -> None:
+def _check_started(pods: list[dict[str, Any]], namespace: str, name: str, started: float) -> None:
     """Fail early when the staging container cannot start by itself (a missing image, a
     Secret or ServiceAccount that does not exist, a claim never bound), naming why."""
-    for pod in _jobs.job_pods(kube, namespace, name):
+    for pod in pods:
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or ():
             waiting = (container.get("state") or {}).get("waiting") or {}

@@ -1,0 +1,164 @@
+"""Benchmark: staged adapters on the testbed (issue 40), side by side in one run.
+
+Two figures, each against what the user would otherwise pay:
+
+* **stage an 80 MB adapter for 8 replicas** (``LoRAAdapterProvider.create``: the staging Job of
+  the project's image under podman, the fetch from a played Hugging Face Hub on loopback,
+  verification, the rename, then the load on 8 pods) against the floor of one plain GET of the
+  same bytes from the same Hub to disk. The Hub is asked for the weights **once**, whatever the
+  replica count. Targets: one fetch; (create wall) / floor <= 1.3 (the issue's goal).
+* **``pulumi up`` of 20 staged adapters on 4 pods** against the same 20 adapters by ``path``
+  (already on the pods' volume), each on an InferenceService of its own, in one run. Target:
+  staged / by path <= 1.5.
+
+The stager's own seconds (what the Job's container spent, from its result) are printed beside
+the create's wall, so the Job's fixed cost (a pod and a container to start) is visible apart
+from the fetch.
+
+Run: ``.venv/bin/python benchmarks/staged_up_benchmark.py`` (the provisioned tools and the
+project's image: ``python3 tools/provision.py``; about 2 minutes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pulumi
+from pulumi import automation as auto
+
+from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
+from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.hub import PlayedHub
+from pulumi_lora.testing.peft import write_adapter
+from pulumi_lora.testing.testbed import Testbed
+
+SIZE = 80 * 10**6
+WEIGHTS = "adapter_model.safetensors"
+FLEET = 20
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def big_adapter() -> dict[str, bytes]:
+    config = json.dumps({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj", "v_proj"]})
+    return {"adapter_config.json": config.encode(), WEIGHTS: os.urandom(SIZE)}
+
+
+def floor(hub: PlayedHub, sha: str, work: Path) -> float:
+    """The best of three plain GETs of the weights from the Hub's CDN to disk."""
+    runs = []
+    for _ in range(3):
+        started = time.perf_counter()
+        url = f"{hub.endpoint}/cdn/{sha}"
+        with httpx2.stream("GET", url) as answer, (work / "floor.bin").open("wb") as out:
+            for chunk in answer.iter_bytes(1 << 20):
+                out.write(chunk)
+        runs.append(time.perf_counter() - started)
+    return min(runs)
+
+
+def stage_for_replicas(testbed: Testbed, hub: PlayedHub, work: Path) -> None:
+    namespace = testbed.create_namespace("bench-stage")
+    handle = testbed.deploy_inference_service(
+        namespace, "llama", replicas=8, adapter_claim="adapters"
+    )
+    handle.wait_ready(timeout=120)
+    files = big_adapter()
+    commit = hub.publish("acme/big", files, lfs=frozenset({WEIGHTS}))
+    sha = hashlib.sha256(files[WEIGHTS]).hexdigest()
+    plain = floor(hub, sha, work)
+    before = len([r for r in hub.requests if r.path.startswith("/cdn/")])
+    provider = LoRAAdapterProvider()
+    provider._config = ProviderConfig(kubeconfig=str(testbed.kubeconfig_path))
+    started = time.perf_counter()
+    made = provider.create(
+        {
+            "adapter_name": "big",
+            "source": f"hf://acme/big@{commit}",
+            "source_endpoint": hub.endpoint,
+            "inference_service": "llama",
+            "namespace": namespace,
+        }
+    )
+    wall = time.perf_counter() - started
+    fetches = len([r for r in hub.requests if r.path.startswith("/cdn/")]) - before
+    served = handle.served()
+    path = (made.outs or {})["path"]
+    assert all(pod == {"big": path} for pod in served.values()), served
+    print(f"  plain GET of the 80 MB from the Hub to disk (floor, best of 3)  {plain:8.2f} s")
+    print(f"  create: staging Job + load on 8 pods                           {wall:8.2f} s")
+    print(f"  fetches of the weights for 8 replicas   {fetches:3d}    target 1        "
+          f"{verdict(fetches == 1)}")  # fmt: skip
+    ratio = wall / plain
+    print(f"  create / floor                          {ratio:6.2f}  target <= 1.30  "
+          f"{verdict(ratio <= 1.3)}")  # fmt: skip
+
+
+def program_of(declared: dict[str, dict[str, Any]]) -> Any:
+    def program() -> None:
+        for name, args in declared.items():
+            LoRAAdapter(name, LoRAAdapterArgs(**args))
+        pulumi.export("n", len(declared))
+
+    return program
+
+
+def fleet_up(testbed: Testbed, hub: PlayedHub, work: Path) -> None:
+    engine = LocalEngine(work / "engine")
+    walls: dict[str, float] = {}
+    for kind in ("path", "staged"):
+        namespace = testbed.create_namespace(f"bench-{kind}")
+        handle = testbed.deploy_inference_service(
+            namespace, "llama", replicas=4, adapter_claim="adapters" if kind == "staged" else None
+        )
+        handle.wait_ready(timeout=120)
+        declared: dict[str, dict[str, Any]] = {}
+        for index in range(FLEET):
+            name = f"a{index:02d}"
+            base = {"adapter_name": name, "inference_service": "llama", "namespace": namespace}
+            if kind == "path":
+                declared[name] = {**base, "path": testbed.make_adapter(f"{kind}-{name}")}
+                continue
+            folder = work / "adapters" / name
+            write_adapter(folder, seed=name)
+            files = {p.name: p.read_bytes() for p in folder.iterdir()}
+            commit = hub.publish(f"acme/{name}", files, lfs=frozenset({WEIGHTS}))
+            source = {"source": f"hf://acme/{name}@{commit}", "source_endpoint": hub.endpoint}
+            declared[name] = {**base, **source}
+        stack = engine.inline_stack("staged-bench", kind, program_of(declared))
+        stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
+        started = time.perf_counter()
+        stack.up()
+        walls[kind] = time.perf_counter() - started
+        stack.destroy()
+        print(f"  up, {FLEET} adapters by {kind:<6} on 4 pods                      "
+              f"{walls[kind]:8.2f} s")  # fmt: skip
+    ratio = walls["staged"] / walls["path"]
+    print(f"  staged / by path                        {ratio:6.2f}  target <= 1.50  "
+          f"{verdict(ratio <= 1.5)}")  # fmt: skip
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="staged-bench-"))
+    with Testbed() as testbed, PlayedHub() as hub:
+        testbed.expose_to_pods(hub.port)
+        print("staging an 80 MB adapter for 8 replicas")
+        stage_for_replicas(testbed, hub, work)
+        print(f"pulumi up of {FLEET} adapters on 4 pods")
+        fleet_up(testbed, hub, work)
+        print(f"(load average {os.getloadavg()})")
+
+
+if __name__ == "__main__":
+    main()
