@@ -142,7 +142,7 @@ class Calls:
         """Apply the CR and load everywhere (nothing left behind on failure)."""
         args = _args(props)
         if args.path is None:  # declared by source: staged first, then loaded by its path
-            args, _ = lifecycle.staged(args, config, say=progress)
+            args = lifecycle.staged(args, config, say=progress)
         state = lifecycle.create(args, config)
         return CreateResult(id_=f"{args.namespace}/{args.cr_name}", outs=outputs(args, state))
 
@@ -191,7 +191,7 @@ class Calls:
         staged adapter is staged beside the old first (the old directory stays)."""
         args = _args(with_staged_path(_olds, news))
         if args.path is None:
-            args, _ = lifecycle.staged(args, config, say=progress)
+            args = lifecycle.staged(args, config, say=progress)
         outs = outputs(args, lifecycle.update(args, config))
         old = _olds.get("path")
         if _olds.get("content_key") and old and old != args.path:  # the old content, unused?

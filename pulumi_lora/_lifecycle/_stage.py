@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from lightkube import Client
@@ -24,10 +24,12 @@ from pulumi_lora._errors import ClusterError, PulumiLoRAError
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._looks import LOOK_MAX_AGE_SECONDS
 from pulumi_lora._lifecycle._session import Session
+from pulumi_lora._llmkube import Target
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora._shared_views import SharedViews
 from pulumi_lora._staging._errors import StagingError
 from pulumi_lora._staging._plan import (
+    AdapterMount,
     adapter_mount,
     job_document,
     server_flags,
@@ -69,17 +71,31 @@ def _to_stderr(text: str) -> None:
     sys.stderr.flush()
 
 
-def staged(
-    args: AdapterArgs, config: ProviderConfig, *, say: Say = _to_stderr, poll: float = POLL
-) -> tuple[AdapterArgs, str]:
-    """``args`` with ``path`` set to the staged directory as the pods see it, and the content
-    key; stages the content unless it is already there (the stager verifies and reuses it)."""
-    request, hf_endpoint = declared_request(args.model_dump())
-    key = content_key(request)
+def _claim(args: AdapterArgs, config: ProviderConfig) -> tuple[Session, Target, AdapterMount]:
+    """The session, the target and the claim its SGLang container mounts for adapters."""
     session = Session(args, config)
     target = session.resolve_target()
     where = f"{target.namespace}/{target.name}"
-    mount = adapter_mount(target.volumes, target.volume_mounts, args.volume_claim, where)
+    return (
+        session,
+        target,
+        adapter_mount(target.volumes, target.volume_mounts, args.volume_claim, where),
+    )
+
+
+def _scope(session: Session, mount: AdapterMount) -> tuple[Hashable, ...]:
+    """What this process's verdicts on a claim's directories are shared and retired by."""
+    return (*session.scope, mount.claim)
+
+
+def staged(
+    args: AdapterArgs, config: ProviderConfig, *, say: Say = _to_stderr, poll: float = POLL
+) -> AdapterArgs:
+    """``args`` with ``path`` set to the staged directory as the pods see it; stages the content
+    unless it is already there (the stager verifies and reuses it)."""
+    request, hf_endpoint = declared_request(args.model_dump())
+    key = content_key(request)
+    session, target, mount = _claim(args, config)
     manifest = staging_job(
         request,
         key,
@@ -96,14 +112,14 @@ def staged(
     try:
         result = stage_result(run_job(session.kube, manifest, say=say, label=label, poll=poll))
     finally:
-        VERIFIED.invalidate((str(session.source), target.namespace, mount.claim))
+        VERIFIED.invalidate(_scope(session, mount))
     say(f"{label}: {'fetched' if result.fetched else 'already staged'}, {result.bytes} bytes")
-    return args.model_copy(update={"path": mount.staged_path(key)}), key
+    return args.model_copy(update={"path": mount.staged_path(key)})
 
 
-VerifyKey = tuple[str, str, str, str]
-"""(kubeconfig or context, namespace, claim, content key)."""
-VERIFIED: SharedViews[VerifyKey, str] = SharedViews(LOOK_MAX_AGE_SECONDS, lambda key: key[:3])
+VERIFIED: SharedViews[tuple[Hashable, ...], str] = SharedViews(
+    LOOK_MAX_AGE_SECONDS, lambda key: key[:-1]
+)
 """The verdicts of this process's verification Jobs, shared as a look at the pods is (the same
 age bound): one Job per staged directory for the concurrent reads of a refresh, however many
 adapters name it; this process's own staging and removal on a claim retire them."""
@@ -117,16 +133,14 @@ def verify_staged(
     nothing (``pulumi-lora verify-staged``). ``"verified"`` too when it cannot be checked (said
     on the command's output): a refresh reports drift it saw, never a guess."""
     key = path.rstrip("/").rpartition("/")[2]
-    session = Session(args, config)
     try:
-        target = session.resolve_target()
-        mount = adapter_mount(target.volumes, target.volume_mounts, args.volume_claim, target.name)
+        session, target, mount = _claim(args, config)
         if mount.staged_path(key) != path:
             return "verified"  # not a directory of this claim (edited outside): the spec says
         manifest = verifying_job(
             key, namespace=target.namespace, mount=mount, image=config.image or DEFAULT_IMAGE
         )
-        cache_key = (str(session.source), target.namespace, mount.claim, key)
+        cache_key = (*_scope(session, mount), key)
 
         def take() -> str:
             document = run_job(
@@ -154,9 +168,7 @@ def unstage_unused(
     loaded depends on it)."""
     key = path.rstrip("/").rpartition("/")[2]
     try:
-        session = Session(args, config)
-        target = session.resolve_target()
-        mount = adapter_mount(target.volumes, target.volume_mounts, args.volume_claim, target.name)
+        session, target, mount = _claim(args, config)
         if mount.staged_path(key) != path:
             return False  # not a directory of this claim: not ours to remove
         namespaces = {args.namespace, target.namespace}
@@ -182,7 +194,7 @@ def unstage_unused(
         try:
             run_job(session.kube, manifest, say=say, label=f"removing {path}", poll=poll)
         finally:
-            VERIFIED.invalidate((str(session.source), target.namespace, mount.claim))
+            VERIFIED.invalidate(_scope(session, mount))
     except PulumiLoRAError as exc:
         say(f"staged directory {path} left on the claim: {exc}")
         return False
@@ -220,14 +232,21 @@ def _run(
             job, created = _jobs.create_job(kube, manifest)
             continue
         pods = _jobs.job_pods(kube, namespace, name)
-        ended = next((t for pod in reversed(pods) if (t := _terminated(pod))), None)
+        ended = next(((pod, t) for pod in reversed(pods) if (t := _terminated(pod))), None)
         finished = _finished(job)
         if ended is None and finished == "Failed" and not created:
             _jobs.delete_job(kube, namespace, name)  # a stale failure that never ran: afresh
             job, created = _jobs.create_job(kube, manifest)
             continue
         if ended is not None:
-            return job_document(ended.get("message"), ended.get("exitCode"))
+            pod, terminated = ended
+            status = pod.get("status") or {}
+            if not terminated.get("message") and status.get("reason"):  # Evicted, say
+                raise StagingError(
+                    f"staging Job {namespace}/{name}: its pod was {status['reason']} "
+                    f"({status.get('message') or 'no message'}); run `pulumi up` again"
+                )
+            return job_document(terminated.get("message"), terminated.get("exitCode"))
         if finished is not None:
             reason = next(
                 (p["status"]["reason"] for p in pods if p.get("status", {}).get("reason")), finished
@@ -259,6 +278,7 @@ def _finished(job: Mapping[str, Any]) -> str | None:
 
 
 def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ``terminated`` state of the pod's container, once it has ended."""
     for status in (pod.get("status") or {}).get("containerStatuses") or ():
         terminated = (status.get("state") or {}).get("terminated")
         if terminated:
