@@ -8,6 +8,7 @@ project's venv, where ``pulumi_lora`` is installed as a user installs it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -15,8 +16,10 @@ import httpx2
 import pytest
 
 from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.hub import PlayedHub
 from pulumi_lora.testing.peft import write_adapter
+from pulumi_lora.testing.s3 import MotoServer, MotoUnavailableError
 from pulumi_lora.testing.testbed import Testbed
 
 from .conftest import (
@@ -103,10 +106,13 @@ def test_yaml_example_up_drift_heal_destroy(
 def test_the_staged_yaml_example_stages_loads_refreshes_clean_and_destroys(
     consumer_engine: LocalEngine, testbed: Testbed, namespace: str, tmp_path: Path
 ) -> None:
-    """examples/staged as shipped, its source and endpoint set to a played Hub on this machine:
-    staged once onto the claim, loaded on every pod from the output path, a clean refresh, and
-    a destroy that leaves no CR, no Job and no directory (issue 40)."""
+    """examples/staged as shipped, its sources pointed at a played Hub and at moto's S3 on this
+    machine (the S3 keys in the Secret it names): both staged onto the claim and loaded on
+    every pod from their output paths, no credential in ``stack export --show-secrets``, a
+    clean refresh, and a destroy that leaves no CR, no Job and no directory (issue 40)."""
     require_program("pulumi-language-yaml")
+    import boto3  # noqa: PLC0415 - the staging extra, installed with the test extra
+
     handle = testbed.deploy_inference_service(
         namespace, "llama", replicas=2, adapter_claim="adapters"
     )
@@ -114,24 +120,52 @@ def test_the_staged_yaml_example_stages_loads_refreshes_clean_and_destroys(
     write_adapter(tmp_path / "weights", seed="staged-yaml")
     files = {p.name: p.read_bytes() for p in (tmp_path / "weights").iterdir()}
     commit = "4" * 40
-    with PlayedHub() as hub:
-        hub.publish(
-            "acme/sql-lora", files, lfs=frozenset({"adapter_model.safetensors"}), commit=commit
-        )
-        testbed.expose_to_pods(hub.port)
-        folder = example_beside_provider("staged", tmp_path, "Pulumi.*.yaml")
-        runner = consumer_engine.project(folder)
-        stack_on_testbed(runner, testbed, namespace)
-        runner.pulumi("config", "set", "source", f"hf://acme/sql-lora@{commit}")
-        runner.pulumi("config", "set", "sourceEndpoint", hub.endpoint)
-        try:
-            runner.pulumi("up", "--yes", "--skip-preview")
-            outputs = runner.outputs()
-            assert outputs["path"] == f"/adapters/{outputs['contentKey']}" and outputs["loaded"]
-            assert all(a == {"sql-lora": outputs["path"]} for a in served(handle).values())
-            assert_clean_refresh(runner)
-        finally:
-            runner.pulumi("destroy", "--yes", "--skip-preview")
+    try:
+        moto = MotoServer().start()
+    except MotoUnavailableError as exc:
+        missing_real_part(str(exc))
+    try:
+        with PlayedHub() as hub:
+            lfs = frozenset({"adapter_model.safetensors"})
+            hub.publish("acme/sql-lora", files, lfs=lfs, commit=commit)
+            s3 = boto3.client(
+                "s3",
+                endpoint_url=moto.endpoint,
+                aws_access_key_id=moto.env["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=moto.env["AWS_SECRET_ACCESS_KEY"],
+                region_name=moto.env["AWS_REGION"],
+            )
+            s3.create_bucket(Bucket="adapters")
+            for name, data in files.items():
+                s3.put_object(Bucket="adapters", Key=f"chat-lora/{name}", Body=data)
+            for port in (hub.port, moto.port):
+                testbed.expose_to_pods(port)
+            keys = [f"--from-literal={k}={v}" for k, v in moto.env.items() if k != "AWS_REGION"]
+            made = testbed.kubectl("create", "secret", "generic", "s3-keys", "-n", namespace, *keys)
+            assert made.returncode == 0, made.stderr
+            folder = example_beside_provider("staged", tmp_path, "Pulumi.*.yaml")
+            runner = consumer_engine.project(folder)
+            stack_on_testbed(runner, testbed, namespace)
+            runner.pulumi("config", "set", "source", f"hf://acme/sql-lora@{commit}")
+            runner.pulumi("config", "set", "sourceEndpoint", hub.endpoint)
+            runner.pulumi("config", "set", "bucketEndpoint", moto.endpoint)
+            for name, data in files.items():
+                sha = hashlib.sha256(data).hexdigest()
+                runner.pulumi("config", "set", "--path", f'bucketDigests["{name}"]', sha)
+            try:
+                runner.pulumi("up", "--yes", "--skip-preview")
+                outputs = runner.outputs()
+                assert outputs["path"] == f"/adapters/{outputs['contentKey']}" and outputs["loaded"]
+                assert outputs["chatLoaded"] and outputs["chatPath"] != outputs["path"]
+                want = {"sql-lora": outputs["path"], "chat-lora": outputs["chatPath"]}
+                assert all(a == want for a in served(handle).values())
+                exported = runner.pulumi("stack", "export", "--show-secrets").stdout
+                assert all(v not in exported for k, v in moto.env.items() if k != "AWS_REGION")
+                assert_clean_refresh(runner)
+            finally:
+                runner.pulumi("destroy", "--yes", "--skip-preview")
+    finally:
+        moto.stop()
     assert_nothing_left(testbed, [handle])
     assert list(testbed.claim_directory(namespace, "adapters").iterdir()) == []
     jobs = testbed.kubectl("get", "jobs", "-n", namespace, "-o", "name")

@@ -57,6 +57,48 @@ def hub(testbed: Testbed, files: dict[str, bytes]) -> Iterator[PlayedHub]:
         yield played
 
 
+@dataclasses.dataclass(frozen=True)
+class S3Adapter:
+    """``s3://adapters/sql-lora/`` on a moto server reachable from pods, its keys in the Secret
+    ``s3-keys`` of the test's namespace."""
+
+    server: MotoServer
+    digests: dict[str, str]
+
+    def inputs(self, namespace: str) -> dict[str, Any]:
+        return {
+            "source": "s3://adapters/sql-lora/",
+            "digests": self.digests,
+            "source_endpoint": self.server.endpoint,
+            "source_secret_name": "s3-keys",
+            "inference_service": "llama",
+            "namespace": namespace,
+        }
+
+
+@pytest.fixture
+def s3(testbed: Testbed, namespace: str, files: dict[str, bytes]) -> Iterator[S3Adapter]:
+    import boto3  # noqa: PLC0415 - the staging extra, installed with the test extra
+
+    try:
+        server = MotoServer().start()
+    except MotoUnavailableError as exc:
+        missing_real_part(str(exc))
+    try:
+        client = boto3.client("s3", endpoint_url=server.endpoint, **_keys(server.env))
+        client.create_bucket(Bucket="adapters")
+        for name, data in files.items():
+            client.put_object(Bucket="adapters", Key=f"sql-lora/{name}", Body=data)
+        testbed.expose_to_pods(server.port)
+        literals = [f"--from-literal={k}={v}" for k, v in server.env.items() if k != "AWS_REGION"]
+        made = testbed.kubectl("create", "secret", "generic", "s3-keys", "-n", namespace, *literals)
+        assert made.returncode == 0, made.stderr
+        digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        yield S3Adapter(server, digests)
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def claimed(testbed: Testbed, namespace: str) -> InferenceServiceHandle:
     """``llama``: two Ready pods mounting the claim ``adapters`` read-only at ``/adapters``."""
@@ -147,11 +189,14 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
     namespace: str,
     claimed: InferenceServiceHandle,
     hub: PlayedHub,
+    s3: S3Adapter,
     tmp_path: Path,
 ) -> None:
-    """The issue's path through Pulumi: two staged adapters (one from a private repository,
-    its token in a Secret the provider never reads), a clean refresh, a new commit swapped on
-    every pod, a destroy that leaves no CR and no Job; no credential in the state."""
+    """The issue's path through Pulumi: three staged adapters (a Hub repository at a commit, a
+    private one with its token in a Secret, an S3 prefix with its keys in a Secret; the provider
+    reads neither), a clean refresh, no credential in the state (``stack export --show-secrets``),
+    a wrong digest failing the up naming the file with nothing loaded, a new commit swapped on
+    every pod and the old directory gone, a destroy that leaves no CR, no Job, no directory."""
     made = testbed.kubectl(
         "create",
         "secret",
@@ -171,6 +216,7 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
             "source": f"hf://acme/private-lora@{COMMIT}",
             "source_secret_name": "hub-token",
         },
+        "bucket": {"adapter_name": "bucket-lora", **s3.inputs(namespace)},
     }
     stack = engine.inline_stack("staged-e2e", "dev", program_of(declared))
     stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
@@ -179,13 +225,29 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
     assert sql_path == f"/adapters/{up.outputs['sql_key'].value}"
     private_path = up.outputs["private_path"].value
     assert private_path.startswith("/adapters/") and private_path != sql_path  # another source
+    bucket_path = up.outputs["bucket_path"].value
     assert all(
-        pod == {"sql-lora": sql_path, "private-lora": private_path}
+        pod == {"sql-lora": sql_path, "private-lora": private_path, "bucket-lora": bucket_path}
         for pod in served(claimed).values()
     )
     assert drift_report(stack) is None
-    state = json.dumps(stack.export_stack().deployment)
-    assert TOKEN not in state and "hub-token" in state
+    state = json.dumps(stack.export_stack().deployment)  # --show-secrets
+    assert TOKEN not in state and "hub-token" in state and "s3-keys" in state
+    assert all(value not in state for value in s3.server.env.values() if value != "us-east-1")
+
+    # A wrong digest fails the up naming the file; nothing of it is loaded anywhere.
+    wrong = {"adapter_config.json": "0" * 64}
+    declared["wrong"] = {
+        **base,
+        "adapter_name": "wrong-lora",
+        "source": f"hf://acme/sql-lora@{COMMIT}",
+        "digests": wrong,
+    }
+    with pytest.raises(auto.errors.CommandError) as failed:
+        stack.up()
+    assert "DigestMismatch" in str(failed.value) and "adapter_config.json" in str(failed.value)
+    assert all("wrong-lora" not in pod for pod in served(claimed).values())
+    del declared["wrong"]
 
     # A new commit: staged beside the old directory, then swapped on every pod.
     write_adapter(tmp_path / "next", seed="next")
@@ -194,11 +256,13 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
     declared["sql"]["source"] = f"hf://acme/sql-lora@{NEXT}"
     swapped = stack.up()
     new_path = swapped.outputs["sql_path"].value
-    assert new_path != sql_path and swapped.summary.resource_changes == {"update": 1, "same": 2}
+    assert new_path != sql_path
+    assert swapped.summary.resource_changes == {"update": 1, "same": 3}
     assert all(pod["sql-lora"] == new_path for pod in served(claimed).values())
     root = testbed.claim_directory(namespace, "adapters")
     staged = sorted(p.name for p in root.iterdir())
-    assert staged == sorted({Path(private_path).name, Path(new_path).name})  # the old one gone
+    kept = {Path(private_path).name, Path(new_path).name, Path(bucket_path).name}
+    assert staged == sorted(kept)  # the old one gone
 
     stack.destroy()
     listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
@@ -236,45 +300,20 @@ def test_a_private_repository_without_its_secret_fails_saying_so(
 
 
 def test_an_s3_source_with_its_keys_in_a_secret_is_staged_and_loaded(
-    testbed: Testbed,
     namespace: str,
     claimed: InferenceServiceHandle,
-    files: dict[str, bytes],
+    s3: S3Adapter,
     config: ProviderConfig,
 ) -> None:
     """From a real S3-compatible server (moto) on loopback: the keys only in a Secret the Job
     reads, the digests pinning every object; nothing of the keys in the outputs."""
-    import boto3  # noqa: PLC0415 - the staging extra, installed with the test extra
-
-    try:
-        server = MotoServer().start()
-    except MotoUnavailableError as exc:
-        missing_real_part(str(exc))
-    try:
-        s3 = boto3.client("s3", endpoint_url=server.endpoint, **_keys(server.env))
-        s3.create_bucket(Bucket="adapters")
-        for name, data in files.items():
-            s3.put_object(Bucket="adapters", Key=f"sql-lora/{name}", Body=data)
-        testbed.expose_to_pods(server.port)
-        literals = [f"--from-literal={k}={v}" for k, v in server.env.items() if k != "AWS_REGION"]
-        made = testbed.kubectl("create", "secret", "generic", "s3-keys", "-n", namespace, *literals)
-        assert made.returncode == 0, made.stderr
-        props = {
-            **adapter_props(namespace, ""),
-            "source": "s3://adapters/sql-lora/",
-            "digests": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
-            "source_endpoint": server.endpoint,
-            "source_secret_name": "s3-keys",
-        }
-        del props["path"]
-        provider = provider_for(config)
-        assert provider.check({}, props).failures == []
-        outs = provider.create(props).outs or {}
-    finally:
-        server.stop()
+    props = {"adapter_name": "sql-lora", **s3.inputs(namespace)}
+    provider = provider_for(config)
+    assert provider.check({}, props).failures == []
+    outs = provider.create(props).outs or {}
     assert all(pod == {"sql-lora": outs["path"]} for pod in served(claimed).values())
     shown = json.dumps(outs)
-    assert all(value not in shown for value in server.env.values() if value != "us-east-1")
+    assert all(value not in shown for value in s3.server.env.values() if value != "us-east-1")
 
 
 def _keys(env: dict[str, str]) -> dict[str, str]:
