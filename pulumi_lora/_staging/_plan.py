@@ -4,9 +4,10 @@ The provider stages an adapter by running ``pulumi-lora stage`` in a Job of the 
 that mounts the adapter claim read-write (docs/staging.md); SGLang's pods mount the same claim,
 read-only, where the InferenceService says (``spec.extraVolumes``/``extraVolumeMounts``). This
 module decides everything about that Job from plain dicts (no client): the claim and its mount
-(:func:`adapter_mount`), the manifest (:func:`staging_job`), and what its termination message
-says (:func:`stage_outcome`). The Job is named after the content key, so two adapters of the same
-content share one Job and one directory.
+(:func:`adapter_mount`), the manifests (:func:`staging_job`; the cleanup Job,
+:func:`unstaging_job`; a refresh's check in place, :func:`verifying_job`), and what a Job's
+termination message says (:func:`job_document`). The Job is named after the content key, so two
+adapters of the same content share one Job and one directory.
 """
 
 from __future__ import annotations
