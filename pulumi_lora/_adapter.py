@@ -85,11 +85,12 @@ class AdapterInputs(TypedDict):
     """The Hub endpoint (a private mirror, as ``HF_ENDPOINT``) or the S3-compatible server;
     ``https``, or ``http`` only to a loopback or cluster-internal host."""
     source_secret_name: NotRequired[pulumi.Input[str]]
-    """A Secret in the adapter's namespace holding ``HF_TOKEN`` or ``AWS_ACCESS_KEY_ID`` and
-    ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``); the provider never reads it."""
+    """A Secret in the InferenceService's namespace (where the staging Job runs) holding
+    ``HF_TOKEN``, or ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` (and
+    ``AWS_SESSION_TOKEN``); the provider never reads it."""
     source_service_account: NotRequired[pulumi.Input[str]]
-    """The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod
-    Identity, GKE Workload Identity) instead of static keys."""
+    """The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for
+    workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys."""
     volume_claim: NotRequired[pulumi.Input[str]]
     """The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container
     mounts."""

@@ -164,11 +164,11 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly sourceEndpoint: pulumi.Output<string | undefined>;
     /**
-     * A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+     * A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
      */
     declare public readonly sourceSecretName: pulumi.Output<string | undefined>;
     /**
-     * The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+     * The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
      */
     declare public readonly sourceServiceAccount: pulumi.Output<string | undefined>;
     /**
@@ -347,11 +347,11 @@ export interface LoRAAdapterArgs {
      */
     sourceEndpoint?: pulumi.Input<string | undefined>;
     /**
-     * A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+     * A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
      */
     sourceSecretName?: pulumi.Input<string | undefined>;
     /**
-     * The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+     * The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
      */
     sourceServiceAccount?: pulumi.Input<string | undefined>;
     /**

@@ -74,9 +74,9 @@ type LoRAAdapter struct {
 	Source pulumi.StringPtrOutput `pulumi:"source"`
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
 	SourceEndpoint pulumi.StringPtrOutput `pulumi:"sourceEndpoint"`
-	// A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+	// A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
 	SourceSecretName pulumi.StringPtrOutput `pulumi:"sourceSecretName"`
-	// The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+	// The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
 	SourceServiceAccount pulumi.StringPtrOutput `pulumi:"sourceServiceAccount"`
 	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport TransportPtrOutput `pulumi:"transport"`
@@ -196,9 +196,9 @@ type loRAAdapterArgs struct {
 	Source *string `pulumi:"source"`
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
 	SourceEndpoint *string `pulumi:"sourceEndpoint"`
-	// A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+	// A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
 	SourceSecretName *string `pulumi:"sourceSecretName"`
-	// The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+	// The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
 	SourceServiceAccount *string `pulumi:"sourceServiceAccount"`
 	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport *Transport `pulumi:"transport"`
@@ -244,9 +244,9 @@ type LoRAAdapterArgs struct {
 	Source pulumi.StringPtrInput
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
 	SourceEndpoint pulumi.StringPtrInput
-	// A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+	// A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
 	SourceSecretName pulumi.StringPtrInput
-	// The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+	// The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
 	SourceServiceAccount pulumi.StringPtrInput
 	// `direct` (pod IPs; default), `proxy` (pod proxy; no API key) or `delegated`.
 	Transport TransportPtrInput
@@ -486,12 +486,12 @@ func (o LoRAAdapterOutput) SourceEndpoint() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.SourceEndpoint }).(pulumi.StringPtrOutput)
 }
 
-// A Secret in the adapter's namespace holding `HF_TOKEN` or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
+// A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
 func (o LoRAAdapterOutput) SourceSecretName() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.SourceSecretName }).(pulumi.StringPtrOutput)
 }
 
-// The ServiceAccount the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
+// The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
 func (o LoRAAdapterOutput) SourceServiceAccount() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.SourceServiceAccount }).(pulumi.StringPtrOutput)
 }
