@@ -31,12 +31,11 @@ from pulumi_lora._staging._errors import StagingError
 from pulumi_lora._staging._plan import (
     AdapterMount,
     adapter_mount,
+    claim_job,
     job_document,
     server_flags,
     stage_result,
     staging_job,
-    unstaging_job,
-    verifying_job,
 )
 from pulumi_lora._staging._source import content_key, declared_request
 from pulumi_lora._version import __version__
@@ -137,8 +136,12 @@ def verify_staged(
         session, target, mount = _claim(args, config)
         if mount.staged_path(key) != path:
             return "verified"  # not a directory of this claim (edited outside): the spec says
-        manifest = verifying_job(
-            key, namespace=target.namespace, mount=mount, image=config.image or DEFAULT_IMAGE
+        manifest = claim_job(
+            "verify-staged",
+            key,
+            namespace=target.namespace,
+            mount=mount,
+            image=config.image or DEFAULT_IMAGE,
         )
         cache_key = (*_scope(session, mount), key)
 
@@ -188,8 +191,12 @@ def unstage_unused(
         if named:
             say(f"staged directory {path} kept: {', '.join(named)} still name it")
             return False
-        manifest = unstaging_job(
-            key, namespace=target.namespace, mount=mount, image=config.image or DEFAULT_IMAGE
+        manifest = claim_job(
+            "unstage",
+            key,
+            namespace=target.namespace,
+            mount=mount,
+            image=config.image or DEFAULT_IMAGE,
         )
         try:
             run_job(session.kube, manifest, say=say, label=f"removing {path}", poll=poll)

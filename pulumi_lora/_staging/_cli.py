@@ -15,7 +15,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -274,66 +274,63 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
     _terminate(document, termination_log)
 
 
-@click.command(
-    "unstage",
-    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
-)
-@click.argument("keys", nargs=-1, required=True)
-@click.option(
-    "--root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("/adapters"),
-    help="The volume's mount, where ROOT/<content key> was staged.",
-)
-@click.option(
-    "--termination-log",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=TERMINATION_LOG,
-    hidden=True,
-)
+def _claim_command(name: str) -> Callable[[Callable[..., None]], click.Command]:
+    """The options every command on a claim's staged directories takes: the content keys, the
+    volume's ``--root`` and the termination log."""
+
+    def decorate(function: Callable[..., None]) -> click.Command:
+        for option in reversed(
+            (
+                click.argument("keys", nargs=-1, required=True),
+                click.option(
+                    "--root",
+                    type=click.Path(path_type=Path, file_okay=False),
+                    default=Path("/adapters"),
+                    help="The volume's mount, where ROOT/<content key> was staged.",
+                ),
+                click.option(
+                    "--termination-log",
+                    type=click.Path(path_type=Path, dir_okay=False),
+                    default=TERMINATION_LOG,
+                    hidden=True,
+                ),
+            )
+        ):
+            function = option(function)
+        settings = {"help_option_names": ["-h", "--help"], "show_default": True}
+        return click.command(name, context_settings=settings)(function)
+
+    return decorate
+
+
+def _report(make: Callable[[], dict[str, Any]], termination_log: Path) -> dict[str, Any]:
+    """``make()``'s document on stdout and in the termination log; any failure reaches the log
+    as ``{"error", "reason"}`` (as for ``stage``) and exits 1."""
+    try:
+        document = make()
+    except Exception as exc:
+        error = as_staging_error(exc)
+        _terminate({"error": str(error), "reason": error.reason, "file": None}, termination_log)
+        raise click.ClickException(str(error)) from None
+    click.echo(json.dumps(document, separators=(",", ":")))
+    _terminate(document, termination_log)
+    return document
+
+
+@_claim_command("unstage")
 def unstage_command(keys: Sequence[str], root: Path, termination_log: Path) -> None:
     """Remove staged directories ROOT/KEY that nothing names any more (the provider's cleanup
     Job runs this once no CR and no pod names them)."""
     from pulumi_lora._staging._claim import unstage  # noqa: PLC0415 - one command's module
 
-    try:
-        document: dict[str, Any] = dict(unstage(root, keys))
-    except Exception as exc:  # every failure reaches the log, as for stage
-        error = as_staging_error(exc)
-        _terminate({"error": str(error), "reason": error.reason, "file": None}, termination_log)
-        raise click.ClickException(str(error)) from None
+    document = _report(lambda: dict(unstage(root, keys)), termination_log)
     _emit("unstaged", **document)
-    click.echo(json.dumps(document, separators=(",", ":")))
-    _terminate(document, termination_log)
 
 
-@click.command(
-    "verify-staged",
-    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
-)
-@click.argument("keys", nargs=-1, required=True)
-@click.option(
-    "--root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("/adapters"),
-    help="The volume's mount, where ROOT/<content key> was staged.",
-)
-@click.option(
-    "--termination-log",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=TERMINATION_LOG,
-    hidden=True,
-)
+@_claim_command("verify-staged")
 def verify_command(keys: Sequence[str], root: Path, termination_log: Path) -> None:
     """Check staged directories ROOT/KEY against the manifests the stager recorded, fetching
     nothing: {"keys": {KEY: "verified" | "missing" | what is wrong}} (a refresh's Job)."""
     from pulumi_lora._staging._claim import verify_keys  # noqa: PLC0415 - one command's module
 
-    try:
-        document: dict[str, Any] = {"keys": verify_keys(root, keys)}
-    except Exception as exc:  # every failure reaches the log, as for stage
-        error = as_staging_error(exc)
-        _terminate({"error": str(error), "reason": error.reason, "file": None}, termination_log)
-        raise click.ClickException(str(error)) from None
-    click.echo(json.dumps(document, separators=(",", ":")))
-    _terminate(document, termination_log)
+    _report(lambda: {"keys": verify_keys(root, keys)}, termination_log)

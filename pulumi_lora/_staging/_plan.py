@@ -4,8 +4,8 @@ The provider stages an adapter by running ``pulumi-lora stage`` in a Job of the 
 that mounts the adapter claim read-write (docs/staging.md); SGLang's pods mount the same claim,
 read-only, where the InferenceService says (``spec.extraVolumes``/``extraVolumeMounts``). This
 module decides everything about that Job from plain dicts (no client): the claim and its mount
-(:func:`adapter_mount`), the manifests (:func:`staging_job`; the cleanup Job,
-:func:`unstaging_job`; a refresh's check in place, :func:`verifying_job`), and what a Job's
+(:func:`adapter_mount`), the manifests (:func:`staging_job`; :func:`claim_job` for the cleanup
+Job and a refresh's check in place), and what a Job's
 termination message says (:func:`job_document`). The Job is named after the content key, so two
 adapters of the same content share one Job and one directory.
 """
@@ -16,7 +16,7 @@ import json
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pulumi_lora._staging._errors import StagingError, VolumeNotMounted, reported
 from pulumi_lora._staging._source import HfSource, S3Source, StagingRequest
@@ -24,16 +24,16 @@ from pulumi_lora._staging._source import HfSource, S3Source, StagingRequest
 __all__ = [
     "JOB_ROOT",
     "AdapterMount",
+    "ClaimCommand",
     "StageResult",
     "adapter_mount",
+    "claim_job",
     "job_document",
     "job_name",
     "server_flags",
     "stage_outcome",
     "stage_result",
     "staging_job",
-    "unstaging_job",
-    "verifying_job",
 ]
 
 JOB_ROOT = "/staging"
@@ -182,15 +182,28 @@ def staging_job(
     )
 
 
-def unstaging_job(
-    key: str, *, namespace: str, mount: AdapterMount, image: str, ttl_seconds: int = 600
+ClaimCommand = Literal["unstage", "verify-staged"]
+"""The commands that act on staged directories of a claim, by content key, with no credential."""
+_CLAIM_JOB_NAMES: dict[str, str] = {"unstage": "unstage", "verify-staged": "verify"}
+
+
+def claim_job(
+    command: ClaimCommand,
+    key: str,
+    *,
+    namespace: str,
+    mount: AdapterMount,
+    image: str,
+    ttl_seconds: int = 600,
 ) -> dict[str, Any]:
-    """Pure: the cleanup Job that removes the staged directory of ``key`` from the claim
-    (``pulumi-lora unstage``), with the staging Job's least privilege and no credential."""
+    """Pure: the Job that runs ``pulumi-lora COMMAND KEY`` on the claim, with the staging Job's
+    least privilege and no credential: ``unstage`` removes the staged directory of ``key`` (the
+    cleanup Job), ``verify-staged`` checks it against its manifest, fetching nothing (a
+    refresh's)."""
     return _job(
-        f"pulumi-lora-unstage-{key}",
+        f"pulumi-lora-{_CLAIM_JOB_NAMES[command]}-{key}",
         key,
-        ["unstage", "--root", JOB_ROOT, key],
+        [command, "--root", JOB_ROOT, key],
         [],
         namespace=namespace,
         mount=mount,
@@ -321,23 +334,4 @@ def stage_result(document: Mapping[str, Any]) -> StageResult:
         fetched=bool(document.get("fetched")),
         bytes=int(document.get("bytes") or 0),
         seconds=float(document.get("seconds") or 0.0),
-    )
-
-
-def verifying_job(
-    key: str, *, namespace: str, mount: AdapterMount, image: str, ttl_seconds: int = 600
-) -> dict[str, Any]:
-    """Pure: the Job a refresh runs to check the staged directory of ``key`` against its
-    manifest (``pulumi-lora verify-staged``), fetching nothing, with no credential."""
-    return _job(
-        f"pulumi-lora-verify-{key}",
-        key,
-        ["verify-staged", "--root", JOB_ROOT, key],
-        [],
-        namespace=namespace,
-        mount=mount,
-        image=image,
-        service_account=None,
-        active_seconds=300,
-        ttl_seconds=ttl_seconds,
     )

@@ -293,15 +293,24 @@ def _s3(uri: str, rest: str, endpoint: str | None) -> S3Source:
 
 
 def _endpoint(url: str) -> str:
+    _plain_url(
+        url,
+        "S3 endpoint",
+        "the S3 endpoint carries credentials or a query: give credentials through "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead",
+    )
+    return url.rstrip("/")
+
+
+def _plain_url(url: str, name: str, with_credentials: str) -> str:
+    """The host of ``url``, an http(s) URL with no userinfo, query or fragment (they would put
+    credentials where they are kept or logged); else ``SourceRefused``. Pure."""
     parts = urlsplit(url)
     if parts.scheme not in {"https", "http"} or not parts.hostname:
-        raise SourceRefused(f"S3 endpoint {url!r} is not an http(s) URL")
+        raise SourceRefused(f"{name} {url!r} is not an http(s) URL")
     if parts.username or parts.password or parts.query or parts.fragment:
-        raise SourceRefused(
-            "the S3 endpoint carries credentials or a query: give credentials through "
-            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead"
-        )
-    return url.rstrip("/")
+        raise SourceRefused(with_credentials)
+    return parts.hostname
 
 
 def _base_url(uri: str) -> str:
@@ -349,15 +358,13 @@ def source_endpoint(url: str, source: str) -> str:
             f"source_endpoint applies to hf:// (the Hub or a mirror) and s3:// sources, "
             f"not {scheme}://"
         )
-    parts = urlsplit(url)
-    if parts.scheme not in {"https", "http"} or not parts.hostname:
-        raise SourceRefused(f"source_endpoint {url!r} is not an http(s) URL")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise SourceRefused(
-            "source_endpoint carries credentials or a query, which would land in the state: "
-            "give credentials through source_secret_name"
-        )
-    if parts.scheme == "http" and not is_cluster_internal(parts.hostname):
+    host = _plain_url(
+        url,
+        "source_endpoint",
+        "source_endpoint carries credentials or a query, which would land in the state: "
+        "give credentials through source_secret_name",
+    )
+    if urlsplit(url).scheme == "http" and not is_cluster_internal(host):
         raise SourceRefused(
             f"source_endpoint {url!r}: use https:// (plain http only to a loopback or "
             "cluster-internal host, such as minio.storage.svc)"

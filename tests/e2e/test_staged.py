@@ -109,6 +109,13 @@ def claimed(testbed: Testbed, namespace: str) -> InferenceServiceHandle:
     return handle
 
 
+def left_in(testbed: Testbed, namespace: str, kinds: str) -> str:
+    """The objects of ``kinds`` (kubectl's comma list) left in ``namespace``, by name."""
+    listed = testbed.kubectl("get", kinds, "-n", namespace, "-o", "name")
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout.strip()
+
+
 def staged_props(namespace: str, hub: PlayedHub, **extra: Any) -> dict[str, Any]:
     props = adapter_props(namespace, "", **extra)
     del props["path"]
@@ -149,8 +156,7 @@ def test_a_source_is_staged_once_verified_and_loaded_on_every_pod(
     assert [r for r in hub.requests if "/cdn/" in r.path] == [
         r for r in fetched if "/cdn/" in r.path
     ]
-    jobs = testbed.kubectl("get", "jobs", "-n", namespace, "-o", "name")
-    assert jobs.returncode == 0 and jobs.stdout.strip() == ""  # each Job deleted once read
+    assert left_in(testbed, namespace, "jobs") == ""  # each Job deleted once read
 
 
 def test_a_wrong_digest_fails_naming_the_file_and_loads_nothing(
@@ -169,8 +175,7 @@ def test_a_wrong_digest_fails_naming_the_file_and_loads_nothing(
     assert all(pod == {} for pod in served(claimed).values())
     root = testbed.claim_directory(namespace, "adapters")
     assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
-    listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
-    assert listed.returncode == 0 and listed.stdout.strip() == ""
+    assert left_in(testbed, namespace, "jobs,loraadapters") == ""
 
 
 def program_of(declared: dict[str, dict[str, Any]]) -> Callable[[], None]:
@@ -265,8 +270,7 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
     assert staged == sorted(kept)  # the old one gone
 
     stack.destroy()
-    listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
-    assert listed.returncode == 0 and listed.stdout.strip() == ""
+    assert left_in(testbed, namespace, "jobs,loraadapters") == ""
     assert all(pod == {} for pod in served(claimed).values())
     assert list(root.iterdir()) == []  # every directory only these adapters named: gone
 
@@ -295,8 +299,7 @@ def test_a_private_repository_without_its_secret_fails_saying_so(
     assert "SourceUnauthorized" in text or "401" in text, text
     assert "source_secret_name" in text or "HF_TOKEN" in text, text
     assert all(pod == {} for pod in served(claimed).values())
-    listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
-    assert listed.returncode == 0 and listed.stdout.strip() == ""
+    assert left_in(testbed, namespace, "jobs,loraadapters") == ""
 
 
 def test_an_s3_source_with_its_keys_in_a_secret_is_staged_and_loaded(
@@ -384,5 +387,4 @@ def test_a_staging_job_that_cannot_start_fails_at_once_and_leaves_nothing(
     assert "cannot start: ErrImagePull" in str(failed.value)
     assert "pulumi-lora:image" in str(failed.value)
     assert all(pod == {} for pod in served(claimed).values())
-    listed = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
-    assert listed.returncode == 0 and listed.stdout.strip() == ""
+    assert left_in(testbed, namespace, "jobs,loraadapters") == ""
