@@ -347,6 +347,17 @@ def test_policy_holds_llmkube_off_and_takes_over_older_crs(
         taken = kubectl_cr(bed, namespace, "older")
         assert taken is not None
         assert LLMKUBE_FINALIZER not in (taken["metadata"].get("finalizers") or [])
+        # A reconcile LLMKube began on its cached copy from before the takeover still loads
+        # through the Service (controller-runtime's cache lags the same way); count from the
+        # moment no reconcile can read that copy any more.
+        wait_for(
+            "LLMKube's cache to see the takeover",
+            lambda: llmkube.reads(
+                namespace,
+                "older",
+                lambda cr: LLMKUBE_FINALIZER not in (cr["metadata"].get("finalizers") or []),
+            ),
+        )
 
         v1, v2 = bed.make_adapter("policy-v1"), bed.make_adapter("policy-v2")
         since = time.monotonic()

@@ -200,6 +200,19 @@ class LLMKubeLoRAController:
         with self._lock:
             return self._current != (namespace, name)
 
+    def reads(self, namespace: str, name: str, check: Callable[[dict[str, Any]], bool]) -> bool:
+        """Whether every reconcile of the CR from now on reads a copy that ``check`` accepts.
+
+        Its cache holds such a copy and no reconcile begun on an older one is running: a
+        reconcile that started before the watch delivered a change works from the stale copy
+        and can still act on it (send a load for a CR whose finalizer was just taken away).
+        """
+        cached = self.informer.get(namespace, name)
+        if cached is None or not check(cached):
+            return False
+        with self._lock:
+            return self._current != (namespace, name)
+
     def caught_up(self, namespace: str, name: str, resource_version: str) -> bool:
         """Whether the controller is done with the CR as it stands at ``resource_version``.
 
