@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, Optional, TypedDict, Union, 
 import pulumi
 from pulumi.dynamic import Resource
 
-from pulumi_lora._properties import INPUT_KEYS, OUTPUT_KEYS
+from pulumi_lora._properties import ECHOED, INPUT_KEYS, OUTPUT_KEYS
 from pulumi_lora._provider import LoRAAdapterProvider
 
 TYPE_TOKEN = "pulumi-lora:index:LoRAAdapter"  # noqa: S105 - a type token, not a password
@@ -278,11 +278,21 @@ class LoRAAdapter(LoRAAdapterResource, AdapterOutputs, module="lora", name="LoRA
         """
         inputs, opts = resource_args_opts(args, kwargs)
         moved = pulumi.ResourceOptions(aliases=[component_child_alias(name, opts)])
-        super().__init__(
-            name,
-            {k: inputs.get(k) for k in INPUT_KEYS},
-            pulumi.ResourceOptions.merge(opts, moved),
-        )
+        # Only the inputs given, and those always echoed, are declared: the SDK makes an Output
+        # with four futures per declared property, the largest part of a program's cost per
+        # adapter; an unset input is never echoed, so ``__getattr__`` answers for it.
+        declared = {
+            k: inputs.get(k) for k in INPUT_KEYS if k in ECHOED or inputs.get(k) is not None
+        }
+        super().__init__(name, declared, pulumi.ResourceOptions.merge(opts, moved))
+
+    if not TYPE_CHECKING:  # at run time only: type checkers still catch a misspelt attribute
+
+        def __getattr__(self, name: str) -> pulumi.Output[Any]:
+            """An input left unset: the provider echoes nothing for it, so it is None (known)."""
+            if name in INPUT_KEYS:
+                return pulumi.Output.from_input(None)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
     def get(

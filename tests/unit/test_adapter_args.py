@@ -77,6 +77,27 @@ def test_keyword_form_declares_what_the_args_form_declares(
     return pulumi.Output.all(by_args.urn, by_dict.urn, by_keywords.urn, with_opts.urn).apply(check)
 
 
+@pulumi.runtime.test
+def test_every_input_reads_back_set_or_not(recorder: Recorder) -> pulumi.Output[Any]:
+    """A program reads any input off the resource, given or left unset (an unset one, never
+    declared to the engine, is None); a misspelt attribute is still an AttributeError."""
+    adapter = LoRAAdapter("reads", **SQL, pinned=True)
+    with pytest.raises(AttributeError, match="nmespace"):
+        adapter.nmespace  # type: ignore[attr-defined]  # noqa: B018
+
+    def check(values: list[Any]) -> None:
+        assert set(recorder.inputs["reads"]) >= {*SQL, "pinned"}
+        assert "transport" not in vars(adapter)  # not declared: no Output made for it
+        assert values == ["models", True, None, None]
+
+    return pulumi.Output.all(
+        adapter.namespace,
+        adapter.pinned,  # type: ignore[attr-defined]
+        adapter.transport,  # type: ignore[attr-defined]
+        adapter.kube_context,  # type: ignore[attr-defined]
+    ).apply(check)
+
+
 def test_a_typo_in_the_args_object_fails_listing_the_valid_arguments() -> None:
     with pytest.raises(TypeError) as caught:
         LoRAAdapterArgs(  # type: ignore[typeddict-unknown-key]
