@@ -56,6 +56,8 @@ NAMESPACE = "pulumilora"
 WORKERS = 16
 """Operations run at once (the engine sends up to its ``--parallel`` steps concurrently; the
 dynamic provider host serves 4 at once)."""
+QUICK_WORKERS = 4
+"""Checks and diffs run at once, apart from the operations (see ``NativeProvider``)."""
 
 T = TypeVar("T")
 
@@ -260,19 +262,24 @@ class NativeProvider(rpc.Provider):
         self._core = LoRAAdapterProvider()
         self._schema = json.dumps(schema(version))
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="lora")
+        # The engine checks and diffs one resource at a time, between the operations it runs:
+        # queued behind sixteen long creates, they would hold up the whole command (and keep
+        # a command's staged adapters from being declared for one batch Job).
+        self._quick = ThreadPoolExecutor(max_workers=QUICK_WORKERS, thread_name_prefix="lora-check")
         self._log: EngineLog | None = None
         if engine:
             self._log = EngineLog(engine)
             report_drift.write = self._log
 
-    async def _run(self, fn: Callable[..., T], *args: Any, urn: str = "") -> T:
+    async def _run(self, fn: Callable[..., T], *args: Any, urn: str = "", quick: bool = False) -> T:
         def about() -> T:
             if self._log is None:
                 return fn(*args)
             with self._log.about(urn):
                 return fn(*args)
 
-        return await asyncio.get_running_loop().run_in_executor(self._pool, about)
+        pool = self._quick if quick else self._pool
+        return await asyncio.get_running_loop().run_in_executor(pool, about)
 
     async def get_schema(self, request: rpc.GetSchemaRequest) -> rpc.GetSchemaResponse:
         return rpc.GetSchemaResponse(schema=self._schema)
@@ -296,7 +303,7 @@ class NativeProvider(rpc.Provider):
 
     async def check(self, request: rpc.CheckRequest) -> rpc.CheckResponse:
         news = props_in(request.new_inputs)
-        found = await self._run(self._core.check, props_in(request.old_inputs), news)
+        found = await self._run(self._core.check, props_in(request.old_inputs), news, quick=True)
         failures = [
             rpc.CheckFailure(CAMEL.get(f.property, f.property), f.reason) for f in found.failures
         ]
@@ -306,7 +313,9 @@ class NativeProvider(rpc.Provider):
         """The dynamic provider's verdict, with the moved inputs named for the CLI
         (``[diff: ~path]``); drift alone names ``pods``, the output the update will change."""
         olds, news = props_in(request.old_state), props_in(request.new_inputs)
-        found = await self._run(self._core.diff, request.resource_id, olds, news, urn=request.urn)
+        found = await self._run(
+            self._core.diff, request.resource_id, olds, news, urn=request.urn, quick=True
+        )
         if not found.changes:
             return rpc.DiffResponse(changes=False)
         replaces = [CAMEL[k] for k in found.replaces or []]

@@ -17,9 +17,11 @@ Modules, one job each:
 - ``_steps``: create, observe, update, delete, adoption;
 - ``_rollback``: a failed create leaves nothing behind;
 - ``_stage``: a staged adapter's weights onto the claim its target mounts (the staging Job);
+- ``_batch``: the staged adapters of one command share one Job per claim;
 - ``_events``: the advice of failed loads and the Events on the CR.
 """
 
+from pulumi_lora._lifecycle._batch import BATCHES, StagingBatches
 from pulumi_lora._lifecycle._config import CONFIG_KEYS, TIMEOUT_KEYS, ProviderConfig
 from pulumi_lora._lifecycle._events import advice
 from pulumi_lora._lifecycle._looks import (
@@ -55,6 +57,7 @@ from pulumi_lora._lifecycle._steps import (
 )
 
 __all__ = [
+    "BATCHES",
     "CONFIG_KEYS",
     "CR_LISTINGS",
     "LISTINGS",
@@ -70,6 +73,7 @@ __all__ = [
     "PodReport",
     "ProviderConfig",
     "Session",
+    "StagingBatches",
     "TargetLook",
     "TargetPods",
     "adoption_refusal",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from lightkube import Client
@@ -21,6 +21,7 @@ from lightkube import Client
 from pulumi_lora import _cluster as k8s
 from pulumi_lora import _jobs
 from pulumi_lora._errors import ClusterError, PulumiLoRAError
+from pulumi_lora._lifecycle._batch import BATCHES, Outcome, batch_group
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._looks import LOOK_MAX_AGE_SECONDS
 from pulumi_lora._lifecycle._session import Session
@@ -30,14 +31,16 @@ from pulumi_lora._shared_views import SharedViews
 from pulumi_lora._staging._errors import StagingError
 from pulumi_lora._staging._plan import (
     AdapterMount,
+    FetchSettings,
     adapter_mount,
+    batch_job,
     claim_job,
     job_document,
     server_flags,
     stage_result,
     staging_job,
 )
-from pulumi_lora._staging._source import content_key, declared_request
+from pulumi_lora._staging._source import StagingRequest, content_key, declared_request
 from pulumi_lora._version import __version__
 
 DEFAULT_IMAGE = f"localhost/pulumi-lora:{__version__}"
@@ -95,25 +98,62 @@ def staged(
     request, hf_endpoint = declared_request(args.model_dump())
     key = content_key(request)
     session, target, mount = _claim(args, config)
-    manifest = staging_job(
-        request,
-        key,
-        namespace=target.namespace,
-        mount=mount,
-        image=config.image or DEFAULT_IMAGE,
-        secret_name=args.source_secret_name,
-        service_account=args.source_service_account,
-        hf_endpoint=hf_endpoint,
-        server_flags=server_flags(target.extra_args),
-        deadline_seconds=DEADLINE_SECONDS,
-    )
+    scope = _scope(session, mount)
+    fetch: FetchSettings = {
+        "namespace": target.namespace,
+        "mount": mount,
+        "image": config.image or DEFAULT_IMAGE,
+        "secret_name": args.source_secret_name,
+        "service_account": args.source_service_account,
+        "hf_endpoint": hf_endpoint,
+        "server_flags": server_flags(target.extra_args),
+        "deadline_seconds": DEADLINE_SECONDS,
+    }
     label = f"staging {args.adapter_name} ({key}) from {request.source.uri} onto {mount.claim}"
+
+    def run_batch(requests: Sequence[StagingRequest]) -> dict[str, Outcome]:
+        manifest = batch_job(requests, **fetch)
+        keys = ", ".join(sorted(content_key(r) for r in requests))
+        try:
+            document = run_job(
+                session.kube,
+                manifest,
+                say=say,
+                label=f"staging {len(requests)} adapters ({keys}) onto {mount.claim} in one Job",
+                poll=poll,
+            )
+        finally:
+            VERIFIED.invalidate(scope)
+        return batch_outcomes(document)
+
+    group = batch_group(args, config, hf_endpoint)
+    outcome = BATCHES.stage(scope, group, request, run_batch)
+    if outcome is not None and outcome.staged:
+        how = "fetched" if outcome.fetched else "already staged"
+        say(f"{label}: {how} in a batch Job, {outcome.bytes} bytes")
+        return args.model_copy(update={"path": mount.staged_path(key)})
+    if outcome is not None:  # the batch could not: alone, for the stager's own message
+        say(f"{label}: not staged in the batch Job ({outcome.reason}); staging it alone")
+    manifest = staging_job(request, key, **fetch)
     try:
         result = stage_result(run_job(session.kube, manifest, say=say, label=label, poll=poll))
     finally:
-        VERIFIED.invalidate(_scope(session, mount))
+        VERIFIED.invalidate(scope)
     say(f"{label}: {'fetched' if result.fetched else 'already staged'}, {result.bytes} bytes")
     return args.model_copy(update={"path": mount.staged_path(key)})
+
+
+def batch_outcomes(document: Mapping[str, Any]) -> dict[str, Outcome]:
+    """Pure: each content key's outcome in a ``stage-batch`` result."""
+    outcomes = {
+        str(key): Outcome(
+            True, bytes=int(facts.get("bytes") or 0), fetched=bool(facts.get("fetched"))
+        )
+        for key, facts in (document.get("staged") or {}).items()
+    }
+    for key, reason in (document.get("failed") or {}).items():
+        outcomes[str(key)] = Outcome(False, reason=str(reason))
+    return outcomes
 
 
 VERIFIED: SharedViews[tuple[Hashable, ...], str] = SharedViews(
@@ -202,6 +242,7 @@ def unstage_unused(
             run_job(session.kube, manifest, say=say, label=f"removing {path}", poll=poll)
         finally:
             VERIFIED.invalidate(_scope(session, mount))
+            BATCHES.forget(_scope(session, mount))
     except PulumiLoRAError as exc:
         say(f"staged directory {path} left on the claim: {exc}")
         return False

@@ -1,6 +1,6 @@
-"""``pulumi-lora stage``: the command the staging Job runs in the cluster.
+"""``pulumi-lora stage`` and ``stage-batch``: the commands the staging Job runs in the cluster.
 
-It stages one source at ``<root>/<content key>``, prints one JSON result line on stdout and
+``stage`` stages one source at ``<root>/<content key>``, prints one JSON result line on stdout and
 writes the same JSON to ``/dev/termination-log`` when that file exists (Kubernetes hands it to
 whoever reads the Job's pod: the provider). Progress and events are JSON lines on stderr. Any
 failure, a staging error or not, exits non-zero (1; a usage error 2) with the message on stderr
@@ -22,11 +22,22 @@ from typing import Any
 import click
 
 from pulumi_lora._staging._errors import as_staging_error
-from pulumi_lora._staging._source import parse_digest, parse_source
+from pulumi_lora._staging._source import (
+    StagingRequest,
+    content_key,
+    parse_digest,
+    parse_source,
+)
 from pulumi_lora._staging._transfer import DEFAULT_DEADLINE, TransferLimits
 from pulumi_lora._staging._verify import ServerLimits
 
-__all__ = ["TERMINATION_LOG", "stage_command", "unstage_command", "verify_command"]
+__all__ = [
+    "TERMINATION_LOG",
+    "stage_batch_command",
+    "stage_command",
+    "unstage_command",
+    "verify_command",
+]
 
 TERMINATION_LOG = Path("/dev/termination-log")
 """Where Kubernetes reads a container's termination message (``terminationMessagePath``)."""
@@ -173,11 +184,60 @@ def _termination_log_in(args: Sequence[str]) -> Path:
     return TERMINATION_LOG
 
 
-@click.command(
-    "stage",
-    cls=_StageCommand,
-    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
-)
+def _fetch_options(function: Callable[..., None]) -> Callable[..., None]:
+    """The options ``stage`` and ``stage-batch`` share: where, how much, how long, what the
+    server accepts, and the termination log."""
+    for option in reversed(
+        (
+            click.option(
+                "--root",
+                type=click.Path(path_type=Path, file_okay=False),
+                default=Path("/adapters"),
+                help="The volume's mount: an adapter lands at ROOT/<content key>.",
+            ),
+            click.option(
+                "--max-bytes",
+                type=_Bytes(),
+                default="16Gi",
+                help="At most this many bytes fetched over an adapter's files (500Mi, 16Gi, …).",
+            ),
+            click.option(
+                "--deadline",
+                type=click.FloatRange(min=0, min_open=True, max=7 * 86400),
+                default=DEFAULT_DEADLINE,
+                metavar="SECONDS",
+                help="The whole fetch (a batch's every adapter) ends within this many seconds.",
+            ),
+            click.option(
+                "--max-lora-rank", type=click.IntRange(min=1), help="The server's --max-lora-rank."
+            ),
+            click.option(
+                "--lora-target-modules",
+                multiple=True,
+                metavar="NAME",
+                help="The server's --lora-target-modules (repeat, or one space-separated value).",
+            ),
+            click.option(
+                "--termination-log",
+                type=click.Path(path_type=Path, dir_okay=False),
+                default=TERMINATION_LOG,
+                hidden=True,
+            ),
+        )
+    ):
+        function = option(function)
+    return function
+
+
+def _server_limits(max_lora_rank: int | None, lora_target_modules: Sequence[str]) -> ServerLimits:
+    modules = tuple(name for value in lora_target_modules for name in value.split())
+    return ServerLimits(max_lora_rank=max_lora_rank, target_modules=modules or None)
+
+
+_SETTINGS = {"help_option_names": ["-h", "--help"], "show_default": True}
+
+
+@click.command("stage", cls=_StageCommand, context_settings=_SETTINGS)
 @click.option(
     "--source",
     required=True,
@@ -197,51 +257,20 @@ def _termination_log_in(args: Sequence[str]) -> Path:
     metavar="FILE",
     help="A file to stage without a pinned digest (repeat; https:// needs a list).",
 )
-@click.option(
-    "--root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("/adapters"),
-    help="The volume's mount: the adapter lands at ROOT/<content key>.",
-)
 @click.option("--s3-endpoint", metavar="URL", help="A custom S3 endpoint (MinIO and the like).")
 @click.option(
     "--allow-mutable",
     is_flag=True,
     help="Stage a branch, a tag or an unpinned URL without a digest for every file.",
 )
-@click.option(
-    "--max-bytes",
-    type=_Bytes(),
-    default="16Gi",
-    help="At most this many bytes fetched over all files (500Mi, 16Gi, …).",
-)
-@click.option(
-    "--deadline",
-    type=click.FloatRange(min=0, min_open=True, max=7 * 86400),
-    default=DEFAULT_DEADLINE,
-    metavar="SECONDS",
-    help="The whole fetch must end within this many seconds.",
-)
-@click.option("--max-lora-rank", type=click.IntRange(min=1), help="The server's --max-lora-rank.")
-@click.option(
-    "--lora-target-modules",
-    multiple=True,
-    metavar="NAME",
-    help="The server's --lora-target-modules (repeat, or one space-separated value).",
-)
-@click.option(
-    "--termination-log",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=TERMINATION_LOG,
-    hidden=True,
-)
+@_fetch_options
 def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes them
     source: str,
     digests: Sequence[str],
     files: Sequence[str],
-    root: Path,
     s3_endpoint: str | None,
     allow_mutable: bool,
+    root: Path,
     max_bytes: int,
     deadline: float,
     max_lora_rank: int | None,
@@ -249,8 +278,7 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
     termination_log: Path,
 ) -> None:
     """Stage an adapter's files at ROOT/<content key>: fetched, verified, renamed into place."""
-    modules = tuple(name for value in lora_target_modules for name in value.split())
-    limits = ServerLimits(max_lora_rank=max_lora_rank, target_modules=modules or None)
+    limits = _server_limits(max_lora_rank, lora_target_modules)
     try:
         from pulumi_lora._staging._fetch import stage  # noqa: PLC0415 - the extra's libraries
 
@@ -272,6 +300,53 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
         raise click.ClickException(str(error)) from None
     click.echo(json.dumps(document, separators=(",", ":")))
     _terminate(document, termination_log)
+
+
+@click.command("stage-batch", cls=_StageCommand, context_settings=_SETTINGS)
+@click.argument("requests", nargs=-1, required=True, metavar="REQUEST_JSON...")
+@_fetch_options
+def stage_batch_command(  # noqa: PLR0917 - one parameter per option, as click passes them
+    requests: Sequence[str],
+    root: Path,
+    max_bytes: int,
+    deadline: float,
+    max_lora_rank: int | None,
+    lora_target_modules: Sequence[str],
+    termination_log: Path,
+) -> None:
+    """Stage several adapters in one run, one after another (the provider's batch Job: one pod
+    for every adapter a command stages onto a claim). Each REQUEST_JSON is a staging request as
+    the provider writes it. Result: {"staged": {KEY: {"bytes", "fetched"}}, "failed": {KEY:
+    REASON}}; exits 1 when any failed (the provider stages those alone, for their message)."""
+    limits = _server_limits(max_lora_rank, lora_target_modules)
+    ends = time.monotonic() + deadline
+    staged: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+
+    def run() -> dict[str, Any]:
+        from pulumi_lora._staging._fetch import stage  # noqa: PLC0415 - the extra's libraries
+
+        parsed = [StagingRequest.model_validate_json(text) for text in requests]
+        for request in parsed:
+            key = content_key(request)
+            left = ends - time.monotonic()
+            if left <= 0:
+                failed[key] = "DeadlineExceeded"
+                continue
+            transfer = TransferLimits(max_bytes=max_bytes, deadline=left)
+            try:
+                result = stage(request, root, limits=limits, transfer=transfer, log=_emit)
+            except Exception as exc:  # this adapter's failure; the others go on
+                error = as_staging_error(exc)
+                failed[key] = error.reason
+                _emit("stage_failed", key=key, reason=error.reason, error=str(error))
+                continue
+            staged[key] = {"bytes": result.bytes, "fetched": result.fetched}
+        return {"staged": staged, "failed": failed}
+
+    _report(run, termination_log)
+    if failed:
+        raise SystemExit(1)
 
 
 def _claim_command(name: str) -> Callable[[Callable[..., None]], click.Command]:
@@ -297,8 +372,7 @@ def _claim_command(name: str) -> Callable[[Callable[..., None]], click.Command]:
             )
         ):
             function = option(function)
-        settings = {"help_option_names": ["-h", "--help"], "show_default": True}
-        return click.command(name, context_settings=settings)(function)
+        return click.command(name, context_settings=_SETTINGS)(function)
 
     return decorate
 

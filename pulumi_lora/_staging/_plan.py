@@ -12,14 +12,15 @@ adapters of the same content share one Job and one directory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pulumi_lora._staging._errors import StagingError, VolumeNotMounted, reported
-from pulumi_lora._staging._source import HfSource, S3Source, StagingRequest
+from pulumi_lora._staging._source import HfSource, S3Source, StagingRequest, content_key
 
 __all__ = [
     "JOB_ROOT",
@@ -44,6 +45,7 @@ SECRET_KEYS = ("HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SE
 """What the stager reads from ``source_secret_name``, each optional (docs/staging.md)."""
 COMPONENT_LABEL = "app.kubernetes.io/component"
 KEY_LABEL = "pulumi-lora.dev/content-key"
+BATCH_LABEL = "pulumi-lora.dev/staging-batch"
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,19 @@ def server_flags(extra_args: Sequence[str]) -> list[str]:
     return flags
 
 
+class FetchSettings(TypedDict):
+    """Where and with what a fetching Job runs (``staging_job``'s and ``batch_job``'s keywords)."""
+
+    namespace: str
+    mount: AdapterMount
+    image: str
+    secret_name: str | None
+    service_account: str | None
+    hf_endpoint: str | None
+    server_flags: Sequence[str]
+    deadline_seconds: int
+
+
 def job_name(key: str) -> str:
     """The Job that stages content ``key`` (one per content: adapters sharing it share it)."""
     return f"pulumi-lora-stage-{key}"
@@ -154,11 +169,70 @@ def staging_job(
     if request.allow_mutable:
         args.append("--allow-mutable")
     args += ["--deadline", str(deadline_seconds), *server_flags]
+    return _job(
+        job_name(key),
+        {KEY_LABEL: key},
+        args,
+        _fetch_env(hf_endpoint if isinstance(request.source, HfSource) else None, secret_name),
+        namespace=namespace,
+        mount=mount,
+        image=image,
+        service_account=service_account,
+        active_seconds=deadline_seconds + 300,
+        ttl_seconds=ttl_seconds,
+    )
+
+
+BATCH_LIMIT = 32
+"""At most this many adapters in one batch Job: its result (about 60 bytes each) stays well
+within a termination message's 4096 bytes."""
+
+
+def batch_job(
+    requests: Sequence[StagingRequest],
+    *,
+    namespace: str,
+    mount: AdapterMount,
+    image: str,
+    secret_name: str | None = None,
+    service_account: str | None = None,
+    hf_endpoint: str | None = None,
+    server_flags: Sequence[str] = (),
+    deadline_seconds: int = 3600,
+    ttl_seconds: int = 600,
+) -> dict[str, Any]:
+    """Pure: the Job that runs ``pulumi-lora stage-batch`` for ``requests`` (2 to
+    :data:`BATCH_LIMIT`, one credential set: the same Secret, ServiceAccount and Hub endpoint)
+    into the claim, as :func:`staging_job` does for one: a command's adapters start one pod,
+    not one each. Named after the content keys together."""
+    if not 1 < len(requests) <= BATCH_LIMIT:
+        raise ValueError(f"a batch holds 2 to {BATCH_LIMIT} requests, not {len(requests)}")
+    keys = sorted(content_key(request) for request in requests)
+    batch = hashlib.sha256(" ".join(keys).encode()).hexdigest()[:16]
+    args = ["stage-batch", "--root", JOB_ROOT, "--deadline", str(deadline_seconds)]
+    args += [*server_flags, *(r.model_dump_json() for r in requests)]
+    return _job(
+        f"pulumi-lora-stage-b{batch[:15]}",
+        {BATCH_LABEL: batch},
+        args,
+        _fetch_env(hf_endpoint, secret_name),
+        namespace=namespace,
+        mount=mount,
+        image=image,
+        service_account=service_account,
+        active_seconds=deadline_seconds + 300,
+        ttl_seconds=ttl_seconds,
+    )
+
+
+def _fetch_env(hf_endpoint: str | None, secret_name: str | None) -> list[dict[str, Any]]:
+    """Pure: a fetching container's environment: its home on the ``emptyDir``, the Hub
+    endpoint, and the optional credential keys of ``secret_name``."""
     env: list[dict[str, Any]] = [
-        {"name": "HOME", "value": "/tmp"},  # noqa: S108 - the emptyDir below
+        {"name": "HOME", "value": "/tmp"},  # noqa: S108 - the emptyDir the Job mounts
         {"name": "HF_HOME", "value": "/tmp/hf"},  # noqa: S108
     ]
-    if isinstance(request.source, HfSource) and hf_endpoint:
+    if hf_endpoint:
         env.append({"name": "HF_ENDPOINT", "value": hf_endpoint})
     if secret_name:
         env += [
@@ -168,18 +242,7 @@ def staging_job(
             }
             for name in SECRET_KEYS
         ]
-    return _job(
-        job_name(key),
-        key,
-        args,
-        env,
-        namespace=namespace,
-        mount=mount,
-        image=image,
-        service_account=service_account,
-        active_seconds=deadline_seconds + 300,
-        ttl_seconds=ttl_seconds,
-    )
+    return env
 
 
 ClaimCommand = Literal["unstage", "verify-staged"]
@@ -202,7 +265,7 @@ def claim_job(
     refresh's)."""
     return _job(
         f"pulumi-lora-{_CLAIM_JOB_NAMES[command]}-{key}",
-        key,
+        {KEY_LABEL: key},
         [command, "--root", JOB_ROOT, key],
         [],
         namespace=namespace,
@@ -216,7 +279,7 @@ def claim_job(
 
 def _job(
     name: str,
-    key: str,
+    marks: Mapping[str, str],
     args: list[str],
     env: list[dict[str, Any]],
     *,
@@ -227,12 +290,13 @@ def _job(
     active_seconds: int,
     ttl_seconds: int,
 ) -> dict[str, Any]:
-    """Pure: a Job of the project's image on the claim, least privilege (see staging_job)."""
+    """Pure: a Job of the project's image on the claim, least privilege (see staging_job),
+    labelled with ``marks`` (the content key, or a batch's)."""
     labels = {
         "app.kubernetes.io/name": "pulumi-lora",
         "app.kubernetes.io/managed-by": "pulumi-lora",
         COMPONENT_LABEL: "staging",
-        KEY_LABEL: key,
+        **marks,
     }
     mount_spec: dict[str, Any] = {"name": "adapters", "mountPath": JOB_ROOT}
     if mount.sub_path:

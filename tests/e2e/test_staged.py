@@ -13,6 +13,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -388,3 +389,36 @@ def test_a_staging_job_that_cannot_start_fails_at_once_and_leaves_nothing(
     assert "pulumi-lora:image" in str(failed.value)
     assert all(pod == {} for pod in served(claimed).values())
     assert left_in(testbed, namespace, "jobs,loraadapters") == ""
+
+
+def test_the_adapters_one_command_stages_share_one_job(
+    testbed: Testbed,
+    namespace: str,
+    claimed: InferenceServiceHandle,
+    hub: PlayedHub,
+    files: dict[str, bytes],
+    config: ProviderConfig,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Checked first (as the engine does), three staged adapters created at once start one
+    staging Job between them, not three; each is staged and loaded on every pod."""
+    provider = provider_for(config)
+    declared = {}
+    for index in range(3):
+        repo = f"acme/batch-{index}"
+        hub.publish(repo, files, lfs=frozenset({"adapter_model.safetensors"}), commit=COMMIT)
+        props = staged_props(namespace, hub, adapter_name=f"batch-{index}")
+        declared[f"batch-{index}"] = {**props, "source": f"hf://{repo}@{COMMIT}"}
+    for props in declared.values():
+        assert provider.check({}, props).failures == []
+    capfd.readouterr()
+    with ThreadPoolExecutor(max_workers=3) as pool:  # the engine's parallel creates
+        made = dict(zip(declared, pool.map(provider.create, declared.values()), strict=True))
+    said = capfd.readouterr().err
+    assert said.count(f"Job {namespace}/pulumi-lora-stage-") == 1, said  # one Job started
+    assert "staging 3 adapters (" in said and ") onto adapters in one Job" in said
+    assert said.count("fetched in a batch Job") == 3
+    paths = {name: (result.outs or {})["path"] for name, result in made.items()}
+    assert len(set(paths.values())) == 3
+    assert all(pod == paths for pod in served(claimed).values())
+    assert left_in(testbed, namespace, "jobs") == ""

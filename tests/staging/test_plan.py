@@ -9,15 +9,19 @@ import pytest
 
 from pulumi_lora._staging._errors import DigestMismatch, StagingError, VolumeNotMounted
 from pulumi_lora._staging._plan import (
+    BATCH_LABEL,
+    BATCH_LIMIT,
     JOB_ROOT,
+    KEY_LABEL,
     AdapterMount,
     adapter_mount,
+    batch_job,
     job_name,
     server_flags,
     stage_outcome,
     staging_job,
 )
-from pulumi_lora._staging._source import content_key, parse_source
+from pulumi_lora._staging._source import StagingRequest, content_key, parse_source
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SHA = "ab" * 32
@@ -162,3 +166,42 @@ def test_a_reported_failure_is_raised_as_the_stagers_own_error() -> None:
 def test_no_result_names_the_image() -> None:
     with pytest.raises(StagingError, match=r"exit code 127.*pulumi-lora:image"):
         stage_outcome("exec: pulumi-lora: not found", 127)
+
+
+def test_a_batch_job_stages_every_request_with_one_credential_set() -> None:
+    requests = [parse_source(f"hf://acme/a{i}@{COMMIT}") for i in range(3)]
+    manifest = batch_job(
+        requests,
+        namespace="models",
+        mount=AdapterMount("adapters", "/adapters"),
+        image="i",
+        secret_name="hub-token",
+        hf_endpoint="https://hub.example.com",
+        server_flags=["--max-lora-rank", "8"],
+    )
+    pod = manifest["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[:3] == ["stage-batch", "--root", JOB_ROOT]
+    assert args[-5:-3] == ["--max-lora-rank", "8"]
+    assert [StagingRequest.model_validate_json(text) for text in args[-3:]] == requests
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HF_ENDPOINT"]["value"] == "https://hub.example.com"
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hub-token"
+    assert pod["automountServiceAccountToken"] is False
+    labels = manifest["metadata"]["labels"]
+    assert KEY_LABEL not in labels and BATCH_LABEL in labels  # no one content key names it
+    reordered = batch_job(
+        requests[::-1], namespace="models", mount=AdapterMount("adapters", "/adapters"), image="i"
+    )
+    assert reordered["metadata"]["name"] == manifest["metadata"]["name"]  # named by the keys
+
+
+def test_a_batch_holds_two_to_the_limit() -> None:
+    mount = AdapterMount("adapters", "/adapters")
+    one = [parse_source(f"hf://acme/a@{COMMIT}")]
+    with pytest.raises(ValueError, match="2 to"):
+        batch_job(one, namespace="m", mount=mount, image="i")
+    many = [parse_source(f"hf://acme/a{i}@{COMMIT}") for i in range(BATCH_LIMIT + 1)]
+    with pytest.raises(ValueError, match="2 to"):
+        batch_job(many, namespace="m", mount=mount, image="i")
