@@ -1,11 +1,23 @@
 // One LoRAAdapter from TypeScript: one custom resource, served by the plugin in ../../provider
-// (Pulumi.yaml names it under plugins.providers), the same provider Python programs run.
+// (Pulumi.yaml names it under plugins.providers), the same provider Python programs run. Its
+// weights are where `path` says, or, with the config `source` set, staged from there onto the
+// claim the InferenceService mounts (docs/staging.md); the output `path` is then the staged
+// directory the pods load.
 import * as pulumi from "@pulumi/pulumi";
 
 /** The inputs of pulumi-lora:index:LoRAAdapter (../../provider/schema.json). */
 interface LoRAAdapterArgs {
     adapterName: pulumi.Input<string>;
-    path: pulumi.Input<string>;
+    /** Where the adapter already is in the sglang container; or give `source`. */
+    path?: pulumi.Input<string>;
+    /** hf://ORG/REPO@COMMIT, s3://BUCKET/PREFIX/ or https://HOST/PATH/: staged, then loaded. */
+    source?: pulumi.Input<string>;
+    /** File name to sha256; optional for an hf:// commit. */
+    digests?: pulumi.Input<Record<string, pulumi.Input<string>>>;
+    /** A Hub mirror or an S3-compatible endpoint. */
+    sourceEndpoint?: pulumi.Input<string>;
+    /** A Secret (in the InferenceService's namespace) with HF_TOKEN or AWS_* keys. */
+    sourceSecretName?: pulumi.Input<string>;
     inferenceService: pulumi.Input<string>;
     namespace?: pulumi.Input<string>;
     pinned?: pulumi.Input<boolean>;
@@ -34,17 +46,31 @@ class LoRAAdapter extends pulumi.CustomResource {
     public readonly loaded!: pulumi.Output<boolean>;
     public readonly pods!: pulumi.Output<PodStatus[]>;
     public readonly crName!: pulumi.Output<string>;
+    /** The directory the pods load: the declared `path`, or the staged one. */
+    public readonly path!: pulumi.Output<string>;
+    /** A staged adapter's content key (its directory's name on the claim). */
+    public readonly contentKey!: pulumi.Output<string | undefined>;
 
     constructor(name: string, args: LoRAAdapterArgs, opts?: pulumi.CustomResourceOptions) {
-        const outputs = { loaded: undefined, pods: undefined, crName: undefined };
+        const outputs = {
+            loaded: undefined,
+            pods: undefined,
+            crName: undefined,
+            path: args.path,
+            contentKey: undefined,
+        };
         super("pulumi-lora:index:LoRAAdapter", name, { ...args, ...outputs }, opts);
     }
 }
 
 const config = new pulumi.Config();
+const source = config.get("source");
+const weights = source
+    ? { source, sourceEndpoint: config.get("sourceEndpoint") }
+    : { path: config.get("path") ?? "/adapters/sql-lora" };
 const sql = new LoRAAdapter("sql", {
     adapterName: "sql-lora",
-    path: "/adapters/sql-lora",
+    ...weights,
     inferenceService: config.get("inferenceService") ?? "llama",
     namespace: config.get("namespace") ?? "models",
     transport: (config.get("transport") ?? "direct") as "direct" | "proxy" | "delegated",
@@ -53,3 +79,6 @@ const sql = new LoRAAdapter("sql", {
 export const loaded = sql.loaded;
 export const pods = sql.pods;
 export const crName = sql.crName;
+export const path = sql.path;
+// Only a staged adapter has one: exported otherwise, a preview would show it as unknown.
+export const contentKey = source ? sql.contentKey : undefined;

@@ -1,4 +1,5 @@
-"""TypeScript: `examples/typescript` through `provider/` (one custom resource) on the testbed.
+"""TypeScript: `examples/typescript` through `provider/` (one custom resource) on the testbed,
+by path and staged from a source.
 
 The program runs under the built ``pulumi-language-nodejs`` (v3.68.0) with ``@pulumi/pulumi``
 from npm (the example's ``package.json``, installed by ``npm install`` as a user does); the
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.hub import PlayedHub
+from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.testbed import Testbed
 
 from .conftest import (
@@ -20,7 +23,6 @@ from .conftest import (
     assert_nothing_left,
     example_beside_provider,
     lora_resources,
-    ready_service,
     require_program,
     served,
     stack_on_testbed,
@@ -29,13 +31,21 @@ from .conftest import (
 pytestmark = pytest.mark.full
 
 
-def test_typescript_example_up_and_destroy(
+def test_typescript_example_up_stages_from_a_source_and_destroys(
     consumer_engine: LocalEngine, testbed: Testbed, namespace: str, tmp_path: Path
 ) -> None:
+    """examples/typescript by ``path``, then with the config ``source`` set: the adapter is
+    staged from a played Hub onto the claim and every pod swaps to the staged output ``path``;
+    refresh is clean both times; destroy leaves no CR, no Job and no staged directory."""
     require_program("pulumi-language-nodejs")
     require_program("npm")
     path = "/adapters/sql-lora"
-    handle = ready_service(testbed, namespace)
+    handle = testbed.deploy_inference_service(
+        namespace, "llama", replicas=2, adapter_claim="adapters"
+    )
+    handle.wait_ready(timeout=60)
+    claim = testbed.claim_directory(namespace, "adapters")
+    write_adapter(claim / "sql-lora", seed="typescript")
     folder = example_beside_provider("typescript", tmp_path, "node_modules")
     npm = subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund"],
@@ -56,12 +66,34 @@ def test_typescript_example_up_and_destroy(
         assert lora_resources(runner) == [
             ("pulumi-lora:index:LoRAAdapter", True, f"{namespace}/sql-lora")
         ]
-        assert outputs["crName"] == "sql-lora"
+        assert outputs["crName"] == "sql-lora" and outputs["path"] == path
+        assert "contentKey" not in outputs
         # a pod serving the resource's own path carries no ``path`` of its own
         by_pod = {p["pod"]: p.get("path", "declared") for p in outputs["pods"] if p["loaded"]}
         assert by_pod == {pod.name: "declared" for pod in handle.ready_pods()}
         assert all(a == {"sql-lora": path} for a in served(handle).values())
         assert_clean_refresh(runner)
+
+        with PlayedHub() as hub:
+            files = {p.name: p.read_bytes() for p in (claim / "sql-lora").iterdir()}
+            lfs = frozenset({"adapter_model.safetensors"})
+            commit = hub.publish("acme/sql-lora", files, lfs=lfs)
+            testbed.expose_to_pods(hub.port)
+            runner.pulumi("config", "set", "source", f"hf://acme/sql-lora@{commit}")
+            runner.pulumi("config", "set", "sourceEndpoint", hub.endpoint)
+            up = runner.pulumi("up", "--yes", "--skip-preview").stdout
+            assert "staging sql-lora (" in up and "fetched" in up
+            staged = runner.outputs()
+            key = staged["contentKey"]
+            assert staged["path"] == f"/adapters/{key}" and staged["loaded"] is True
+            assert (claim / key / "adapter_model.safetensors").read_bytes() == files[
+                "adapter_model.safetensors"
+            ]
+            assert all(a == {"sql-lora": staged["path"]} for a in served(handle).values())
+            assert_clean_refresh(runner)
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
     assert_nothing_left(testbed, [handle])
+    jobs = testbed.kubectl("get", "jobs", "-n", namespace, "-o", "name")
+    assert jobs.returncode == 0 and jobs.stdout.strip() == "", jobs.stdout + jobs.stderr
+    assert sorted(p.name for p in claim.iterdir() if not p.name.startswith(".")) == ["sql-lora"]
