@@ -70,6 +70,10 @@ class AdapterInputs(TypedDict):
     """kubeconfig context for this resource (several clusters in one stack)."""
     kubeconfig_path: NotRequired[pulumi.Input[str]]
     """kubeconfig file for this resource (a path: the content never enters state)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it
+    (the stack's cluster: ``cluster.kubeconfig`` is fine); kept secret in the state. Before
+    ``kubeconfigPath`` and the provider's config."""
     adopt: NotRequired[pulumi.Input[bool]]
     """Take over a CR of this name that already exists (made by kubectl or Helm) when its spec
     is what this resource declares; load only on pods that lack the adapter (default false)."""
@@ -284,6 +288,10 @@ class LoRAAdapter(LoRAAdapterResource, AdapterOutputs, module="lora", name="LoRA
         declared = {
             k: inputs.get(k) for k in INPUT_KEYS if k in ECHOED or inputs.get(k) is not None
         }
+        if declared.get("kubeconfig") is not None:  # a credential: secret in and out of state
+            declared["kubeconfig"] = pulumi.Output.secret(declared["kubeconfig"])
+            secret = pulumi.ResourceOptions(additional_secret_outputs=["kubeconfig"])
+            moved = pulumi.ResourceOptions.merge(moved, secret)
         super().__init__(name, declared, pulumi.ResourceOptions.merge(opts, moved))
 
     if not TYPE_CHECKING:  # at run time only: type checkers still catch a misspelt attribute

@@ -42,6 +42,7 @@ from pulumi_lora._errors import (
     InferenceServiceNotFound,
 )
 from pulumi_lora._kubeauth import Credentials, HttpxAuth, plugin_credentials, use_credentials
+from pulumi_lora._kubeconfigs import load_merged
 from pulumi_lora._llmkube import (
     DEFAULT_SGLANG_PORT,
     HTTP_PORT_NAME,
@@ -145,9 +146,9 @@ SPEC_MANAGER = "pulumi-lora"
 class KubeSource:
     """Where cluster credentials come from, in pulumi-kubernetes' order of precedence.
 
-    ``kubeconfig`` is either the content of a kubeconfig (from secret Pulumi config, never stored
-    in state) or a path to one; ``context`` picks a context. When neither is set: ``KUBECONFIG``,
-    then ``~/.kube/config``, then the in-cluster service account.
+    ``kubeconfig`` is either the content of a kubeconfig (secret config or input) or a path to
+    one; ``context`` picks a context. When neither is set: ``KUBECONFIG`` (its files merged as
+    kubectl merges them), then ``~/.kube/config``, then the in-cluster service account.
     """
 
     kubeconfig: str | None = None
@@ -160,8 +161,9 @@ class KubeSource:
                 config = KubeConfig.from_dict(yaml.safe_load(self.kubeconfig))
             elif self.kubeconfig:
                 config = KubeConfig.from_file(Path(self.kubeconfig).expanduser())
-            elif os.environ.get("KUBECONFIG"):
-                config = KubeConfig.from_file(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+            elif os.environ.get("KUBECONFIG"):  # every file it lists, merged as kubectl does
+                merged, first = load_merged(os.environ["KUBECONFIG"])
+                config = KubeConfig.from_dict(merged, fname=first)
             else:
                 config = KubeConfig.from_env()
             single = config.get(context_name=self.context)

@@ -277,6 +277,9 @@ class AdapterArgs(_Model):
     ] = "api-key"  # noqa: S105 - the key's name in the Secret, not a credential
     kube_context: str | None = None
     kubeconfig_path: str | None = None
+    # A kubeconfig's content or path (the stack's cluster, as pulumi-kubernetes takes it): a
+    # credential, so never in a repr, a log or the CR.
+    kubeconfig: str | None = Field(default=None, repr=False)
     adopt: bool = False
     # Where the weights come from, when pulumi-lora stages them (docs/staging.md); the provider
     # checks the source itself (``_staging``) and sets ``path`` to the staged directory.

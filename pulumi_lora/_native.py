@@ -45,7 +45,7 @@ from pulumi_lora._models import AdapterArgs
 from pulumi_lora._properties import CREATE_KEYS, INPUT_KEYS, OUTPUT_KEYS, UNKNOWN
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._provider_calls import effective_inputs, report_drift
-from pulumi_lora._schema import document
+from pulumi_lora._schema import SECRET_PROPERTIES, document
 
 DEFAULT_READY_TIMEOUT = float(AdapterArgs.model_fields["ready_timeout_seconds"].default)
 """How long a resource waits for Ready pods unless it says otherwise (``AdapterArgs``)."""
@@ -88,6 +88,7 @@ class ResourceOutputs(AdapterOutputs):
     api_key_secret_key: pulumi.Output[Optional[str]]
     kube_context: pulumi.Output[Optional[str]]
     kubeconfig_path: pulumi.Output[Optional[str]]
+    kubeconfig: pulumi.Output[Optional[str]]
     adopt: pulumi.Output[Optional[bool]]
     source: pulumi.Output[Optional[str]]
     digests: pulumi.Output[Optional[Mapping[str, str]]]
@@ -174,9 +175,10 @@ def secret_keys(values: Mapping[str, PropertyValue]) -> frozenset[str]:
 
 def props_out(values: Mapping[str, Any], secret: frozenset[str]) -> dict[str, PropertyValue]:
     """Pure: the Python resource's properties as the schema's; a property whose input was
-    secret stays secret (``secret``), so nothing secret reaches the state in plaintext."""
+    secret stays secret (``secret``), and a credential always is (``SECRET_PROPERTIES``, however
+    the program gave it), so nothing secret reaches the state in plaintext."""
     return {
-        CAMEL.get(k, k): wrapped(v).with_secret(k in secret)
+        CAMEL.get(k, k): wrapped(v).with_secret(k in secret or k in SECRET_PROPERTIES)
         for k, v in values.items()
         if v is not None
     }

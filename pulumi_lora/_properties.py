@@ -14,7 +14,8 @@ REPLACE_KEYS = (
     "kubeconfig_path",
 )
 #: Inputs changed in place (a path change is a swap on every pod; a source, digest, endpoint or
-#: claim change stages the new content beside the old, then swaps).
+#: claim change stages the new content beside the old, then swaps; a new ``kubeconfig`` is the
+#: same cluster's credentials, kept for the next operation).
 UPDATE_KEYS = (
     "path",
     "source",
@@ -27,6 +28,7 @@ UPDATE_KEYS = (
     "transport",
     "api_key_secret_name",
     "api_key_secret_key",
+    "kubeconfig",
 )
 #: Inputs that matter only when something is created or staged (a change alone changes nothing:
 #: the content staged with other credentials is the same content).

@@ -27,6 +27,9 @@ PACKAGE = "pulumi-lora"
 REPOSITORY = "https://github.com/pulumi-lora/pulumi-lora"
 """Where the source and the releases live (the schema's ``repository``): set before a release."""
 
+SECRET_PROPERTIES = frozenset({"kubeconfig"})
+"""The resource's credentials: secret in the schema (the SDKs wrap them) and in the state."""
+
 LANGUAGES: dict[str, dict[str, Any]] = {
     "nodejs": {"packageName": "@pulumi-lora/pulumi-lora", "respectSchemaVersion": True},
     "go": {
@@ -74,9 +77,10 @@ OUTPUT_ONLY = {
 CONFIG: dict[str, dict[str, Any]] = {
     "kubeconfig": {
         "type": "string",
-        "description": "A kubeconfig's content or path, for adapters that set neither "
-        "`kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, "
-        "then in-cluster).",
+        "description": "A kubeconfig's content or path, for adapters that give neither "
+        "`kubeconfig` nor `kubeconfigPath` (default: `KUBECONFIG`, its files merged as kubectl "
+        "merges them, then `~/.kube/config`, then in-cluster); `kubeContext` picks a context "
+        "in it.",
     },
     "context": {"type": "string", "description": "The kubeconfig context to use."},
     "image": {
@@ -166,6 +170,8 @@ def document(made: Mapping[str, Any], token: str, output_docs: Mapping[str, str]
         "description": "The provider's settings; every one may come from stack config.",
         "inputProperties": {k: dict(v) for k, v in CONFIG.items()},
     }
+    # An explicit provider's inputs live in the state: its kubeconfig is a credential there.
+    schema["provider"]["inputProperties"]["kubeconfig"]["secret"] = True
     resource = schema["resources"][token]
     inputs, outputs = resource["inputProperties"], resource["properties"]
     for name, default in defaults().items():
@@ -191,6 +197,10 @@ def document(made: Mapping[str, Any], token: str, output_docs: Mapping[str, str]
         # the property's there; the engine drops it when it serves the schema).
         if isinstance(prop.get("additionalProperties"), dict):
             prop["additionalProperties"].pop("description", None)
+    for name in SECRET_PROPERTIES:
+        for properties in (inputs, outputs):
+            if name in properties:
+                properties[name]["secret"] = True
     for name, prop in outputs.items():
         if "description" not in prop:
             text = (inputs.get(name) or {}).get("description") or output_docs.get(name)

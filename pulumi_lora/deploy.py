@@ -453,7 +453,9 @@ class ResyncDeployment(pulumi.ComponentResource):
     :func:`resync_manifests`, created with pulumi-kubernetes).
 
     Takes the same keyword arguments as :func:`resync_manifests`; ``opts`` are the component's
-    resource options (e.g. ``provider=`` a ``kubernetes.Provider``). Outputs:
+    resource options (e.g. ``provider=`` a ``kubernetes.Provider``). ``kubeconfig`` (content or
+    path; ``cluster.kubeconfig`` is fine, kept secret) makes the objects through a
+    ``kubernetes.Provider`` of that cluster instead: one or the other, not both. Outputs:
     ``service_account``, ``deployment`` (names) and ``namespace``.
     """
 
@@ -463,6 +465,7 @@ class ResyncDeployment(pulumi.ComponentResource):
         *,
         namespace: str,
         image: str,
+        kubeconfig: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
         **settings: Any,
     ) -> None:
@@ -472,7 +475,20 @@ class ResyncDeployment(pulumi.ComponentResource):
             raise ImportError(
                 "ResyncDeployment needs pulumi-kubernetes: pip install 'pulumi-lora[kubernetes]'"
             ) from exc
+        if kubeconfig is not None and opts is not None and (opts.provider or opts.providers):
+            raise ValueError(
+                "ResyncDeployment takes kubeconfig or a provider in opts, not both: the "
+                "kubeconfig makes the objects' kubernetes.Provider"
+            )
         super().__init__(RESOURCE_TYPE, resource_name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        if kubeconfig is not None:
+            cluster = kubernetes.Provider(
+                f"{resource_name}-cluster",
+                kubeconfig=pulumi.Output.secret(kubeconfig),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            child = pulumi.ResourceOptions(parent=self, provider=cluster)
         manifests = resync_manifests(namespace, image, **settings)
         name = str(settings.get("name", DEFAULT_NAME))
         created: list[Any] = []
@@ -486,7 +502,7 @@ class ResyncDeployment(pulumi.ComponentResource):
                         kind=manifest["kind"],
                         metadata=manifest["metadata"],
                         spec=manifest["spec"],
-                        opts=pulumi.ResourceOptions(parent=self),
+                        opts=child,
                     )
                 )
                 continue
@@ -499,7 +515,9 @@ class ResyncDeployment(pulumi.ComponentResource):
                 getattr(api, kind)(
                     label,
                     **args,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+                    opts=pulumi.ResourceOptions.merge(
+                        child, pulumi.ResourceOptions(depends_on=after)
+                    ),
                 )
             )
         self.manifests = manifests

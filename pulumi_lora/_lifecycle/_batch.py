@@ -54,6 +54,7 @@ def batch_group(
     the claim's choice, the Secret, the ServiceAccount and the Hub endpoint."""
     return (
         config,
+        args.kubeconfig,
         args.kubeconfig_path,
         args.kube_context,
         args.target_namespace,

@@ -96,7 +96,7 @@ class Session:
     def source(self) -> k8s.KubeSource:
         """Cluster credentials: the resource's own, else the provider's, else the defaults."""
         return k8s.KubeSource(
-            kubeconfig=self.args.kubeconfig_path or self.config.kubeconfig,
+            kubeconfig=self.args.kubeconfig or self.args.kubeconfig_path or self.config.kubeconfig,
             context=self.args.kube_context or self.config.context,
         )
 

@@ -24,6 +24,7 @@ from pulumi_lora.testing.testbed import Testbed
 
 from .conftest import (
     ROOT,
+    UserVenv,
     assert_clean_refresh,
     assert_nothing_left,
     example_beside_provider,
@@ -170,3 +171,75 @@ def test_the_staged_yaml_example_stages_loads_refreshes_clean_and_destroys(
     assert list(testbed.claim_directory(namespace, "adapters").iterdir()) == []
     jobs = testbed.kubectl("get", "jobs", "-n", namespace, "-o", "name")
     assert jobs.returncode == 0 and jobs.stdout.strip() == ""
+
+
+def test_an_explicit_provider_with_the_stacks_kubeconfig(
+    user_venv: UserVenv, testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    """``pulumi:providers:pulumi-lora`` with ``kubeconfig`` (the content, from secret config as
+    a cluster's output would be) and ``provider:`` on the adapter, as every Pulumi provider
+    has (issue 41): no stack config ``pulumi-lora:kubeconfig`` and a ``KUBECONFIG`` naming no
+    file, so the adapter reaches its cluster only through that provider; the content is secret
+    in the provider's state; refresh is clean; destroy leaves nothing."""
+    require_program("pulumi-language-yaml")
+    handle = ready_service(testbed, namespace)
+    content = testbed.kubeconfig_path.read_text()
+    folder = tmp_path / "explicit"
+    folder.mkdir()
+    (folder / "Pulumi.yaml").write_text(
+        f"""name: lora-explicit-provider
+runtime: yaml
+packages:
+  pulumi-lora: {PROVIDER}
+config:
+  kubeconfig:
+    type: string
+    secret: true
+resources:
+  cluster:
+    type: pulumi:providers:pulumi-lora
+    properties:
+      kubeconfig: ${{kubeconfig}}
+  sql:
+    type: pulumi-lora:index:LoRAAdapter
+    properties:
+      adapterName: sql-lora
+      path: /adapters/sql-lora
+      inferenceService: llama
+      namespace: {namespace}
+      transport: proxy
+    options:
+      provider: ${{cluster}}
+outputs:
+  loaded: ${{sql.loaded}}
+""",
+        encoding="utf-8",
+    )
+    engine = LocalEngine(
+        tmp_path / "engine",
+        extra_env={
+            "PULUMI_PYTHON_CMD": str(user_venv.path / "bin" / "python"),
+            "PULUMI_DISABLE_REGISTRY_RESOLVE": "true",
+            "KUBECONFIG": str(tmp_path / "none"),
+        },
+    )
+    runner = engine.project(folder)
+    runner.pulumi("stack", "init", "dev")
+    runner.pulumi("config", "set", "--secret", "kubeconfig", content)
+    try:
+        runner.pulumi("up", "--yes", "--skip-preview")
+        assert runner.outputs()["loaded"] is True
+        assert all(a == {"sql-lora": "/adapters/sql-lora"} for a in served(handle).values())
+        exported = runner.pulumi("stack", "export").stdout
+        token = content.split("token:")[1].split()[0]
+        assert token not in exported
+        (provider,) = [
+            r
+            for r in json.loads(exported)["deployment"]["resources"]
+            if r["type"] == "pulumi:providers:pulumi-lora"
+        ]
+        assert set(provider["inputs"]["kubeconfig"]) == {SECRET_SIG, "ciphertext"}
+        assert_clean_refresh(runner)
+    finally:
+        runner.pulumi("destroy", "--yes", "--skip-preview")
+    assert_nothing_left(testbed, [handle])

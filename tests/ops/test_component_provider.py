@@ -103,6 +103,7 @@ INPUT_TYPES = {
     "apiKeySecretKey": "string",
     "kubeContext": "string",
     "kubeconfigPath": "string",
+    "kubeconfig": "string",
     "adopt": "boolean",
     "source": "string",
     "digests": "object",

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as kubernetes
 from conftest import Identity
 
 from pulumi_lora.deploy import (
@@ -126,7 +125,8 @@ def contains(whole: Any, part: Any) -> bool:
 def test_the_component_creates_exactly_the_rendered_objects(
     testbed: Testbed, engine: LocalEngine
 ) -> None:
-    """``ResyncDeployment`` through the real engine and the built pulumi-kubernetes provider:
+    """``ResyncDeployment`` through the real engine and the built pulumi-kubernetes provider, its
+    cluster given as a ``kubeconfig`` Output:
     the objects in the apiserver are the rendered manifests, pulumi-kubernetes' await sees the
     Deployment (a container of the loop's image, run by the testbed's kubelet) become
     available, and ``destroy`` removes every object."""
@@ -143,13 +143,13 @@ def test_the_component_creates_exactly_the_rendered_objects(
     kubeconfig = testbed.kubeconfig_path.read_text()
 
     def program() -> None:
-        cluster = kubernetes.Provider("testbed", kubeconfig=kubeconfig)
+        # the cluster's kubeconfig as a platform stack has it (issue 41): an Output
         loop = ResyncDeployment(
             "resync",
             namespace=ns,
             image=image,
             watch_namespace=watched,
-            opts=pulumi.ResourceOptions(providers={"kubernetes": cluster}),
+            kubeconfig=pulumi.Output.from_input(kubeconfig),
         )
         pulumi.export("deployment", loop.deployment)
         pulumi.export("service_account", loop.service_account)
@@ -160,6 +160,8 @@ def test_the_component_creates_exactly_the_rendered_objects(
         assert up.outputs["deployment"].value == DEFAULT_NAME
         assert up.outputs["service_account"].value == DEFAULT_NAME
         resources = stack.export_stack().deployment["resources"]
+        token = kubeconfig.split("token:")[1].split()[0]
+        assert token not in json.dumps(resources)  # the kubeconfig is secret in the state
         kinds = sorted(r["type"] for r in resources if r["type"].startswith("kubernetes:"))
         assert kinds == sorted(
             f"kubernetes:{m['apiVersion'] if '/' in m['apiVersion'] else 'core/v1'}:{m['kind']}"
