@@ -89,6 +89,21 @@ class Calls:
                     "pod proxy strips the Authorization header); use 'delegated' or 'direct'",
                 )
             )
+        if (
+            not failures
+            and known.get("transport") == Transport.DELEGATED.value
+            and config.api_key
+            and not known.get("api_key_secret_name")
+        ):
+            failures.append(
+                CheckFailure(
+                    "transport",
+                    "transport 'delegated' leaves the loads to the re-sync loop, which reads "
+                    "SGLang API keys from Secrets only, never the stack's "
+                    "pulumi-lora:sglangApiKey: put the key in a Secret in the InferenceService's "
+                    "namespace and name it with api_key_secret_name",
+                )
+            )
         return CheckResult(news, failures)
 
     def diff(

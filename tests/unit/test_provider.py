@@ -9,7 +9,7 @@ import pytest
 
 from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import ClusterError, ConfigurationError
-from pulumi_lora._lifecycle import AdapterState, PodReport
+from pulumi_lora._lifecycle import AdapterState, PodReport, ProviderConfig
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
 from pulumi_lora._properties import UNKNOWN
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -83,6 +83,17 @@ class TestCheck:
     def test_proxy_with_an_api_key_fails_before_any_cluster_call(self) -> None:
         found = failures(transport="proxy", api_key_secret_name="sglang-key")
         assert "strips the Authorization header" in found["transport"]
+
+    def test_delegated_with_the_stacks_api_key_fails_naming_the_secret_to_use(self) -> None:
+        """The loop reads keys from Secrets only: a stack key would never reach the pods."""
+        provider = LoRAAdapterProvider()
+        provider._config = ProviderConfig(api_key="sk-stack")
+        found = provider.check({}, {**GOOD, "transport": "delegated"}).failures
+        assert [f.property for f in found] == ["transport"]
+        assert "api_key_secret_name" in found[0].reason
+        named = {**GOOD, "transport": "delegated", "api_key_secret_name": "sglang-key"}
+        assert provider.check({}, named).failures == []
+        assert LoRAAdapterProvider().check({}, {**GOOD, "transport": "delegated"}).failures == []
 
 
 def state(pods: list[PodReport], loaded: bool = True) -> AdapterState:
