@@ -108,6 +108,10 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly kubeContext: pulumi.Output<string | undefined>;
     /**
+     * A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+     */
+    declare public readonly kubeconfig: pulumi.Output<string | undefined>;
+    /**
      * kubeconfig file for this resource (a path: the content never enters state).
      */
     declare public readonly kubeconfigPath: pulumi.Output<string | undefined>;
@@ -206,6 +210,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["inferenceService"] = args?.inferenceService;
             resourceInputs["inferenceServiceNamespace"] = args?.inferenceServiceNamespace;
             resourceInputs["kubeContext"] = args?.kubeContext;
+            resourceInputs["kubeconfig"] = args?.kubeconfig ? pulumi.secret(args.kubeconfig) : undefined;
             resourceInputs["kubeconfigPath"] = args?.kubeconfigPath;
             resourceInputs["namespace"] = (args?.namespace) ?? "default";
             resourceInputs["path"] = args?.path;
@@ -246,6 +251,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["inferenceService"] = undefined /*out*/;
             resourceInputs["inferenceServiceNamespace"] = undefined /*out*/;
             resourceInputs["kubeContext"] = undefined /*out*/;
+            resourceInputs["kubeconfig"] = undefined /*out*/;
             resourceInputs["kubeconfigPath"] = undefined /*out*/;
             resourceInputs["lastLoadedAt"] = undefined /*out*/;
             resourceInputs["loaded"] = undefined /*out*/;
@@ -266,6 +272,8 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["volumeClaim"] = undefined /*out*/;
         }
         opts = pulumi.mergeOptions(utilities.resourceOptsDefaults(), opts);
+        const secretOpts = { additionalSecretOutputs: ["kubeconfig"] };
+        opts = pulumi.mergeOptions(opts, secretOpts);
         super(LoRAAdapter.__pulumiType, name, resourceInputs, opts);
     }
 }
@@ -310,6 +318,10 @@ export interface LoRAAdapterArgs {
      * kubeconfig context for this resource (several clusters in one stack).
      */
     kubeContext?: pulumi.Input<string | undefined>;
+    /**
+     * A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+     */
+    kubeconfig?: pulumi.Input<string | undefined>;
     /**
      * kubeconfig file for this resource (a path: the content never enters state).
      */

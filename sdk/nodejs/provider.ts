@@ -37,7 +37,7 @@ export class Provider extends pulumi.ProviderResource {
             resourceInputs["connectTimeoutSeconds"] = pulumi.output((args?.connectTimeoutSeconds) ?? 3).apply(JSON.stringify);
             resourceInputs["context"] = args?.context;
             resourceInputs["image"] = args?.image;
-            resourceInputs["kubeconfig"] = args?.kubeconfig;
+            resourceInputs["kubeconfig"] = args?.kubeconfig ? pulumi.secret(args.kubeconfig) : undefined;
             resourceInputs["loadTimeoutSeconds"] = pulumi.output((args?.loadTimeoutSeconds) ?? 300).apply(JSON.stringify);
             resourceInputs["readTimeoutSeconds"] = pulumi.output((args?.readTimeoutSeconds) ?? 10).apply(JSON.stringify);
             resourceInputs["sglangApiKey"] = args?.sglangApiKey ? pulumi.secret(args.sglangApiKey) : undefined;
@@ -65,7 +65,7 @@ export interface ProviderArgs {
      */
     image?: pulumi.Input<string | undefined>;
     /**
-     * A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
+     * A kubeconfig's content or path, for adapters that give neither `kubeconfig` nor `kubeconfigPath` (default: `KUBECONFIG`, its files merged as kubectl merges them, then `~/.kube/config`, then in-cluster); `kubeContext` picks a context in it.
      */
     kubeconfig?: pulumi.Input<string | undefined>;
     /**

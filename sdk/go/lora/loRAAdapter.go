@@ -46,6 +46,8 @@ type LoRAAdapter struct {
 	InferenceServiceNamespace pulumi.StringPtrOutput `pulumi:"inferenceServiceNamespace"`
 	// kubeconfig context for this resource (several clusters in one stack).
 	KubeContext pulumi.StringPtrOutput `pulumi:"kubeContext"`
+	// A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+	Kubeconfig pulumi.StringPtrOutput `pulumi:"kubeconfig"`
 	// kubeconfig file for this resource (a path: the content never enters state).
 	KubeconfigPath pulumi.StringPtrOutput `pulumi:"kubeconfigPath"`
 	// When pulumi-lora last loaded the adapter on a pod (RFC 3339).
@@ -121,6 +123,13 @@ func NewLoRAAdapter(ctx *pulumi.Context,
 	if args.Transport == nil {
 		args.Transport = Transport("direct")
 	}
+	if args.Kubeconfig != nil {
+		args.Kubeconfig = pulumi.ToSecret(args.Kubeconfig).(pulumi.StringPtrInput)
+	}
+	secrets := pulumi.AdditionalSecretOutputs([]string{
+		"kubeconfig",
+	})
+	opts = append(opts, secrets)
 	opts = internal.PkgResourceDefaultOpts(opts)
 	var resource LoRAAdapter
 	err := ctx.RegisterResource("pulumi-lora:index:LoRAAdapter", name, args, &resource, opts...)
@@ -178,6 +187,8 @@ type loRAAdapterArgs struct {
 	InferenceServiceNamespace *string `pulumi:"inferenceServiceNamespace"`
 	// kubeconfig context for this resource (several clusters in one stack).
 	KubeContext *string `pulumi:"kubeContext"`
+	// A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+	Kubeconfig *string `pulumi:"kubeconfig"`
 	// kubeconfig file for this resource (a path: the content never enters state).
 	KubeconfigPath *string `pulumi:"kubeconfigPath"`
 	// The CR's namespace (default `default`).
@@ -226,6 +237,8 @@ type LoRAAdapterArgs struct {
 	InferenceServiceNamespace pulumi.StringPtrInput
 	// kubeconfig context for this resource (several clusters in one stack).
 	KubeContext pulumi.StringPtrInput
+	// A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+	Kubeconfig pulumi.StringPtrInput
 	// kubeconfig file for this resource (a path: the content never enters state).
 	KubeconfigPath pulumi.StringPtrInput
 	// The CR's namespace (default `default`).
@@ -414,6 +427,11 @@ func (o LoRAAdapterOutput) InferenceServiceNamespace() pulumi.StringPtrOutput {
 // kubeconfig context for this resource (several clusters in one stack).
 func (o LoRAAdapterOutput) KubeContext() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.KubeContext }).(pulumi.StringPtrOutput)
+}
+
+// A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+func (o LoRAAdapterOutput) Kubeconfig() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.Kubeconfig }).(pulumi.StringPtrOutput)
 }
 
 // kubeconfig file for this resource (a path: the content never enters state).

@@ -35,6 +35,9 @@ func NewProvider(ctx *pulumi.Context,
 	if args.UnloadTimeoutSeconds == nil {
 		args.UnloadTimeoutSeconds = pulumi.Float64Ptr(120.0)
 	}
+	if args.Kubeconfig != nil {
+		args.Kubeconfig = pulumi.ToSecret(args.Kubeconfig).(pulumi.StringPtrInput)
+	}
 	if args.SglangApiKey != nil {
 		args.SglangApiKey = pulumi.ToSecret(args.SglangApiKey).(pulumi.StringPtrInput)
 	}
@@ -54,7 +57,7 @@ type providerArgs struct {
 	Context *string `pulumi:"context"`
 	// The project's image (where you pushed what `tools/image.py` builds), which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).
 	Image *string `pulumi:"image"`
-	// A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
+	// A kubeconfig's content or path, for adapters that give neither `kubeconfig` nor `kubeconfigPath` (default: `KUBECONFIG`, its files merged as kubectl merges them, then `~/.kube/config`, then in-cluster); `kubeContext` picks a context in it.
 	Kubeconfig *string `pulumi:"kubeconfig"`
 	// Seconds to wait for `POST /load_lora_adapter` to answer.
 	LoadTimeoutSeconds *float64 `pulumi:"loadTimeoutSeconds"`
@@ -74,7 +77,7 @@ type ProviderArgs struct {
 	Context pulumi.StringPtrInput
 	// The project's image (where you pushed what `tools/image.py` builds), which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).
 	Image pulumi.StringPtrInput
-	// A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
+	// A kubeconfig's content or path, for adapters that give neither `kubeconfig` nor `kubeconfigPath` (default: `KUBECONFIG`, its files merged as kubectl merges them, then `~/.kube/config`, then in-cluster); `kubeContext` picks a context in it.
 	Kubeconfig pulumi.StringPtrInput
 	// Seconds to wait for `POST /load_lora_adapter` to answer.
 	LoadTimeoutSeconds pulumi.Float64PtrInput

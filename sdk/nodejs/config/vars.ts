@@ -41,7 +41,7 @@ Object.defineProperty(exports, "image", {
 });
 
 /**
- * A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
+ * A kubeconfig's content or path, for adapters that give neither `kubeconfig` nor `kubeconfigPath` (default: `KUBECONFIG`, its files merged as kubectl merges them, then `~/.kube/config`, then in-cluster); `kubeContext` picks a context in it.
  */
 export declare const kubeconfig: string | undefined;
 Object.defineProperty(exports, "kubeconfig", {

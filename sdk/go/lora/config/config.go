@@ -32,7 +32,7 @@ func GetImage(ctx *pulumi.Context) string {
 	return config.Get(ctx, "pulumi-lora:image")
 }
 
-// A kubeconfig's content or path, for adapters that set neither `kubeconfigPath` nor `kubeContext` (default: `KUBECONFIG`, then `~/.kube/config`, then in-cluster).
+// A kubeconfig's content or path, for adapters that give neither `kubeconfig` nor `kubeconfigPath` (default: `KUBECONFIG`, its files merged as kubectl merges them, then `~/.kube/config`, then in-cluster); `kubeContext` picks a context in it.
 func GetKubeconfig(ctx *pulumi.Context) string {
 	return config.Get(ctx, "pulumi-lora:kubeconfig")
 }
