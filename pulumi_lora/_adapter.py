@@ -234,8 +234,10 @@ class AdapterOutputs:
     ready: pulumi.Output[bool]
     """Condition ``Ready``: loaded as the policy asks, at the declared path, with no error."""
     conditions: pulumi.Output[list[ConditionInfo]]
-    """The conditions pulumi-lora wrote to the CR's status (``Available``, ``Loaded``,
-    ``Error``, ``Ready``)."""
+    """pulumi-lora's verdict on what the pods serve (``Available``, ``Loaded``, ``Error``,
+    ``Ready``): written to the CR's status by ``up``, recomputed from every Ready pod's
+    ``/v1/models`` at each refresh, never copied from the CR (for ``delegated``, the re-sync
+    loop's verdict)."""
     pods: pulumi.Output[list[PodStatus]]
     """The adapter on each labelled pod of the target, read from its ``/v1/models``."""
     loaded_path: pulumi.Output[Optional[str]]

@@ -72,7 +72,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public /*out*/ readonly available: pulumi.Output<boolean>;
     /**
-     * The conditions pulumi-lora wrote to the CR's status (`Available`, `Loaded`, `Error`, `Ready`).
+     * pulumi-lora's verdict on what the pods serve (`Available`, `Loaded`, `Error`, `Ready`): written to the CR's status by `up`, recomputed from every Ready pod's `/v1/models` at each refresh, never copied from the CR (for `delegated`, the re-sync loop's verdict).
      */
     declare public /*out*/ readonly conditions: pulumi.Output<outputs.ConditionInfo[]>;
     /**

@@ -28,7 +28,7 @@ type LoRAAdapter struct {
 	ApiKeySecretName pulumi.StringPtrOutput `pulumi:"apiKeySecretName"`
 	// Whether at least one Ready pod serves the adapter (condition `Available`).
 	Available pulumi.BoolOutput `pulumi:"available"`
-	// The conditions pulumi-lora wrote to the CR's status (`Available`, `Loaded`, `Error`, `Ready`).
+	// pulumi-lora's verdict on what the pods serve (`Available`, `Loaded`, `Error`, `Ready`): written to the CR's status by `up`, recomputed from every Ready pod's `/v1/models` at each refresh, never copied from the CR (for `delegated`, the re-sync loop's verdict).
 	Conditions ConditionInfoArrayOutput `pulumi:"conditions"`
 	// A staged adapter's content key: the name of its directory on the claim (16 hex).
 	ContentKey pulumi.StringPtrOutput `pulumi:"contentKey"`
@@ -384,7 +384,7 @@ func (o LoRAAdapterOutput) Available() pulumi.BoolOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.BoolOutput { return v.Available }).(pulumi.BoolOutput)
 }
 
-// The conditions pulumi-lora wrote to the CR's status (`Available`, `Loaded`, `Error`, `Ready`).
+// pulumi-lora's verdict on what the pods serve (`Available`, `Loaded`, `Error`, `Ready`): written to the CR's status by `up`, recomputed from every Ready pod's `/v1/models` at each refresh, never copied from the CR (for `delegated`, the re-sync loop's verdict).
 func (o LoRAAdapterOutput) Conditions() ConditionInfoArrayOutput {
 	return o.ApplyT(func(v *LoRAAdapter) ConditionInfoArrayOutput { return v.Conditions }).(ConditionInfoArrayOutput)
 }
