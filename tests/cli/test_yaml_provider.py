@@ -207,7 +207,6 @@ resources:
       path: /adapters/sql-lora
       inferenceService: llama
       namespace: {namespace}
-      transport: proxy
     options:
       provider: ${{cluster}}
 outputs:
