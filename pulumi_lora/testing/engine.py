@@ -141,6 +141,12 @@ class LocalEngine:
             **(self.extra_env or {}),
         }
 
+    def stored_state(self, project: str, stack: str) -> str:
+        """The stack's state as the file backend keeps it: secrets encrypted (the Automation
+        API's ``export_stack`` shows them in plaintext)."""
+        path = self.home / "backend" / ".pulumi" / "stacks" / project / f"{stack}.json"
+        return path.read_text(encoding="utf-8")
+
     def command(self) -> auto.PulumiCommand:
         """The Automation API's handle on the built CLI (``root/bin/pulumi``)."""
         return auto.PulumiCommand(root=str(self.pulumi.path.parent.parent))

@@ -49,10 +49,9 @@ def test_a_kubeconfig_output_from_the_program_creates_refreshes_and_destroys(
         up = stack.up()
         assert up.outputs["loaded"].value is True
         assert all(pod == {"from-stack": path} for pod in served(isvc).values())
-        # the state as the backend keeps it (the Automation API's export shows secrets)
-        (state,) = (tmp_path / "engine" / "backend" / ".pulumi" / "stacks").rglob("dev.json")
-        assert token.group(1) not in state.read_text()
-        resources = json.loads(state.read_text())["checkpoint"]["latest"]["resources"]
+        state = engine.stored_state("kubeconfig-input", "dev")
+        assert token.group(1) not in state
+        resources = json.loads(state)["checkpoint"]["latest"]["resources"]
         (adapter,) = [r for r in resources if r.get("id", "").endswith("/from-stack")]
         assert "ciphertext" in adapter["inputs"]["kubeconfig"]
         assert "ciphertext" in adapter["outputs"]["kubeconfig"]
