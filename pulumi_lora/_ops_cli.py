@@ -164,7 +164,12 @@ def doctor_command(  # noqa: PLR0917 - one parameter per click option
     help="hold LLMKube off every LoRAAdapter (the re-sync loop serves them all), not only the "
     "CRs the provider made (annotation pulumi-lora.dev/managed-by)",
 )
-@click.option("--name", default="pulumi-lora-resync", show_default=True, help="prefix of the names")
+@click.option(
+    "--name",
+    default="pulumi-lora",
+    show_default=True,
+    help="prefix of the names (the loop's own policy is <its name>-llmkube-coexistence)",
+)
 def policy_command(llmkube_user: str, all_adapters: bool, name: str) -> None:
     """Print the admission policy that holds LLMKube's LoRA controller off pulumi-lora's CRs.
 

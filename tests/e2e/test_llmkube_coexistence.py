@@ -411,5 +411,5 @@ def test_policy_holds_llmkube_off_and_takes_over_older_crs(
         bed.kubectl(
             "delete",
             "validatingadmissionpolicybinding,validatingadmissionpolicy",
-            "pulumi-lora-resync-llmkube-coexistence",
+            "pulumi-lora-llmkube-coexistence",
         )

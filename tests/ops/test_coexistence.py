@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
 from click.testing import CliRunner
 
 from pulumi_lora._cli import cli
@@ -220,3 +221,7 @@ def test_cli_prints_the_policy_for_kubectl() -> None:
     assert "managed-by-pulumi-lora" not in result.output
     default = CliRunner().invoke(cli, ["coexistence-policy"])
     assert "managed-by-pulumi-lora" in default.output
+    # its own name, not the loop's: kubectl and ResyncDeployment never own one object together
+    names = {m["metadata"]["name"] for m in yaml.safe_load_all(default.output)}
+    loop = {m["metadata"]["name"] for m in resync_manifests("ops", "img:1")}
+    assert names == {"pulumi-lora-llmkube-coexistence"} and not names & loop
