@@ -194,9 +194,17 @@ DOCUMENTED_COMMANDS = sorted(set(re.findall(r"(?:`|^)pulumi-lora ([a-z][a-z-]+)"
 
 
 def test_the_readme_documents_the_operator_commands() -> None:
-    assert {"doctor", "status", "coexistence-policy", "finish-delete", "resync"} <= set(
-        DOCUMENTED_COMMANDS
-    )
+    assert {
+        "doctor",
+        "status",
+        "coexistence-policy",
+        "finish-delete",
+        "resync",
+        "stage",
+        "stage-batch",
+        "unstage",
+        "verify-staged",
+    } <= set(DOCUMENTED_COMMANDS)
 
 
 @pytest.mark.parametrize("command", DOCUMENTED_COMMANDS)
