@@ -10,8 +10,9 @@ Steps, each timed:
 
 1. **wheels** into ``build/wheels``: this checkout's wheel, and every dependency of
    ``pulumi-lora[metrics,staging]`` (the loop's metrics, the staging Jobs' Hub and S3 clients)
-   as a binary wheel for CPython 3.11 on manylinux of this machine's architecture (whatever
-   Python runs this script), pinned by ``tools/versions.toml``;
+   but the Pulumi SDK's (``NOT_IN_IMAGE``: neither the loop nor the stager runs a Pulumi
+   program) as a binary wheel for CPython 3.11 on manylinux of this machine's architecture
+   (whatever Python runs this script), pinned by ``tools/versions.toml``;
 2. **the base image**, with ``--local-base`` only: Debian bookworm (``python3``, ``python3-venv``)
    made by ``mmdebstrap`` from Debian's packages and ``podman import``-ed, for machines that reach
    Debian's mirror but no image registry (this one); its root file system is cached as a tarball
@@ -37,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -153,8 +155,42 @@ def engine_argv(engine: str) -> list[str]:
 # --- steps ----------------------------------------------------------------------------------------
 
 
+IMAGE_EXTRAS = ("metrics", "staging")
+"""What the image runs besides the package: the loop's metrics, the staging Jobs' clients."""
+NOT_IN_IMAGE = frozenset({"pulumi"})
+"""Requirements the image leaves out: the Pulumi SDK (grpcio, protobuf, OpenTelemetry, debugpy
+and the rest of its closure) serves Pulumi programs and the provider; neither the loop nor the
+stager imports it (``tests/unit/test_image_requirements.py``)."""
+
+
+def image_requirements(metadata: str) -> list[str]:
+    """Pure: the requirements the image installs, from the wheel's ``METADATA``: every
+    ``Requires-Dist`` with no marker or one of :data:`IMAGE_EXTRAS`' markers, markers dropped,
+    less :data:`NOT_IN_IMAGE`."""
+    found = []
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        requirement, _, marker = line.removeprefix("Requires-Dist:").strip().partition(";")
+        extra = re.search(r"""extra\s*==\s*["']([\w.-]+)["']""", marker)
+        if marker.strip() and not (extra and extra.group(1) in IMAGE_EXTRAS):
+            continue
+        name = re.split(r"[\s\[<>=!~;(]", requirement.strip(), maxsplit=1)[0]
+        if re.sub(r"[-_.]+", "-", name).lower() not in NOT_IN_IMAGE:
+            found.append(requirement.strip())
+    return found
+
+
+def wheel_metadata(wheel: Path) -> str:
+    """The ``METADATA`` of ``wheel``."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        return archive.read(name).decode("utf-8")
+
+
 def build_wheels(python: str, pins: Path | None) -> list[Path]:
-    """This checkout's wheel and every dependency's binary wheel, into ``build/wheels``."""
+    """This checkout's wheel and every binary wheel the image installs (``image_requirements``:
+    its closure, the Pulumi SDK's left out), into ``build/wheels``."""
     if WHEELS.exists():
         shutil.rmtree(WHEELS)
     WHEELS.mkdir(parents=True)
@@ -177,7 +213,7 @@ def build_wheels(python: str, pins: Path | None) -> list[Path]:
             "--abi=none",
             *platforms,
             *(["--constraint", str(pins)] if pins else []),
-            f"{own}[metrics,staging]",
+            *image_requirements(wheel_metadata(own)),
         ]
     )
     return sorted(WHEELS.glob("*.whl"))
