@@ -51,6 +51,7 @@ _SUBCOMMANDS = {
     "status": "pulumi_lora._ops_cli:status_command",
     "doctor": "pulumi_lora._ops_cli:doctor_command",
     "coexistence-policy": "pulumi_lora._ops_cli:policy_command",
+    "rbac": "pulumi_lora._ops_cli:rbac_command",
     "finish-delete": "pulumi_lora._finish:finish_delete_command",
     "component-moves": "pulumi_lora._moves:moves_command",
     "resync": "pulumi_lora._resync._cli:resync_command",

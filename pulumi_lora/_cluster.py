@@ -39,6 +39,7 @@ from pulumi_lora import _ownership
 from pulumi_lora._errors import (
     ApiserverUnreachable,
     ClusterError,
+    Forbidden,
     InferenceServiceNotFound,
 )
 from pulumi_lora._kubeauth import Credentials, HttpxAuth, plugin_credentials, use_credentials
@@ -605,4 +606,6 @@ _UNAVAILABLE = frozenset({429, 503, 504})
 def cluster_error(action: str, exc: ApiError) -> ClusterError:
     status = exc.status
     detail = f"{action} failed: HTTP {status.code} {status.reason}: {status.message}{retried(exc)}"
+    if status.code == 403:
+        return Forbidden(detail)
     return ApiserverUnreachable(detail) if status.code in _UNAVAILABLE else ClusterError(detail)

@@ -24,6 +24,7 @@ and every class also says it as data, so callers need no ``isinstance`` chains:
     ├── ClusterError                  Kubernetes: the target or its pods can't be used
     │   ├── InferenceServiceNotFound, RuntimeMismatch, TransportUnavailable, NameCollision,
     │   ├── NoReadyPods               retryable
+    │   ├── Forbidden                 the apiserver refused the identity (RBAC)
     │   └── ApiserverUnreachable      retryable: no usable answer from the apiserver
     ├── ConfigurationError            misuse of pulumi-lora's API or settings
     └── AdapterNotLoaded              a whole operation fell short of the readiness policy
@@ -47,6 +48,7 @@ __all__ = [
     "ClusterError",
     "ConfigurationError",
     "EvictionImpossible",
+    "Forbidden",
     "IncompatibleAdapter",
     "IncompleteUnload",
     "InferenceServiceNotFound",
@@ -327,6 +329,13 @@ class ClusterError(PulumiLoRAError):
     """The Kubernetes side can't be used: the target is missing, wrong, or unreachable."""
 
     reason = "ClusterError"
+
+
+class Forbidden(ClusterError):
+    """The apiserver refused the identity running this (HTTP 403): a permission its RBAC lacks
+    (``pulumi-lora rbac`` prints what it needs)."""
+
+    reason = "Forbidden"
 
 
 class ApiserverUnreachable(ClusterError):

@@ -186,6 +186,58 @@ def policy_command(llmkube_user: str, all_adapters: bool, name: str) -> None:
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 
+@click.command("rbac", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--transport",
+    type=click.Choice([t.value for t in Transport]),
+    default=Transport.DIRECT.value,
+    show_default=True,
+    help="the adapters' transport",
+)
+@click.option(
+    "-n",
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="a namespace of the CRs or their targets (repeat); none: a ClusterRole",
+)
+@click.option("--api-key-secrets", is_flag=True, help="the servers take a key from a Secret")
+@click.option("--staging", is_flag=True, help="some adapters are staged (source=...)")
+@click.option(
+    "--subject",
+    help="bind it to user:NAME, group:NAME or serviceaccount:NAMESPACE/NAME",
+)
+@click.option("--name", default="pulumi-lora-provider", show_default=True, help="the role's name")
+def rbac_command(  # noqa: PLR0917 - one parameter per click option
+    transport: str,
+    namespaces: tuple[str, ...],
+    api_key_secrets: bool,
+    staging: bool,
+    subject: str | None,
+    name: str,
+) -> None:
+    """Print the least-privilege Role (ClusterRole with no namespace) that whoever runs
+    `pulumi` needs for these adapters, and its binding with --subject:
+
+        pulumi-lora rbac -n models --subject user:ci-deployer | kubectl apply -f -
+    """
+    from pulumi_lora._rbac import parse_subject, provider_rbac  # noqa: PLC0415
+
+    try:
+        bound = parse_subject(subject) if subject else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--subject") from None
+    manifests = provider_rbac(
+        Transport(transport),
+        namespaces,
+        keyed=api_key_secrets,
+        staging=staging,
+        subject=bound,
+        name=name,
+    )
+    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+
+
 def _parse_secret(value: str | None) -> tuple[str, str] | None:
     if not value:
         return None

@@ -16,6 +16,7 @@ from lightkube import Client
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._errors import (
     ClusterError,
+    Forbidden,
     InferenceServiceNotFound,
     NameCollision,
     NoReadyPods,
@@ -156,7 +157,7 @@ class Session:
         """Other LoRAAdapter CRs declaring the same adapter name on the same target (listed now,
         or ``shared``: see ``adapters``)."""
         found = []
-        for cr in self.adapters() if shared else k8s.list_adapters(self.kube):
+        for cr in self.adapters() if shared else self._visible_adapters():
             meta, spec = cr.get("metadata") or {}, cr.get("spec") or {}
             ref = spec.get("inferenceServiceRef") or {}
             same_target = (
@@ -178,7 +179,10 @@ class Session:
     def adapters(self) -> list[Mapping[str, Any]]:
         """Every LoRAAdapter CR of the cluster: the shared listing (bounded age), with the CRs
         this process applied or deleted since it started laid over it."""
-        listing = CR_LISTINGS.get(self.source, self._list_adapters)
+        try:
+            listing = CR_LISTINGS.get(self.source, self._list_adapters)
+        except Forbidden:  # a Role per namespace, no ClusterRole: what it grants, listed now
+            return self._visible_adapters()
         crs = {cr_key(cr): cr for cr in listing.crs}
         for (source, namespace, name), cr in OWN_CRS.since(listing.started).items():
             if source != self.source:
@@ -202,6 +206,16 @@ class Session:
             if found is not None:
                 return found
         return k8s.get_adapter(self.kube, *key)
+
+    def _visible_adapters(self) -> list[Mapping[str, Any]]:
+        """Every CR this identity may list: the cluster's, or, when RBAC grants namespaces only
+        (``pulumi-lora rbac -n``), those of the CR's and the target's namespaces (a CR in
+        another namespace naming the same target is then not seen)."""
+        try:
+            return list(k8s.list_adapters(self.kube))
+        except Forbidden:
+            namespaces = dict.fromkeys((self.args.namespace, self.args.target_namespace))
+            return [cr for ns in namespaces for cr in k8s.list_adapters(self.kube, ns)]
 
     def _list_adapters(self) -> CrListing:
         started = time.monotonic()

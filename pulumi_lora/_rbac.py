@@ -1,0 +1,121 @@
+"""The least privilege of whoever runs ``pulumi`` with LoRAAdapters: RBAC as plain manifests.
+
+What the provider calls, by transport (``pulumi-lora rbac`` prints it; ``deploy/rbac/`` holds
+the same, rendered): the CRs (server-side apply, status, finalizers, deletion), the target's
+InferenceService, pods and workloads, Events on the CR; the pods' ``proxy`` subresource for
+``proxy``; a Secret's ``get`` only for keyed servers; Jobs only for staged adapters. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pulumi_lora._models import GROUP, ISVC_PLURAL, PLURAL, Transport
+
+DEFAULT_NAME = "pulumi-lora-provider"
+
+SUBJECT_KINDS = {"user": "User", "group": "Group", "serviceaccount": "ServiceAccount"}
+
+
+def provider_rules(transport: Transport, *, keyed: bool, staging: bool) -> list[dict[str, Any]]:
+    """Pure: the rules the provider needs for ``transport`` (``keyed``: it reads the SGLang API
+    key from a Secret; ``staging``: it runs staging, cleanup and verification Jobs)."""
+    rules: list[dict[str, Any]] = [
+        {
+            "apiGroups": [GROUP],
+            "resources": [PLURAL],
+            "verbs": ["get", "list", "create", "patch", "delete"],
+        },
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+        {"apiGroups": [GROUP], "resources": [ISVC_PLURAL], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
+    # Every transport resolves the target: its pods and the workloads that own them.
+    rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]})
+    rules.append(
+        {"apiGroups": ["apps"], "resources": ["replicasets", "deployments"], "verbs": ["list"]}
+    )
+    if transport is Transport.PROXY:
+        rules.append({"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get", "create"]})
+    if keyed and transport is Transport.DIRECT:
+        rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+    if staging:
+        rules.append(
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]}
+        )
+    return rules
+
+
+def parse_subject(text: str) -> dict[str, str]:
+    """``user:NAME``, ``group:NAME`` or ``serviceaccount:NAMESPACE/NAME`` as a binding subject
+    (raises ``ValueError`` saying the forms)."""
+    kind, _, rest = text.partition(":")
+    if kind.lower() not in SUBJECT_KINDS or not rest:
+        raise ValueError("a subject is user:NAME, group:NAME or serviceaccount:NAMESPACE/NAME")
+    subject = {"kind": SUBJECT_KINDS[kind.lower()], "name": rest}
+    if subject["kind"] == "ServiceAccount":
+        namespace, _, name = rest.partition("/")
+        if not namespace or not name:
+            raise ValueError("a ServiceAccount subject is serviceaccount:NAMESPACE/NAME")
+        return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    return {**subject, "apiGroup": "rbac.authorization.k8s.io"}
+
+
+def provider_rbac(
+    transport: Transport,
+    namespaces: Sequence[str] = (),
+    *,
+    keyed: bool = False,
+    staging: bool = False,
+    subject: dict[str, str] | None = None,
+    name: str = DEFAULT_NAME,
+) -> list[dict[str, Any]]:
+    """Pure: a Role (and RoleBinding for ``subject``) in each of ``namespaces`` (the CRs' and
+    their targets'), or one ClusterRole (and ClusterRoleBinding) when none is given."""
+    rules = provider_rules(transport, keyed=keyed, staging=staging)
+    labels = {"app.kubernetes.io/name": "pulumi-lora", "app.kubernetes.io/component": "provider"}
+    rbac = "rbac.authorization.k8s.io/v1"
+    if not namespaces:
+        made: list[dict[str, Any]] = [
+            {
+                "apiVersion": rbac,
+                "kind": "ClusterRole",
+                "metadata": {"name": name, "labels": labels},
+                "rules": rules,
+            }
+        ]
+        if subject:
+            made.append(
+                {
+                    "apiVersion": rbac,
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": name, "labels": labels},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": name,
+                    },
+                    "subjects": [subject],
+                }
+            )
+        return made
+    made = []
+    for namespace in dict.fromkeys(namespaces):
+        meta = {"name": name, "namespace": namespace, "labels": labels}
+        made.append({"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": rules})
+        if subject:
+            made.append(
+                {
+                    "apiVersion": rbac,
+                    "kind": "RoleBinding",
+                    "metadata": dict(meta),
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": name,
+                    },
+                    "subjects": [subject],
+                }
+            )
+    return made

@@ -1,0 +1,75 @@
+"""Least privilege, written and tested (issue 41): the provider's whole lifecycle as an identity
+bound to exactly what ``pulumi-lora rbac`` prints, and no more."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pulumi_lora._cli import cli
+from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
+
+from .conftest import adapter_props, provider_for, served
+
+pytestmark = pytest.mark.full
+
+
+def bound_identity(testbed: Testbed, namespace: str, tmp_path: Path, *flags: str) -> Path:
+    """A ServiceAccount of its own namespace, bound in ``namespace`` to the Role the command
+    prints (applied as the README says); returns a kubeconfig with its token."""
+    home = testbed.create_namespace("deployer")
+    made = testbed.kubectl("create", "serviceaccount", "deployer", "-n", home)
+    assert made.returncode == 0, made.stderr
+    rendered = CliRunner().invoke(
+        cli, ["rbac", "-n", namespace, "--subject", f"serviceaccount:{home}/deployer", *flags]
+    )
+    assert rendered.exit_code == 0, rendered.output
+    manifests = tmp_path / "rbac.yaml"
+    manifests.write_text(rendered.output, encoding="utf-8")
+    applied = testbed.kubectl("apply", "-f", str(manifests))
+    assert applied.returncode == 0, applied.stderr
+    token = testbed.kubectl("create", "token", "deployer", "-n", home, "--duration", "1h")
+    assert token.returncode == 0, token.stderr
+    return testbed.write_kubeconfig(
+        tmp_path / "deployer.kubeconfig",
+        token=token.stdout.strip(),
+        user=f"system:serviceaccount:{home}:deployer",
+    )
+
+
+def test_the_printed_role_is_enough_for_create_refresh_swap_and_delete(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, tmp_path: Path
+) -> None:
+    kubeconfig = bound_identity(testbed, namespace, tmp_path)
+    provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
+    first, second = testbed.make_adapter("least-v1"), testbed.make_adapter("least-v2")
+    props = adapter_props(namespace, first, "least")
+    made = provider.create(props)
+    assert all(pod == {"least": first} for pod in served(isvc).values())
+    outs = {**props, **(made.outs or {})}
+    read = provider.read(made.id, outs)
+    assert read.id == made.id and (read.outs or {})["loaded"] is True
+    swapped = provider.update(made.id, outs, {**props, "path": second}).outs or {}
+    assert all(pod == {"least": second} for pod in served(isvc).values())
+    provider.delete(made.id, {**props, **swapped, "path": second})
+    assert all(pod == {} for pod in served(isvc).values())
+    listed = testbed.kubectl("get", "loraadapters", "-n", namespace, "-o", "name")
+    assert listed.returncode == 0 and listed.stdout.strip() == ""
+
+
+def test_without_the_role_the_identity_is_refused_by_name(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, tmp_path: Path
+) -> None:
+    """The control: the same identity bound in another namespace cannot create here, and the
+    error says which permission the apiserver refused."""
+    elsewhere = testbed.create_namespace("elsewhere")
+    kubeconfig = bound_identity(testbed, elsewhere, tmp_path)
+    provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
+    props = adapter_props(namespace, testbed.make_adapter("refused"), "refused")
+    with pytest.raises(PulumiLoRAError, match=r"(?i)forbidden|403"):
+        provider.create(props)
+    assert all(pod == {} for pod in served(isvc).values())

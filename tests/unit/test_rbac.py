@@ -1,0 +1,78 @@
+"""``pulumi-lora rbac``: the provider's least privilege as manifests, and ``deploy/rbac/`` as
+the command prints it (the e2e flow as exactly that role: tests/e2e/test_least_privilege.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from pulumi_lora._cli import cli
+from pulumi_lora._models import Transport
+from pulumi_lora._rbac import parse_subject, provider_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = {
+    "direct.yaml": ["--transport", "direct"],
+    "proxy.yaml": ["--transport", "proxy"],
+    "delegated.yaml": ["--transport", "delegated"],
+    "direct-keyed-staging.yaml": ["--transport", "direct", "--api-key-secrets", "--staging"],
+}
+
+
+def granted(rules: list[dict[str, object]]) -> set[tuple[str, str]]:
+    return {(str(r), str(v)) for rule in rules for r in rule["resources"] for v in rule["verbs"]}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("name", "flags"), SHIPPED.items())
+def test_deploy_rbac_is_what_the_command_prints(name: str, flags: list[str]) -> None:
+    done = CliRunner().invoke(cli, ["rbac", *flags])
+    assert done.exit_code == 0, done.output
+    assert (ROOT / "deploy" / "rbac" / name).read_text(encoding="utf-8") == done.output
+
+
+def test_each_transport_gets_only_what_it_uses() -> None:
+    direct = granted(provider_rules(Transport.DIRECT, keyed=False, staging=False))
+    proxy = granted(provider_rules(Transport.PROXY, keyed=False, staging=False))
+    assert ("pods/proxy", "create") in proxy and ("pods/proxy", "create") not in direct
+    assert not any(resource == "secrets" for resource, _ in direct | proxy)
+    keyed = granted(provider_rules(Transport.DIRECT, keyed=True, staging=False))
+    assert keyed - direct == {("secrets", "get")}
+    # proxy cannot carry a key and delegated leaves keys to the loop: no Secret either way
+    assert ("secrets", "get") not in granted(
+        provider_rules(Transport.PROXY, keyed=True, staging=False)
+    )
+    assert ("secrets", "get") not in granted(
+        provider_rules(Transport.DELEGATED, keyed=True, staging=False)
+    )
+    staged = granted(provider_rules(Transport.DIRECT, keyed=False, staging=True))
+    assert staged - direct == {("jobs", "create"), ("jobs", "get"), ("jobs", "delete")}
+    assert not any(
+        verb in {"*", "deletecollection", "escalate", "bind"} for _, verb in staged | keyed
+    )
+
+
+def test_namespaces_give_roles_and_a_subject_gives_bindings() -> None:
+    done = CliRunner().invoke(
+        cli, ["rbac", "-n", "models", "-n", "serving", "--subject", "serviceaccount:ci/deployer"]
+    )
+    made = list(yaml.safe_load_all(done.output))
+    assert [(m["kind"], m["metadata"]["namespace"]) for m in made] == [
+        ("Role", "models"),
+        ("RoleBinding", "models"),
+        ("Role", "serving"),
+        ("RoleBinding", "serving"),
+    ]
+    assert made[1]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "deployer", "namespace": "ci"}
+    ]
+
+
+def test_a_subject_is_checked() -> None:
+    assert parse_subject("user:ci-deployer")["kind"] == "User"
+    with pytest.raises(ValueError, match="NAMESPACE/NAME"):
+        parse_subject("serviceaccount:deployer")
+    done = CliRunner().invoke(cli, ["rbac", "--subject", "robot:x"])
+    assert done.exit_code == 2 and "user:NAME" in done.output
