@@ -4,9 +4,11 @@
 claim the InferenceService mounts in its SGLang container, runs the staging Job
 (``_staging._plan``: ``pulumi-lora stage`` in the project's image, named after the content key,
 so adapters of the same content share it), waits for it, reads its result from the container's
-termination message, and deletes the Job. A failure raises the stager's own error (naming the
-file or the cause and what to do) with the Job deleted; no pod has been touched yet, and the
-stager never leaves a partial directory at a final path (docs/staging.md).
+termination message, and deletes the Job; the staged adapters a command declared on one claim
+share one Job (``_batch``), and one the batch could not stage is staged alone. A failure raises
+the stager's own error (naming the file or the cause and what to do) with the Job deleted; no
+pod has been touched yet, and the stager never leaves a partial directory at a final path
+(docs/staging.md).
 """
 
 from __future__ import annotations
