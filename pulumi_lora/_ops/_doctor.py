@@ -13,7 +13,6 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from pulumi_lora._errors import (
@@ -26,6 +25,8 @@ from pulumi_lora._errors import (
 )
 from pulumi_lora._llmkube import SERVICE_LABEL, PodEndpoint, container_port, service_port
 from pulumi_lora._models import ANNOTATION_MANAGED_BY, Transport
+from pulumi_lora._ops._checks import Check, CheckStatus
+from pulumi_lora._ops._permissions import Ask, check_permissions
 from pulumi_lora._ops._status import COEXISTENCE_FIX, llmkube_signs
 from pulumi_lora._ownership import untrusted_message
 from pulumi_lora._reconcile import extra_arg_value, startup_adapters
@@ -53,35 +54,6 @@ __all__ = [
     "normalize_args",
     "parse_version",
 ]
-
-
-class CheckStatus(StrEnum):
-    """A check's outcome: ``fail`` breaks dynamic LoRA, ``warn`` is a trap worth a look."""
-
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check: a stable ``name``, its status, what was found, and what to do about it."""
-
-    name: str
-    status: CheckStatus
-    message: str
-    fix: str = ""
-    pod: str | None = None  # the pod a per-server check is about
-
-    def to_json(self) -> dict[str, Any]:
-        """The documented JSON shape (docs/operations.md)."""
-        return {
-            "name": self.name,
-            "status": self.status.value,
-            "message": self.message,
-            "fix": self.fix,
-            "pod": self.pod,
-        }
 
 
 @dataclass(frozen=True)
@@ -128,6 +100,8 @@ class DoctorFacts:
     untrusted: Mapping[str, str] = field(default_factory=dict)  # labelled, outside the chain
     adapters: tuple[Mapping[str, Any], ...] = ()  # the LoRAAdapter CRs that target it
     trials: tuple[TransportTrial, ...] = ()  # each transport tried, when none was given
+    denied: tuple[Ask, ...] | None = None  # what the provider needs and this identity may not
+    keyed: bool = False  # the servers take a key from a Secret (doctor --api-key-secret)
 
 
 @dataclass(frozen=True)
@@ -199,6 +173,11 @@ def diagnose(facts: DoctorFacts) -> DoctorReport:
         *([check_ownership(facts.name, facts.untrusted)] if facts.untrusted else []),
         *([check_llmkube(facts.adapters)] if facts.adapters else []),
         *([check_transport(facts.trials)] if facts.trials else []),
+        *(
+            [check_permissions(facts.denied, facts.namespace, facts.transport, keyed=facts.keyed)]
+            if facts.denied is not None
+            else []
+        ),
         *(check_server(probe, facts.transport) for probe in facts.servers),
     ]
     return DoctorReport(facts.namespace, facts.name, tuple(checks))

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightkube import ApiError, Client
+from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
+from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Service
 from pydantic import ValidationError
 
@@ -29,6 +31,7 @@ from pulumi_lora._lifecycle import POOL, ProviderConfig, Session, observe, paral
 from pulumi_lora._llmkube import HTTP_PORT_NAME, PodEndpoint, Target, target_from_object
 from pulumi_lora._models import AdapterArgs, Transport
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe, TransportTrial
+from pulumi_lora._ops._permissions import Ask, asks
 from pulumi_lora._ops._status import AdapterLine, StatusReport, adapter_line, args_from_cr
 from pulumi_lora._sglang import SGLangClient
 
@@ -122,7 +125,30 @@ def gather_doctor(
         untrusted=listing.untrusted,
         adapters=tuple(_targeting(_adapters_near(kube, namespace), namespace, name)),
         trials=tuple(trials) if transport is None else (),
+        denied=_denied(kube, namespace, asks(candidate, keyed=api_key_secret is not None)),
+        keyed=api_key_secret is not None,
     )
+
+
+def _denied(kube: Client, namespace: str, wanted: Sequence[Ask]) -> tuple[Ask, ...] | None:
+    """What of ``wanted`` the apiserver says this identity may not do in ``namespace`` (one
+    SelfSubjectAccessReview each), or None when it will not say (the review refused)."""
+    denied = []
+    for verb, group, resource in wanted:
+        name, _, sub = resource.partition("/")
+        attributes = ResourceAttributes(
+            namespace=namespace, verb=verb, group=group, resource=name, subresource=sub or None
+        )
+        review = SelfSubjectAccessReview(
+            spec=SelfSubjectAccessReviewSpec(resourceAttributes=attributes)
+        )
+        try:
+            answer = kube.create(review)
+        except ApiError:
+            return None
+        if not (answer.status and answer.status.allowed):
+            denied.append((verb, group, resource))
+    return tuple(denied)
 
 
 def _doctor_args(

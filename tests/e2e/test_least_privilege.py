@@ -73,3 +73,25 @@ def test_without_the_role_the_identity_is_refused_by_name(
     with pytest.raises(PulumiLoRAError, match=r"(?i)forbidden|403"):
         provider.create(props)
     assert all(pod == {} for pod in served(isvc).values())
+
+
+def test_doctor_names_what_the_identity_lacks_by_verb_and_resource(
+    testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, tmp_path: Path
+) -> None:
+    """Bound to the ``direct`` Role, the identity passes doctor's permissions check for
+    ``direct``; asked about ``proxy``, doctor names the pod proxy it may not use, and the
+    command that grants it."""
+    kubeconfig = bound_identity(testbed, namespace, tmp_path)
+
+    def doctor(transport: str) -> str:
+        argv = ["doctor", "llama", "-n", namespace, "--kubeconfig", str(kubeconfig)]
+        return CliRunner().invoke(cli, [*argv, "--transport", transport]).output
+
+    direct = next(ln for ln in doctor("direct").splitlines() if "permissions" in ln)
+    assert direct.split()[0] == "ok", direct
+    assert f"may do all the provider does (direct) in {namespace}" in direct
+    proxy = doctor("proxy")
+    line = next(ln for ln in proxy.splitlines() if "permissions" in ln)
+    assert line.split()[0] == "fail", proxy
+    assert f"may not, in {namespace}: get pods/proxy, create pods/proxy" in line, proxy
+    assert f"pulumi-lora rbac --transport proxy -n {namespace}" in proxy

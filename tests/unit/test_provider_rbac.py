@@ -11,6 +11,8 @@ from click.testing import CliRunner
 
 from pulumi_lora._cli import cli
 from pulumi_lora._models import Transport
+from pulumi_lora._ops._checks import CheckStatus
+from pulumi_lora._ops._permissions import asks, check_permissions
 from pulumi_lora._rbac import parse_subject, provider_rules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +78,18 @@ def test_a_subject_is_checked() -> None:
         parse_subject("serviceaccount:deployer")
     done = CliRunner().invoke(cli, ["rbac", "--subject", "robot:x"])
     assert done.exit_code == 2 and "user:NAME" in done.output
+
+
+def test_doctor_names_a_denied_permission_by_verb_and_resource() -> None:
+    wanted = asks(Transport.PROXY, keyed=False)
+    assert ("create", "", "pods/proxy") in wanted
+    assert ("create", "inference.llmkube.dev", "loraadapters") in wanted
+    denied = [("get", "", "pods/proxy"), ("create", "inference.llmkube.dev", "loraadapters")]
+    check = check_permissions(denied, "models", "proxy", keyed=False)
+    assert check.status is CheckStatus.FAIL
+    assert check.message == (
+        "this identity may not, in models: "
+        "get pods/proxy, create loraadapters.inference.llmkube.dev"
+    )
+    assert check.fix.startswith("pulumi-lora rbac --transport proxy -n models")
+    assert check_permissions([], "models", "direct", keyed=False).status is CheckStatus.OK

@@ -1,0 +1,56 @@
+"""Which of the permissions the provider needs the identity running ``doctor`` lacks.
+
+The rules are ``pulumi-lora rbac``'s (``_rbac.provider_rules``); each (verb, resource) is asked
+of the apiserver with a SelfSubjectAccessReview (any authenticated user may ask about itself).
+The check is pure: it names what was denied by verb and resource, and the command that grants it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pulumi_lora._models import Transport
+from pulumi_lora._ops._checks import Check, CheckStatus
+from pulumi_lora._rbac import provider_rules
+
+Ask = tuple[str, str, str]
+"""(verb, API group, resource[/subresource]) of one permission."""
+
+
+def asks(transport: Transport, *, keyed: bool) -> list[Ask]:
+    """Pure: every permission the provider needs on an InferenceService's namespace for
+    ``transport`` (staging left out: doctor checks a target, not a declaration)."""
+    return [
+        (verb, group, resource)
+        for rule in provider_rules(transport, keyed=keyed, staging=False)
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    ]
+
+
+def named(ask: Ask) -> str:
+    """Pure: ``create loraadapters.inference.llmkube.dev`` (the core group unnamed)."""
+    verb, group, resource = ask
+    return f"{verb} {resource}.{group}" if group else f"{verb} {resource}"
+
+
+def check_permissions(
+    denied: Sequence[Ask], namespace: str, transport: str, *, keyed: bool
+) -> Check:
+    """Pure: pass when nothing the provider needs was denied, else name each by verb and
+    resource with the command that prints the Role."""
+    if not denied:
+        return Check(
+            "permissions",
+            CheckStatus.OK,
+            f"this identity may do all the provider does ({transport}) in {namespace}",
+        )
+    flags = " --api-key-secrets" if keyed else ""
+    return Check(
+        "permissions",
+        CheckStatus.FAIL,
+        f"this identity may not, in {namespace}: " + ", ".join(named(a) for a in denied),
+        f"pulumi-lora rbac --transport {transport}{flags} -n {namespace} --subject ... "
+        "| kubectl apply -f - (as a cluster admin)",
+    )
