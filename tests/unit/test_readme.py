@@ -23,9 +23,12 @@ from pulumi_lora._adapter import AdapterInputs
 from pulumi_lora._cli import cli
 from pulumi_lora._lifecycle._config import CONFIG_KEYS, TIMEOUT_KEYS
 from pulumi_lora._models import AdapterArgs
+from pulumi_lora._ops._checks import CheckStatus
+from pulumi_lora._ops._doctor import check_adapter_volumes, check_enable_lora, normalize_args
 from pulumi_lora._properties import INPUT_KEYS, OUTPUT_KEYS, REPLACE_KEYS
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora.deploy import resync_manifests
+from pulumi_lora.testing.testbed._handles import adapter_volume
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -278,3 +281,14 @@ def test_every_anchor_names_a_heading() -> None:
     anchors = {anchor(h) for h in re.findall(r"^#{2,3} (.+)$", README, re.M)}
     used = set(re.findall(r"\]\(#([^)]+)\)", README))
     assert used <= anchors, used - anchors
+
+
+def test_the_example_inference_service_mounts_the_claim_as_the_staged_tests_do() -> None:
+    """The README's InferenceService with its adapter volume is the shape the staged tests run
+    (the testbed's ``adapter_volume``) and passes doctor's volume check."""
+    (text,) = [b for b in blocks("yaml") if "kind: InferenceService" in b]
+    spec = yaml.safe_load(text)["spec"]
+    expected = adapter_volume("adapters")
+    assert {k: spec[k] for k in expected} == expected
+    assert check_adapter_volumes(spec).status is CheckStatus.OK
+    assert check_enable_lora(normalize_args(spec["extraArgs"]), False).status is CheckStatus.OK
