@@ -5,6 +5,9 @@ from this checkout, offline.
     python3 tools/image.py                                  # localhost/pulumi-lora:VERSION
     python3 tools/image.py --tag ghcr.io/acme/pulumi-lora:0.3.0       # then podman push it
     python3 tools/image.py --local-base                      # what the tests run (below)
+    python3 tools/image.py --platform linux/amd64 --platform linux/arm64 --tag REG/pulumi-lora:V
+                                  # one image per platform (TAG-amd64, TAG-arm64), TAG their
+                                  # manifest list: podman manifest push --all TAG docker://TAG
 
 Steps, each timed:
 
@@ -107,6 +110,32 @@ def default_tag() -> str:
     return f"localhost/pulumi-lora:{version()}"
 
 
+PLATFORMS = {"linux/amd64": ("x86_64", "amd64"), "linux/arm64": ("aarch64", "arm64")}
+"""The platforms the image is built for: OCI name -> (manylinux machine, Debian architecture)."""
+
+
+def host_platform() -> str:
+    """The OCI platform of the build machine."""
+    machine = platform.machine()
+    return next((name for name, (m, _) in PLATFORMS.items() if m == machine), f"linux/{machine}")
+
+
+def emulated(machine: str) -> bool:
+    """Whether the kernel runs ``machine``'s programs through qemu (binfmt_misc)."""
+    return Path(f"/proc/sys/fs/binfmt_misc/qemu-{machine}").exists()
+
+
+def foreign_wheels(wheels: Sequence[Path], machine: str) -> list[str]:
+    """Pure: the wheels whose platform tag runs on no ``machine`` (a wheel's last tag is its
+    platform: ``any``, or manylinux/musllinux of one machine)."""
+    bad = []
+    for wheel in wheels:
+        tags = wheel.name.removesuffix(".whl").split("-")[-1]
+        if not all(tag == "any" or tag.endswith(f"_{machine}") for tag in tags.split(".")):
+            bad.append(wheel.name)
+    return bad
+
+
 def manylinux_platforms(machine: str) -> list[str]:
     """pip ``--platform`` values for any manylinux wheel a bookworm (glibc 2.36) base runs (pure).
 
@@ -188,23 +217,23 @@ def wheel_metadata(wheel: Path) -> str:
         return archive.read(name).decode("utf-8")
 
 
-def build_wheels(python: str, pins: Path | None) -> list[Path]:
+def build_wheels(python: str, pins: Path | None, machine: str, into: Path = WHEELS) -> list[Path]:
     """This checkout's wheel and every binary wheel the image installs (``image_requirements``:
-    its closure, the Pulumi SDK's left out), into ``build/wheels``."""
-    if WHEELS.exists():
-        shutil.rmtree(WHEELS)
-    WHEELS.mkdir(parents=True)
+    its closure, the Pulumi SDK's left out), into ``into`` (``build/wheels``)."""
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
     pip = [python, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    run([*pip, "wheel", "--no-deps", "--wheel-dir", WHEELS, ROOT])
-    own = next(WHEELS.glob("pulumi_lora-*.whl"))
-    platforms = [f"--platform={p}" for p in manylinux_platforms(platform.machine())]
+    run([*pip, "wheel", "--no-deps", "--wheel-dir", into, ROOT])
+    own = next(into.glob("pulumi_lora-*.whl"))
+    platforms = [f"--platform={p}" for p in manylinux_platforms(machine)]
     abi = "cp" + PYTHON_VERSION.replace(".", "")
     run(
         [
             *pip,
             "download",
             "--dest",
-            WHEELS,
+            into,
             "--only-binary=:all:",
             f"--python-version={PYTHON_VERSION}",
             "--implementation=cp",
@@ -216,7 +245,11 @@ def build_wheels(python: str, pins: Path | None) -> list[Path]:
             *image_requirements(wheel_metadata(own)),
         ]
     )
-    return sorted(WHEELS.glob("*.whl"))
+    wheels = sorted(into.glob("*.whl"))
+    bad = foreign_wheels(wheels, machine)
+    if bad:
+        raise ImageError(f"wheels for another machine than {machine}: {', '.join(bad)}")
+    return wheels
 
 
 def base_key() -> str:
@@ -231,14 +264,18 @@ def image_exists(engine: str, ref: str) -> bool:
     return proc.returncode == 0
 
 
-def ensure_local_base() -> str:
-    """The mmdebstrap-made base in podman's storage (imported from the cached tarball if any)."""
+def ensure_local_base(arch: str) -> str:
+    """The mmdebstrap-made base for Debian architecture ``arch`` in podman's storage (imported
+    from the cached tarball if any); another architecture than the machine's runs its package
+    scripts under qemu-user-static (``--install-tools`` installs it)."""
     key = base_key()
-    ref = f"{LOCAL_BASE}-{key}"
+    native = arch == PLATFORMS.get(host_platform(), ("", ""))[1]
+    ref = f"{LOCAL_BASE}-{key}" if native else f"{LOCAL_BASE}-{arch}-{key}"
     if image_exists("podman", ref):
         log(f"base {ref}: present")
         return ref
-    tarball = cache_dir() / f"rootfs-{DEBIAN_SUITE}-{key}.tar"
+    stem = f"rootfs-{DEBIAN_SUITE}" if native else f"rootfs-{DEBIAN_SUITE}-{arch}"
+    tarball = cache_dir() / f"{stem}-{key}.tar"
     if not tarball.exists():
         tarball.parent.mkdir(parents=True, exist_ok=True)
         log(f"mmdebstrap {DEBIAN_SUITE} (minbase + {', '.join(BASE_PACKAGES)}) -> {tarball}")
@@ -249,6 +286,7 @@ def ensure_local_base() -> str:
                 "mmdebstrap",
                 "--quiet",
                 "--variant=minbase",
+                f"--architectures={arch}",
                 f"--include={','.join(BASE_PACKAGES)}",
                 *options,
                 "--format=tar",
@@ -257,7 +295,7 @@ def ensure_local_base() -> str:
             ]
         )
         partial.rename(tarball)
-    run(["podman", "import", "--quiet", tarball, ref])
+    run(["podman", "import", "--quiet", f"--arch={arch}", tarball, ref])
     log(f"base {ref}: imported from {tarball}")
     return ref
 
@@ -287,9 +325,10 @@ def built_key(engine: str, tag: str) -> str | None:
     return str(value) if value else None
 
 
-def build_image(engine: str, tag: str, base: str | None, key: str) -> None:
-    """``podman build`` / ``docker build`` of deploy/Dockerfile, with no network."""
-    cmd = [engine, "build", "--quiet", "--network=none"]
+def build_image(engine: str, tag: str, base: str | None, key: str, oci_platform: str) -> None:
+    """``podman build`` / ``docker build`` of deploy/Dockerfile for ``oci_platform``, with no
+    network (another platform than the machine's runs its RUN step under qemu-user-static)."""
+    cmd = [engine, "build", "--quiet", "--network=none", f"--platform={oci_platform}"]
     if engine == "podman":
         cmd.append("--runtime=runc")  # RUN steps: crun refuses hybrid cgroups (see engine_argv)
     cmd += ["--file", str(DOCKERFILE), "--label", f"{INPUTS_LABEL}={key}", "--tag", tag]
@@ -342,8 +381,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--install-tools", action="store_true", help="apt-get what is missing")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.add_argument("--json", action="store_true", help="print the description as JSON")
+    parser.add_argument(
+        "--platform",
+        action="append",
+        choices=sorted(PLATFORMS),
+        help="build for this platform (repeat: one image each, TAG-ARCH, and TAG a manifest "
+        "list of them); default: this machine's",
+    )
+    parser.add_argument(
+        "--wheels-only", action="store_true", help="fetch and check the wheels, build nothing"
+    )
+    parser.add_argument(
+        "--wheels-dir",
+        type=Path,
+        default=WHEELS,
+        help="where the wheels go (another folder than build/wheels: with --wheels-only only)",
+    )
     args = parser.parse_args(argv)
+    if args.wheels_dir != WHEELS and not args.wheels_only:
+        parser.error("--wheels-dir goes with --wheels-only: the Dockerfile copies build/wheels")
+    platforms: list[str] = list(dict.fromkeys(args.platform or [host_platform()]))
     tag = args.tag or default_tag()
+    code = 0
+    for oci_platform in platforms:
+        own_tag = tag if len(platforms) == 1 else f"{tag}-{PLATFORMS[oci_platform][1]}"
+        code = code or build_one(args, oci_platform, own_tag)
+    if code == 0 and len(platforms) > 1 and not args.wheels_only:
+        try:
+            manifest_list(args.engine, tag, [f"{tag}-{PLATFORMS[p][1]}" for p in platforms])
+        except ImageError as exc:
+            log(f"FAILED: {exc}")
+            return 1
+    return code
+
+
+def manifest_list(engine: str, tag: str, images: Sequence[str]) -> None:
+    """``tag`` as a manifest list of ``images`` (one per platform): what a registry serves to
+    a node of either architecture (``podman manifest push --all`` pushes it)."""
+    subprocess.run([engine, "manifest", "rm", tag], capture_output=True, check=False)
+    run([engine, "manifest", "create", tag])
+    for image in images:
+        run([engine, "manifest", "add", tag, f"containers-storage:{image}"])
+    log(f"{tag}: manifest list of {', '.join(images)}")
+
+
+def build_one(args: argparse.Namespace, oci_platform: str, tag: str) -> int:
+    """One platform's image ``tag`` (or only its wheels, with ``--wheels-only``)."""
+    machine, arch = PLATFORMS.get(oci_platform, (platform.machine(), ""))
     started = time.monotonic()
     timings: list[tuple[str, float]] = []
 
@@ -360,19 +444,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ImageError(f"missing {', '.join(missing)} (or pass --install-tools as root)")
         step("container tools", began)
         began = time.monotonic()
-        wheels = build_wheels(args.python, args.constraints)
-        step(f"wheels ({len(wheels)})", began)
+        wheels = build_wheels(args.python, args.constraints, machine, args.wheels_dir)
+        step(f"wheels ({len(wheels)}, all for {machine})", began)
+        if args.wheels_only:
+            return 0
+        if oci_platform != host_platform() and not emulated(machine):
+            raise ImageError(
+                f"building for {oci_platform} on {host_platform()} runs its RUN step under "
+                "qemu-user-static: apt-get install qemu-user-static binfmt-support arch-test "
+                "(as root; arch-test for --local-base's mmdebstrap)"
+            )
         base = args.base
         if args.local_base:
             began = time.monotonic()
-            base = ensure_local_base()
+            base = ensure_local_base(arch)
             step("base image", began)
-        key = inputs_key(wheels, base or "")
+        key = inputs_key(wheels, f"{base or ''} {oci_platform}")
         began = time.monotonic()
         if not args.force and built_key(args.engine, tag) == key:
             log(f"{tag}: up to date ({INPUTS_LABEL}={key})")
         else:
-            build_image(args.engine, tag, base, key)
+            build_image(args.engine, tag, base, key, oci_platform)
             log(f"{tag}: built")
             # The images this tool built before, now untagged: nobody else's are touched.
             run([args.engine, "image", "prune", "--force", "--filter", f"label={INPUTS_LABEL}"])

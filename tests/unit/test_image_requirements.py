@@ -70,3 +70,21 @@ def test_what_the_image_runs_never_imports_the_pulumi_sdk() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_wheel_for_another_machine_is_caught_by_its_platform_tag() -> None:
+    wheels = [
+        Path("pulumi_lora-0.3.0-py3-none-any.whl"),
+        Path("pydantic_core-2.50.5-cp311-cp311-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"),
+        Path("msgspec-0.23.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"),
+    ]
+    assert image.foreign_wheels(wheels, "aarch64") == [wheels[2].name]
+    assert image.foreign_wheels(wheels, "x86_64") == [wheels[1].name]
+
+
+def test_each_platform_names_its_machine_and_debian_architecture() -> None:
+    assert image.PLATFORMS == {
+        "linux/amd64": ("x86_64", "amd64"),
+        "linux/arm64": ("aarch64", "arm64"),
+    }
+    assert image.host_platform() in image.PLATFORMS  # the machines the project builds on
