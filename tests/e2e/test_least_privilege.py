@@ -11,6 +11,8 @@ from click.testing import CliRunner
 from pulumi_lora._cli import cli
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora.testing.hub import PlayedHub
+from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 from .conftest import adapter_props, provider_for, served
@@ -95,3 +97,36 @@ def test_doctor_names_what_the_identity_lacks_by_verb_and_resource(
     assert line.split()[0] == "fail", proxy
     assert f"may not, in {namespace}: get pods/proxy, create pods/proxy" in line, proxy
     assert f"pulumi-lora rbac --transport proxy -n {namespace}" in proxy
+
+
+def test_the_staging_role_is_enough_to_stage_load_and_clean_up(
+    testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    """``--staging`` adds what staged adapters need (the staging, cleanup and verification
+    Jobs): a staged create, its refresh and its delete as exactly that Role."""
+    handle = testbed.deploy_inference_service(
+        namespace, "llama", replicas=2, adapter_claim="adapters"
+    )
+    handle.wait_ready(timeout=60)
+    write_adapter(tmp_path / "weights", seed="least-staged")
+    files = {p.name: p.read_bytes() for p in (tmp_path / "weights").iterdir()}
+    kubeconfig = bound_identity(testbed, namespace, tmp_path, "--staging")
+    provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
+    with PlayedHub() as hub:
+        commit = hub.publish("acme/least", files, lfs=frozenset({"adapter_model.safetensors"}))
+        testbed.expose_to_pods(hub.port)
+        props = {
+            **adapter_props(namespace, "", "least-staged"),
+            "path": None,
+            "source": f"hf://acme/least@{commit}",
+            "source_endpoint": hub.endpoint,
+        }
+        made = provider.create(props)
+        outs = {**props, **(made.outs or {})}
+        assert all(pod == {"least-staged": outs["path"]} for pod in served(handle).values())
+        assert "content_key" in (provider.read(made.id, outs).outs or {})  # verified in place
+        provider.delete(made.id, outs)
+    root = testbed.claim_directory(namespace, "adapters")
+    assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
+    jobs = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
+    assert jobs.returncode == 0 and jobs.stdout.strip() == "", jobs.stdout
