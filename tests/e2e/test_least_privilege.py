@@ -130,3 +130,22 @@ def test_the_staging_role_is_enough_to_stage_load_and_clean_up(
     assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
     jobs = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")
     assert jobs.returncode == 0 and jobs.stdout.strip() == "", jobs.stdout
+
+
+def test_the_proxy_role_is_enough_through_the_apiservers_pod_proxy(
+    testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    """``--transport proxy``: pods in network namespaces (the apiserver proxies to them as to a
+    node's pods), a create, refresh and delete through ``pods/proxy`` as exactly that Role."""
+    handle = testbed.deploy_inference_service(namespace, "llama", replicas=2, network="netns")
+    handle.wait_ready(timeout=60)
+    kubeconfig = bound_identity(testbed, namespace, tmp_path, "--transport", "proxy")
+    provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
+    path = testbed.make_adapter("least-proxy")
+    props = adapter_props(namespace, path, "least-proxy", transport="proxy")
+    made = provider.create(props)
+    assert all(pod == {"least-proxy": path} for pod in served(handle).values())
+    outs = {**props, **(made.outs or {})}
+    assert (provider.read(made.id, outs).outs or {})["loaded"] is True
+    provider.delete(made.id, outs)
+    assert all(pod == {} for pod in served(handle).values())
