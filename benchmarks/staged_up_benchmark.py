@@ -11,7 +11,8 @@ Two figures, each against what the user would otherwise pay:
   (already on the pods' volume), each on an InferenceService of its own, in one run. Target:
   staged / by path <= 1.5. The staging Jobs it started are counted: a command's staged adapters
   share Jobs (``_lifecycle._batch``), as many at once as the dynamic host lets through (it
-  serves four calls at once, so later checks wait behind the first creates).
+  serves four calls at once, so later checks wait behind the first creates). The same 20 from
+  Pulumi YAML through the native plugin, at the engine's default ``--parallel`` and at 16.
 
 The stager's own seconds (what the Job's container spent, from its result) are printed beside
 the create's wall, so the Job's fixed cost (a pod and a container to start) is visible apart
@@ -150,7 +151,9 @@ def fleet_declared(
     return declared
 
 
-def yaml_up(testbed: Testbed, work: Path, declared: dict[str, dict[str, Any]]) -> str:
+def yaml_up(
+    testbed: Testbed, work: Path, declared: dict[str, dict[str, Any]], parallel: int | None
+) -> str:
     """``pulumi up`` of ``declared`` from Pulumi YAML (the CLI, the YAML host and the native
     plugin in ``provider/``, as a user runs them); returns its output."""
     lines = ["name: staged-bench-yaml", "runtime: yaml", "packages:"]
@@ -158,17 +161,18 @@ def yaml_up(testbed: Testbed, work: Path, declared: dict[str, dict[str, Any]]) -
     for name, args in declared.items():
         lines += [f"  {name}:", "    type: pulumi-lora:index:LoRAAdapter", "    properties:"]
         lines += [f"      {_camel(k)}: {json.dumps(v)}" for k, v in args.items()]
-    folder = work / "yaml"
+    folder = work / f"yaml-{parallel or 'default'}"
     folder.mkdir()
     (folder / "Pulumi.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     engine = LocalEngine(
-        work / "yaml-engine",
+        work / f"yaml-engine-{parallel or 'default'}",
         extra_env={"PULUMI_PYTHON_CMD": sys.executable, "PULUMI_DISABLE_REGISTRY_RESOLVE": "true"},
     )
     runner = engine.project(folder)
     runner.pulumi("stack", "init", "bench")
     runner.pulumi("config", "set", "pulumi-lora:kubeconfig", str(testbed.kubeconfig_path))
-    return runner.pulumi("up", "--yes", "--skip-preview").stdout
+    steps = ["--parallel", str(parallel)] if parallel else []
+    return runner.pulumi("up", "--yes", "--skip-preview", *steps).stdout
 
 
 def _camel(name: str) -> str:
@@ -179,11 +183,11 @@ def _camel(name: str) -> str:
 def fleet_up(testbed: Testbed, hub: PlayedHub, work: Path) -> None:
     engine = LocalEngine(work / "engine")
     walls: dict[str, float] = {}
-    for kind in ("path", "staged", "yaml"):
+    for kind in ("path", "staged", "yaml", "yaml-p16"):
         declared = fleet_declared(testbed, hub, work, kind)
         started = time.perf_counter()
-        if kind == "yaml":
-            said = yaml_up(testbed, work, declared)
+        if kind.startswith("yaml"):
+            said = yaml_up(testbed, work, declared, 16 if kind == "yaml-p16" else None)
         else:
             stack = engine.inline_stack("staged-bench", kind, program_of(declared))
             config = auto.ConfigValue(str(testbed.kubeconfig_path))
@@ -191,10 +195,19 @@ def fleet_up(testbed: Testbed, hub: PlayedHub, work: Path) -> None:
             said = stack.up().stdout
         walls[kind] = time.perf_counter() - started
         jobs = staging_jobs(said)
-        how = {"path": "by path", "staged": "staged", "yaml": "staged, YAML"}[kind]
+        how = {
+            "path": "by path",
+            "staged": "staged",
+            "yaml": "staged, YAML",
+            "yaml-p16": "YAML, -p 16",
+        }[kind]
         print(f"  up, {FLEET} adapters {how:<13} on 4 pods             "
               f"{walls[kind]:8.2f} s" + (f"   ({jobs} staging Jobs)" if jobs else ""))  # fmt: skip
-    for kind, host in (("staged", "Python, the dynamic host"), ("yaml", "YAML, the plugin")):
+    for kind, host in (
+        ("staged", "Python, the dynamic host"),
+        ("yaml", "YAML, the plugin"),
+        ("yaml-p16", "YAML, --parallel 16"),
+    ):
         ratio = walls[kind] / walls["path"]
         print(f"  staged / by path ({host:<24})  {ratio:6.2f}  target <= 1.50  "
               f"{verdict(ratio <= 1.5)}")  # fmt: skip
