@@ -31,11 +31,25 @@ def live_emulators() -> dict[int, str]:
     return found
 
 
+BEFORE = pytest.StashKey[set[int]]()
+"""The emulators already running when a test started (another module's, on this worker)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Note what runs before the test: only what it started is its to stop."""
+    item.stash[BEFORE] = set(live_emulators())
+    return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
-    """Once a test's fixtures are torn down, fail its teardown if an emulator still runs."""
+    """Once a test's fixtures are torn down, fail its teardown if an emulator it started still
+    runs. (An emulator another module's test left, on the same xdist worker, is that test's:
+    blaming the next test here for it once failed CI on a pod of tests/resync/test_admission.)"""
     yield
-    left = live_emulators()
+    before = item.stash.get(BEFORE, set())
+    left = {pid: command for pid, command in live_emulators().items() if pid not in before}
     assert not left, f"{len(left)} emulator(s) outlived {item.nodeid}: " + "; ".join(
         f"pid {pid}: {command[:160]}" for pid, command in sorted(left.items())
     )
