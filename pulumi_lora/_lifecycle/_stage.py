@@ -87,6 +87,11 @@ def _claim(args: AdapterArgs, config: ProviderConfig) -> tuple[Session, Target, 
     )
 
 
+def _on_claim(target: Target, mount: AdapterMount, config: ProviderConfig) -> dict[str, Any]:
+    """Where a Job on the target's claim runs and with what image (``claim_job``'s keywords)."""
+    return {"namespace": target.namespace, "mount": mount, "image": config.image or DEFAULT_IMAGE}
+
+
 def _scope(session: Session, mount: AdapterMount) -> tuple[Hashable, ...]:
     """What this process's verdicts on a claim's directories are shared and retired by."""
     return (*session.scope, mount.claim)
@@ -178,13 +183,7 @@ def verify_staged(
         session, target, mount = _claim(args, config)
         if mount.staged_path(key) != path:
             return "verified"  # not a directory of this claim (edited outside): the spec says
-        manifest = claim_job(
-            "verify-staged",
-            key,
-            namespace=target.namespace,
-            mount=mount,
-            image=config.image or DEFAULT_IMAGE,
-        )
+        manifest = claim_job("verify-staged", key, **_on_claim(target, mount, config))
         cache_key = (*_scope(session, mount), key)
 
         def take() -> str:
@@ -233,13 +232,7 @@ def unstage_unused(
         if named:
             say(f"staged directory {path} kept: {', '.join(named)} still name it")
             return False
-        manifest = claim_job(
-            "unstage",
-            key,
-            namespace=target.namespace,
-            mount=mount,
-            image=config.image or DEFAULT_IMAGE,
-        )
+        manifest = claim_job("unstage", key, **_on_claim(target, mount, config))
         try:
             run_job(session.kube, manifest, say=say, label=f"removing {path}", poll=poll)
         finally:

@@ -184,10 +184,29 @@ def _termination_log_in(args: Sequence[str]) -> Path:
     return TERMINATION_LOG
 
 
+_TERMINATION_LOG = click.option(
+    "--termination-log",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=TERMINATION_LOG,
+    hidden=True,
+)
+"""Where the command writes its termination message (a pod's; hidden: tests point it away)."""
+
+
+def _decorated(
+    function: Callable[..., None], options: Sequence[Callable[[Callable[..., None]], Any]]
+) -> Callable[..., None]:
+    """``function`` with ``options`` applied, the first one outermost (as written above it)."""
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
 def _fetch_options(function: Callable[..., None]) -> Callable[..., None]:
     """The options ``stage`` and ``stage-batch`` share: where, how much, how long, what the
     server accepts, and the termination log."""
-    for option in reversed(
+    return _decorated(
+        function,
         (
             click.option(
                 "--root",
@@ -217,16 +236,9 @@ def _fetch_options(function: Callable[..., None]) -> Callable[..., None]:
                 metavar="NAME",
                 help="The server's --lora-target-modules (repeat, or one space-separated value).",
             ),
-            click.option(
-                "--termination-log",
-                type=click.Path(path_type=Path, dir_okay=False),
-                default=TERMINATION_LOG,
-                hidden=True,
-            ),
-        )
-    ):
-        function = option(function)
-    return function
+            _TERMINATION_LOG,
+        ),
+    )
 
 
 def _server_limits(max_lora_rank: int | None, lora_target_modules: Sequence[str]) -> ServerLimits:
@@ -354,7 +366,8 @@ def _claim_command(name: str) -> Callable[[Callable[..., None]], click.Command]:
     volume's ``--root`` and the termination log."""
 
     def decorate(function: Callable[..., None]) -> click.Command:
-        for option in reversed(
+        function = _decorated(
+            function,
             (
                 click.argument("keys", nargs=-1, required=True),
                 click.option(
@@ -363,15 +376,9 @@ def _claim_command(name: str) -> Callable[[Callable[..., None]], click.Command]:
                     default=Path("/adapters"),
                     help="The volume's mount, where ROOT/<content key> was staged.",
                 ),
-                click.option(
-                    "--termination-log",
-                    type=click.Path(path_type=Path, dir_okay=False),
-                    default=TERMINATION_LOG,
-                    hidden=True,
-                ),
-            )
-        ):
-            function = option(function)
+                _TERMINATION_LOG,
+            ),
+        )
         return click.command(name, context_settings=_SETTINGS)(function)
 
     return decorate
