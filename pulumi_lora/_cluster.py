@@ -32,6 +32,7 @@ from lightkube.generic_resource import (
 )
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Secret
 from lightkube.types import PatchType
 
@@ -92,6 +93,7 @@ __all__ = [
     "delete_adapter",
     "emit_event",
     "get_adapter",
+    "get_lease",
     "get_target",
     "held_writes",
     "list_adapters",
@@ -377,6 +379,17 @@ def get_adapter(client: Client, namespace: str, name: str) -> dict[str, Any] | N
         if exc.status.code == 404:
             return None
         raise cluster_error(f"reading LoRAAdapter {namespace}/{name}", exc) from exc
+    return as_dict(obj)
+
+
+def get_lease(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
+    """A ``coordination.k8s.io/v1`` Lease as stored (the re-sync loop's heartbeat), or None."""
+    try:
+        obj = client.get(Lease, name, namespace=namespace)
+    except ApiError as exc:
+        if exc.status.code == 404:
+            return None
+        raise cluster_error(f"reading Lease {namespace}/{name}", exc) from exc
     return as_dict(obj)
 
 

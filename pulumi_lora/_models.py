@@ -15,7 +15,7 @@ Pure: no I/O, no HTTP or Kubernetes client.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -132,6 +132,8 @@ class ConditionKind(StrEnum):
     ERROR = "Error"
     READY = "Ready"
     OVER_CAPACITY = "OverCapacity"
+    RESYNC_LOOP = "ResyncLoop"
+    """The re-sync loop's own: which Lease its leader holds (:func:`served_by_message`)."""
 
 
 class Condition(_Model):
@@ -169,6 +171,24 @@ def written_by_llmkube(condition: Condition) -> bool:
     return condition.reason in ("LoadUnsuccessful", "UnloadUnsuccessful") and (
         condition.message.startswith(("sglang http://", "post http://"))
     )
+
+
+def served_by_message(lease_namespace: str, lease_name: str) -> str:
+    """Pure: the ``ResyncLoop`` condition's message, naming the Lease of the loop that serves the
+    CR: a delegated refresh reads that Lease to tell a live loop's verdict from a gone one's."""
+    return f"served by the re-sync loop whose leader holds Lease {lease_namespace}/{lease_name}"
+
+
+def served_by(conditions: Sequence[Condition]) -> tuple[str, str] | None:
+    """Pure: ``(namespace, name)`` of the Lease a ``ResyncLoop`` condition names, or None."""
+    for condition in conditions:
+        if condition.type == ConditionKind.RESYNC_LOOP.value:
+            found = re.search(
+                r"Lease ([a-z0-9][-a-z0-9]*)/([a-z0-9][-.a-z0-9]*)$", condition.message
+            )
+            if found:
+                return found.group(1), found.group(2)
+    return None
 
 
 class LoRAAdapterStatus(_Model):

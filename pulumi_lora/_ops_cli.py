@@ -208,6 +208,10 @@ def policy_command(llmkube_user: str, all_adapters: bool, name: str) -> None:
     help="bind it to user:NAME, group:NAME or serviceaccount:NAMESPACE/NAME",
 )
 @click.option("--name", default="pulumi-lora-provider", show_default=True, help="the role's name")
+@click.option(
+    "--loop-namespace",
+    help="delegated, with -n: where the re-sync loop runs (its Lease is read there)",
+)
 def rbac_command(  # noqa: PLR0917 - one parameter per click option
     transport: str,
     namespaces: tuple[str, ...],
@@ -215,6 +219,7 @@ def rbac_command(  # noqa: PLR0917 - one parameter per click option
     staging: bool,
     subject: str | None,
     name: str,
+    loop_namespace: str | None,
 ) -> None:
     """Print the least-privilege Role (ClusterRole with no namespace) that whoever runs
     `pulumi` needs for these adapters, and its binding with --subject:
@@ -227,14 +232,18 @@ def rbac_command(  # noqa: PLR0917 - one parameter per click option
         bound = parse_subject(subject) if subject else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--subject") from None
-    manifests = provider_rbac(
-        Transport(transport),
-        namespaces,
-        keyed=api_key_secrets,
-        staging=staging,
-        subject=bound,
-        name=name,
-    )
+    try:
+        manifests = provider_rbac(
+            Transport(transport),
+            namespaces,
+            keyed=api_key_secrets,
+            staging=staging,
+            subject=bound,
+            name=name,
+            loop_namespace=loop_namespace,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 

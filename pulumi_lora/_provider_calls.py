@@ -442,7 +442,8 @@ def drift_words(live: Mapping[str, Any], declared: Mapping[str, Any]) -> list[st
     serving what the stack declared are not drift, even under an edited CR).
 
     ``pod llama-7c9-x2bq: sql-lora not loaded``, ``pod ...: serves /adapters/old, declared
-    /adapters/new``, ``CR edited: spec.path /adapters/a -> /adapters/b``.
+    /adapters/new``, ``CR edited: spec.path /adapters/a -> /adapters/b``, and for a delegated
+    adapter ``Ready unknown: the re-sync loop's Lease ... is gone ...``.
     """
     words = [
         f"CR edited: spec.{field} {declared.get(key)} -> {live.get(key)}"
@@ -464,6 +465,11 @@ def drift_words(live: Mapping[str, Any], declared: Mapping[str, Any]) -> list[st
             words.append(f"pod {pod['pod']}: {name} not loaded")
         elif served != path:
             words.append(f"pod {pod['pod']}: serves {served}, declared {path}")
+    words += [  # a delegated adapter's loop gone or stale: its verdict is not current
+        f"Ready unknown: {c.get('message')}"
+        for c in live.get("conditions") or []
+        if c.get("type") == ConditionKind.READY.value and c.get("reason") == lifecycle.STALE_REASON
+    ]
     return words
 
 

@@ -3,7 +3,8 @@
 What the provider calls, by transport (``pulumi-lora rbac`` prints it; ``deploy/rbac/`` holds
 the same, rendered): the CRs (server-side apply, status, finalizers, deletion), the target's
 InferenceService, pods and workloads, Events on the CR; the pods' ``proxy`` subresource for
-``proxy``; a Secret's ``get`` only for keyed servers; Jobs only for staged adapters. Pure.
+``proxy``; a Secret's ``get`` only for keyed servers; Jobs only for staged adapters; the re-sync
+loop's Lease for ``delegated``. Pure.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def provider_rules(transport: Transport, *, keyed: bool, staging: bool) -> list[
     return rules
 
 
+#: What a delegated refresh reads where the re-sync loop runs: its Lease, to see it is alive.
+LEASE_RULE = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}
+
+
 def parse_subject(text: str) -> dict[str, str]:
     """``user:NAME``, ``group:NAME`` or ``serviceaccount:NAMESPACE/NAME`` as a binding subject
     (raises ``ValueError`` saying the forms)."""
@@ -70,10 +75,20 @@ def provider_rbac(
     staging: bool = False,
     subject: dict[str, str] | None = None,
     name: str = DEFAULT_NAME,
+    loop_namespace: str | None = None,
 ) -> list[dict[str, Any]]:
     """Pure: a Role (and RoleBinding for ``subject``) in each of ``namespaces`` (the CRs' and
-    their targets'), or one ClusterRole (and ClusterRoleBinding) when none is given."""
+    their targets'), or one ClusterRole (and ClusterRoleBinding) when none is given.
+
+    ``delegated`` also reads the re-sync loop's Lease: anywhere with a ClusterRole, else in
+    ``loop_namespace`` (required then; a ``ValueError`` says so)."""
     rules = provider_rules(transport, keyed=keyed, staging=staging)
+    delegated = transport is Transport.DELEGATED
+    if delegated and namespaces and not loop_namespace:
+        raise ValueError(
+            "the delegated transport reads the re-sync loop's Lease: give the namespace the "
+            "loop runs in (--loop-namespace)"
+        )
     labels = {"app.kubernetes.io/name": "pulumi-lora", "app.kubernetes.io/component": "provider"}
     rbac = "rbac.authorization.k8s.io/v1"
     if not namespaces:
@@ -82,7 +97,7 @@ def provider_rbac(
                 "apiVersion": rbac,
                 "kind": "ClusterRole",
                 "metadata": {"name": name, "labels": labels},
-                "rules": rules,
+                "rules": [*rules, LEASE_RULE] if delegated else rules,
             }
         ]
         if subject:
@@ -100,10 +115,13 @@ def provider_rbac(
                 }
             )
         return made
+    by_namespace = {namespace: list(rules) for namespace in namespaces}
+    if delegated and loop_namespace:
+        by_namespace.setdefault(loop_namespace, []).append(LEASE_RULE)
     made = []
-    for namespace in dict.fromkeys(namespaces):
+    for namespace, granted in by_namespace.items():
         meta = {"name": name, "namespace": namespace, "labels": labels}
-        made.append({"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": rules})
+        made.append({"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": granted})
         if subject:
             made.append(
                 {

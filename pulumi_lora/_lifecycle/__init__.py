@@ -23,6 +23,7 @@ Modules, one job each:
 
 from pulumi_lora._lifecycle._batch import BATCHES, StagingBatches
 from pulumi_lora._lifecycle._config import CONFIG_KEYS, TIMEOUT_KEYS, ProviderConfig
+from pulumi_lora._lifecycle._delegated import STALE_REASON, await_delegated
 from pulumi_lora._lifecycle._events import advice
 from pulumi_lora._lifecycle._looks import (
     CR_LISTINGS,
@@ -46,7 +47,6 @@ from pulumi_lora._lifecycle._stage import staged, unstage_unused, verify_staged
 from pulumi_lora._lifecycle._state import AdapterState, PodReport, reports, state_from_cr
 from pulumi_lora._lifecycle._steps import (
     adoption_refusal,
-    await_delegated,
     create,
     declared_at,
     delete,
@@ -65,6 +65,7 @@ __all__ = [
     "LOOK_MAX_AGE_SECONDS",
     "OWN_CRS",
     "POOL",
+    "STALE_REASON",
     "STATUS_MANAGER",
     "TIMEOUT_KEYS",
     "AdapterState",

@@ -9,7 +9,6 @@ in Events, and return an :class:`AdapterState` that becomes the resource's outpu
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -23,6 +22,7 @@ from pulumi_lora._errors import (
     PulumiLoRAError,
 )
 from pulumi_lora._lifecycle._config import ProviderConfig
+from pulumi_lora._lifecycle._delegated import await_delegated, observe_delegated
 from pulumi_lora._lifecycle._events import advice, record_outcomes, record_untrusted
 from pulumi_lora._lifecycle._looks import (
     LookKey,
@@ -52,11 +52,9 @@ from pulumi_lora._models import (
     AdapterArgs,
     Condition,
     ConditionKind,
-    ConditionStatus,
     Policy,
     Transport,
     declared_by_cr,
-    written_by_llmkube,
 )
 from pulumi_lora._ownership import untrusted_message
 from pulumi_lora._reconcile import (
@@ -193,10 +191,8 @@ def observe(
         }
     )
     session = Session(live, config)
-    if args.transport is Transport.DELEGATED:  # the loop's verdict, never LLMKube's
-        state = state_from_cr(cr, ())
-        kept = tuple(c for c in state.conditions if not written_by_llmkube(c))
-        return replace(state, conditions=kept)
+    if args.transport is Transport.DELEGATED:  # the loop's verdict, while the loop is alive
+        return observe_delegated(session, cr, previous)
     look = session.look(session.list_target()) if looks is None else session.shared_look(looks)
     errors = look.errors
     since = (cr.get("status") or {}).get("lastLoadedAt")
@@ -411,41 +407,6 @@ def split_id(resource_id: str, doing: str) -> tuple[str, str]:
             "CR's namespace and name (e.g. models/sql-lora)"
         )
     return namespace, name
-
-
-def await_delegated(session: Session, cr: Mapping[str, Any], poll: float = 0.5) -> AdapterState:
-    """Wait for the in-cluster re-sync loop to report this generation (Loaded or Error)."""
-    meta = cr["metadata"]
-    generation = int(meta.get("generation", 1))
-    deadline = time.monotonic() + session.args.ready_timeout_seconds
-    while True:
-        live = k8s.get_adapter(session.kube, meta["namespace"], meta["name"]) or cr
-        state = state_from_cr(live, ())
-        current = {  # the loop's verdict: LLMKube's controller may write the same types
-            c.type: c
-            for c in state.conditions
-            if c.observed_generation == generation and not written_by_llmkube(c)
-        }
-        if (loaded := current.get(ConditionKind.LOADED.value)) and (
-            loaded.status is ConditionStatus.TRUE
-        ):
-            return state
-        if (error := current.get(ConditionKind.ERROR.value)) and (
-            error.status is ConditionStatus.TRUE
-        ):
-            raise AdapterNotLoaded(
-                session.args.adapter_name,
-                error.message,
-                f"reported by the re-sync loop ({error.reason})",
-            )
-        if time.monotonic() >= deadline:
-            raise AdapterNotLoaded(
-                session.args.adapter_name,
-                f"no re-sync loop reported generation {generation} within "
-                f"{session.args.ready_timeout_seconds:.0f}s",
-                "the delegated transport needs `pulumi-lora resync` running in the cluster",
-            )
-        time.sleep(poll)
 
 
 def deletion_refusal(existing: Mapping[str, Any] | None, args: AdapterArgs) -> str | None:

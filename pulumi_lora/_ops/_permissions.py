@@ -47,6 +47,8 @@ def check_permissions(
             f"this identity may do all the provider does ({transport}) in {namespace}",
         )
     flags = " --api-key-secrets" if keyed else ""
+    if transport == Transport.DELEGATED.value:  # and the loop's Lease where the loop runs
+        flags += " --loop-namespace LOOP_NAMESPACE"
     return Check(
         "permissions",
         CheckStatus.FAIL,

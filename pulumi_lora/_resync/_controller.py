@@ -76,7 +76,12 @@ class Controller:
         self._workers: dict[Key, PodWorker] = {}
         self.events = EventRecorder(kube, metrics, self._under_way)
         self.statuses = StatusWriter(
-            self.world, kube, metrics, settings.status_concurrency, self.events.settled
+            self.world,
+            kube,
+            metrics,
+            settings.status_concurrency,
+            self.events.settled,
+            lease=(settings.lease.namespace, settings.lease.name),
         )
         self.trust = TrustReview(self.world, self.events, self.statuses, lambda: self.stopping)
         self.recorder = RunRecorder(self.world, metrics, self.events, self.statuses, settings)

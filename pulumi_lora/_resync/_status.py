@@ -1,4 +1,5 @@
-"""One CR's status from the pods' outcomes: the core's conditions plus ``OverCapacity``.
+"""One CR's status from the pods' outcomes: the core's conditions plus ``OverCapacity``
+and ``ResyncLoop``.
 
 Pure. Conditions come from :func:`~pulumi_lora._reconcile.build_conditions` (the provider's own,
 so both actors write the same vocabulary); the loop adds ``OverCapacity`` once a server evicted
@@ -22,6 +23,7 @@ from pulumi_lora._models import (
     ConditionStatus,
     LoRAAdapterStatus,
     Policy,
+    served_by_message,
 )
 from pulumi_lora._reconcile import (
     Availability,
@@ -56,13 +58,16 @@ def adapter_status(
     over_capacity: str | None,
     last_loaded: datetime | None,
     now: datetime,
+    lease: tuple[str, str] | None = None,
 ) -> LoRAAdapterStatus:
     """Pure: the status to write.
 
     ``outcomes`` holds every pod's outcome (waiting ones included; None when the target is not
     usable and nothing was attempted); ``over_capacity`` is the ``OverCapacity`` message when a
     server of the target is over its limit, else None. ``lastLoadedAt`` moves to ``last_loaded``
-    (the loop's last successful load) when that is newer than what is stored.
+    (the loop's last successful load) when that is newer than what is stored. ``lease``
+    (namespace, name) of the Lease the loop's leader holds goes into the ``ResyncLoop``
+    condition, which a delegated refresh reads to see whether the loop is still alive.
     """
     summary = summarize(outcomes) if availability.ok and outcomes is not None else None
     previous = stored.conditions or []
@@ -88,6 +93,18 @@ def adapter_status(
                 now=now,
             )
         )
+    if lease is not None:
+        conditions = [c for c in conditions if c.type != ConditionKind.RESYNC_LOOP.value]
+        fresh = Condition(
+            type=ConditionKind.RESYNC_LOOP.value,
+            status=ConditionStatus.TRUE,
+            reason="LeaderHoldsLease",
+            message=served_by_message(*lease),
+            last_transition_time=now,
+            observed_generation=generation,
+        )
+        old = [c for c in previous if c.type == fresh.type and c.message == fresh.message]
+        conditions.append(merge_conditions(old, [fresh])[0])
     loaded = any(o.loaded for o in outcomes or ())
     last = stored.last_loaded_at
     if last_loaded is not None and (last is None or last_loaded > last):

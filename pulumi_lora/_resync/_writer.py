@@ -40,13 +40,17 @@ class StatusWriter:
         metrics: Metrics,
         concurrency: int,
         settled: Callable[[Iterable[Key]], None] = lambda _: None,
+        *,
+        lease: tuple[str, str] | None = None,
     ) -> None:
-        """``settled(crs)`` is told of every CR whose status was computed (written or not)."""
+        """``settled(crs)`` is told of every CR whose status was computed (written or not);
+        ``lease`` (namespace, name: the leader's) is named in each CR's ``ResyncLoop`` condition."""
         self._world = world
         self._kube = kube
         self._metrics = metrics
         self._concurrency = concurrency
         self._settled = settled
+        self._lease = lease
         self._dirty: set[Key] = set()
         self._dirty_event = asyncio.Event()
 
@@ -99,6 +103,7 @@ class StatusWriter:
             over_capacity=over,
             last_loaded=self._world.last_loaded.get(key),
             now=now,
+            lease=self._lease,
         )
         wire = status.wire()
         if same_status(wire, cr.status):

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from pulumi_lora._cli import cli
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora.testing.deployer import bound_identity
 from pulumi_lora.testing.hub import PlayedHub
 from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
@@ -18,29 +19,6 @@ from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from .conftest import adapter_props, provider_for, served
 
 pytestmark = pytest.mark.full
-
-
-def bound_identity(testbed: Testbed, namespace: str, tmp_path: Path, *flags: str) -> Path:
-    """A ServiceAccount of its own namespace, bound in ``namespace`` to the Role the command
-    prints (applied as the README says); returns a kubeconfig with its token."""
-    home = testbed.create_namespace("deployer")
-    made = testbed.kubectl("create", "serviceaccount", "deployer", "-n", home)
-    assert made.returncode == 0, made.stderr
-    rendered = CliRunner().invoke(
-        cli, ["rbac", "-n", namespace, "--subject", f"serviceaccount:{home}/deployer", *flags]
-    )
-    assert rendered.exit_code == 0, rendered.output
-    manifests = tmp_path / "rbac.yaml"
-    manifests.write_text(rendered.output, encoding="utf-8")
-    applied = testbed.kubectl("apply", "-f", str(manifests))
-    assert applied.returncode == 0, applied.stderr
-    token = testbed.kubectl("create", "token", "deployer", "-n", home, "--duration", "1h")
-    assert token.returncode == 0, token.stderr
-    return testbed.write_kubeconfig(
-        tmp_path / "deployer.kubeconfig",
-        token=token.stdout.strip(),
-        user=f"system:serviceaccount:{home}:deployer",
-    )
 
 
 def test_the_printed_role_is_enough_for_create_refresh_swap_and_delete(

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 import secrets
+from pathlib import Path
 from typing import Any
 
 from _resync_harness import PROBE, Cluster, everywhere, served, wait_until
-from conftest import LoopFactory
+from conftest import Identity, LoopFactory
 
 from pulumi_lora._lifecycle import ProviderConfig, now_utc
 from pulumi_lora._models import ANNOTATION_OPERATION, format_time
 from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora.testing.deployer import bound_identity
 
 
 def _provider(cluster: Cluster) -> LoRAAdapterProvider:
@@ -108,3 +110,54 @@ def test_the_operation_annotation_means_hands_off(cluster: Cluster, loops: LoopF
     wait_until(lambda: everywhere(handle, {"abandoned": c, "busy": a}), 5)
     wait_until(lambda: cluster.conditions("busy").get("Loaded", {}).get("status") == "True", 10)
     assert "leaving" not in served(handle)[handle.pods()[0].name]
+
+
+def test_a_refresh_says_when_the_loop_is_gone(
+    cluster: Cluster, loops: LoopFactory, resync_identity: Identity, tmp_path: Path, capfd: Any
+) -> None:
+    """A delegated refresh reports the loop's verdict while the loop's leader renews the Lease
+    its ``ResyncLoop`` condition names; once it does not, ``Ready`` is Unknown and the refresh
+    says why in words. The provider runs as exactly ``pulumi-lora rbac --transport delegated``."""
+    cluster.deploy(replicas=1)
+    path = cluster.tb.make_adapter("gone-loop")
+    loop = loops(cluster.namespace)
+    kubeconfig = bound_identity(
+        cluster.tb,
+        cluster.namespace,
+        tmp_path,
+        "--transport",
+        "delegated",
+        "--loop-namespace",
+        resync_identity.namespace,
+    )
+    provider = LoRAAdapterProvider()
+    provider._config = ProviderConfig(kubeconfig=str(kubeconfig))
+    props = {
+        "adapter_name": "gone-loop",
+        "path": path,
+        "inference_service": "llama",
+        "namespace": cluster.namespace,
+        "transport": "delegated",
+        "ready_timeout_seconds": 30,
+    }
+    made = provider.create(props)
+    lease = f"Lease {resync_identity.namespace}/{resync_identity.lease}"
+    served_by = {c["type"]: c for c in made.outs["conditions"]}["ResyncLoop"]
+    assert served_by["message"].endswith(lease)
+    alive = provider.read(made.id, made.outs)
+    assert alive.outs["ready"] is True and alive.outs["conditions"] == made.outs["conditions"]
+    assert "Ready unknown" not in capfd.readouterr().err
+
+    loop.kill()  # no release: the Lease stays held by a leader that no longer renews it
+
+    def refreshed() -> dict[str, Any] | None:
+        outs = provider.read(made.id, made.outs).outs
+        return None if outs["ready"] else outs
+
+    outs = wait_until(refreshed, 30, interval=1.0, what="the refresh to doubt a gone loop")
+    ready = {c["type"]: c for c in outs["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"]) == ("Unknown", "ResyncLoopStale")
+    assert f"the re-sync loop's {lease} is held by its leader" in ready["message"]
+    assert "it last reported Ready True (AdapterReady)" in ready["message"]
+    err = capfd.readouterr().err
+    assert f"Ready unknown: the re-sync loop's {lease}" in err, err

@@ -93,3 +93,21 @@ def test_doctor_names_a_denied_permission_by_verb_and_resource() -> None:
     )
     assert check.fix.startswith("pulumi-lora rbac --transport proxy -n models")
     assert check_permissions([], "models", "direct", keyed=False).status is CheckStatus.OK
+
+
+def test_delegated_reads_the_loops_lease_where_the_loop_runs() -> None:
+    refused = CliRunner().invoke(cli, ["rbac", "--transport", "delegated", "-n", "models"])
+    assert refused.exit_code == 2
+    assert "give the namespace the loop runs in (--loop-namespace)" in refused.output
+    done = CliRunner().invoke(
+        cli,
+        ["rbac", "--transport", "delegated", "-n", "models", "--loop-namespace", "pulumi-lora"],
+    )
+    assert done.exit_code == 0, done.output
+    roles = {m["metadata"]["namespace"]: m["rules"] for m in yaml.safe_load_all(done.output)}
+    assert roles["pulumi-lora"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}
+    ]
+    assert ("leases", "get") not in granted(roles["models"])
+    cluster_wide = yaml.safe_load((ROOT / "deploy" / "rbac" / "delegated.yaml").read_text())
+    assert ("leases", "get") in granted(cluster_wide["rules"])
