@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from pulumi_lora._cli import cli
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora._models import Transport
 from pulumi_lora.testing.deployer import bound_identity
 from pulumi_lora.testing.hub import PlayedHub
 from pulumi_lora.testing.peft import write_adapter
@@ -88,7 +89,7 @@ def test_the_staging_role_is_enough_to_stage_load_and_clean_up(
     handle.wait_ready(timeout=60)
     write_adapter(tmp_path / "weights", seed="least-staged")
     files = {p.name: p.read_bytes() for p in (tmp_path / "weights").iterdir()}
-    kubeconfig = bound_identity(testbed, namespace, tmp_path, "--staging")
+    kubeconfig = bound_identity(testbed, namespace, tmp_path, staging=True)
     provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
     with PlayedHub() as hub:
         commit = hub.publish("acme/least", files, lfs=frozenset({"adapter_model.safetensors"}))
@@ -117,7 +118,7 @@ def test_the_proxy_role_is_enough_through_the_apiservers_pod_proxy(
     node's pods), a create, refresh and delete through ``pods/proxy`` as exactly that Role."""
     handle = testbed.deploy_inference_service(namespace, "llama", replicas=2, network="netns")
     handle.wait_ready(timeout=60)
-    kubeconfig = bound_identity(testbed, namespace, tmp_path, "--transport", "proxy")
+    kubeconfig = bound_identity(testbed, namespace, tmp_path, Transport.PROXY)
     provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
     path = testbed.make_adapter("least-proxy")
     props = adapter_props(namespace, path, "least-proxy", transport="proxy")

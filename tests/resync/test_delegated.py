@@ -15,7 +15,7 @@ from _resync_harness import PROBE, Cluster, everywhere, served, wait_until
 from conftest import Identity, LoopFactory
 
 from pulumi_lora._lifecycle import ProviderConfig, now_utc
-from pulumi_lora._models import ANNOTATION_OPERATION, format_time
+from pulumi_lora._models import ANNOTATION_OPERATION, Transport, format_time
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.deployer import bound_identity
 
@@ -125,10 +125,8 @@ def test_a_refresh_says_when_the_loop_is_gone(
         cluster.tb,
         cluster.namespace,
         tmp_path,
-        "--transport",
-        "delegated",
-        "--loop-namespace",
-        resync_identity.namespace,
+        Transport.DELEGATED,
+        loop_namespace=resync_identity.namespace,
     )
     provider = LoRAAdapterProvider()
     provider._config = ProviderConfig(kubeconfig=str(kubeconfig))
