@@ -21,9 +21,10 @@ Steps, each timed:
    Debian's mirror but no image registry (this one); its root file system is cached as a tarball
    under ``${PULUMI_LORA_CACHE:-~/.cache/pulumi-lora}/images``. Without it the Dockerfile's default
    base (``python:3.11-slim-bookworm``) is pulled as usual;
-3. **the image**: ``podman build`` (or ``docker build``) of ``deploy/Dockerfile`` with no network,
-   labelled with a hash of everything it is made from; an image of that tag with the same label
-   is kept as it is (``--force`` rebuilds).
+3. **the image**: ``podman build`` (or ``docker build``) of ``deploy/Dockerfile`` with no network
+   (its final stage is ``FROM scratch`` plus what ``deploy/slim.py`` gathers: the virtualenv,
+   CPython and the shared libraries they load), labelled with a hash of what it is made from; an
+   image of that tag with the same label is kept as it is (``--force`` rebuilds).
 
 ``--install-tools`` (what ``tools/provision.py`` passes) first installs podman, runc and
 mmdebstrap from Debian's packages when missing (``apt-get``, as root). Standard library only.
@@ -303,7 +304,7 @@ def ensure_local_base(arch: str) -> str:
 def inputs_key(wheels: Sequence[Path], base: str) -> str:
     """A hash of the Dockerfile, the ignore file, every wheel's bytes and the base's name."""
     digest = hashlib.sha256()
-    for path in [DOCKERFILE, ROOT / ".dockerignore", *wheels]:
+    for path in [DOCKERFILE, DOCKERFILE.parent / "slim.py", ROOT / ".dockerignore", *wheels]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     digest.update(base.encode())

@@ -121,6 +121,13 @@ def test_a_deleted_loop_pod_gets_sigterm_and_releases_its_lease(
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert names.index("shutting_down") < names.index("lease_released") < names.index("stopped")
+    # The Deployment's replacement: let its loop start before the namespace is released, or
+    # the teardown's SIGTERM lands in its interpreter's start, is dropped (PID 1), and the
+    # teardown sits out the 30 s grace period (test_a_loop_pod_deleted_as_it_appears_... is
+    # the test of that case).
+    (replacement,) = wait_until(lambda: [p for p in pod_names(testbed, namespace) if p != pod], 30)
+    started = testbed.directory / "pods" / f"{namespace}_{replacement}.log"
+    wait_until(lambda: started.exists() and '"serving"' in started.read_text(), 60)
 
 
 def test_the_loop_image_as_pid_one_ends_on_sigterm(runtime: None) -> None:
