@@ -192,3 +192,26 @@ def test_a_stopped_testbed_leaves_no_container_behind(runtime: None) -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert left.stdout.strip() == ""
+
+
+def test_the_image_is_its_program_and_nothing_else(runtime: None) -> None:
+    """``FROM scratch`` plus deploy/slim.py's gathering: no shell to run, yet CPython, TLS, the
+    Hub's and S3's clients import, and botocore knows the two services the stager calls."""
+    podman = ["podman", "--runtime", "runc", "run", "--rm", "--network", "none"]
+    podman += ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+    shell = subprocess.run(
+        [*podman, "--entrypoint", "/bin/sh", loop_image(), "-c", "true"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert shell.returncode != 0 and "/bin/sh" in shell.stderr, shell.stderr
+    code = (
+        "import ssl, hf_xet, huggingface_hub, boto3, botocore.session, pulumi_lora._staging._cli;"
+        "print(sorted(botocore.session.get_session().get_available_services()))"
+    )
+    python = subprocess.run(  # HOME as the staging Jobs set it (hf_xet logs under it)
+        [*podman, "--env", "HOME=/tmp", "--entrypoint", "/opt/pulumi-lora/bin/python",
+         loop_image(), "-c", code],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert python.returncode == 0, python.stderr
+    assert python.stdout.strip() == "['s3', 'sts']"
