@@ -29,7 +29,15 @@ from pathlib import Path
 
 VENV = Path(sys.prefix)
 BOTOCORE_MODELS = ("s3", "sts")
-STDLIB_LEFT_OUT = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3")
+STDLIB_LEFT_OUT = (
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "site-packages",  # the base's own (python:3.11-slim's pip, setuptools, wheel), not the venv's
+)
 ETC = (
     "passwd",
     "group",
