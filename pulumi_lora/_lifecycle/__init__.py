@@ -15,6 +15,8 @@ Modules, one job each:
 - ``_state``: what a step returns (:class:`PodReport`, :class:`AdapterState`), pure;
 - ``_session``: one step's session with its cluster (:class:`Session`);
 - ``_steps``: create, observe, update, delete, adoption;
+- ``_delegated``: what the re-sync loop does for a delegated adapter: its verdict awaited, and
+  doubted once the loop's Lease is gone or stale;
 - ``_rollback``: a failed create leaves nothing behind;
 - ``_stage``: a staged adapter's weights onto the claim its target mounts (the staging Job);
 - ``_batch``: the staged adapters of one command share one Job per claim;
