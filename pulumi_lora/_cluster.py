@@ -373,23 +373,24 @@ def apply_adapter_status(
 
 def get_adapter(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
     """The CR as stored, or None when it does not exist."""
-    try:
-        obj = client.get(LoRAAdapterResource, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.status.code == 404:
-            return None
-        raise cluster_error(f"reading LoRAAdapter {namespace}/{name}", exc) from exc
-    return as_dict(obj)
+    return _stored(client, LoRAAdapterResource, "LoRAAdapter", namespace, name)
 
 
 def get_lease(client: Client, namespace: str, name: str) -> dict[str, Any] | None:
     """A ``coordination.k8s.io/v1`` Lease as stored (the re-sync loop's heartbeat), or None."""
+    return _stored(client, Lease, "Lease", namespace, name)
+
+
+def _stored(
+    client: Client, resource: Any, kind: str, namespace: str, name: str
+) -> dict[str, Any] | None:
+    """One namespaced object as stored, or None on 404; any other refusal a ClusterError."""
     try:
-        obj = client.get(Lease, name, namespace=namespace)
+        obj = client.get(resource, name, namespace=namespace)
     except ApiError as exc:
         if exc.status.code == 404:
             return None
-        raise cluster_error(f"reading Lease {namespace}/{name}", exc) from exc
+        raise cluster_error(f"reading {kind} {namespace}/{name}", exc) from exc
     return as_dict(obj)
 
 

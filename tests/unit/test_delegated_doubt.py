@@ -38,7 +38,9 @@ def condition(kind: str, status: str, reason: str, since: datetime = NOW) -> Con
 
 
 def test_the_loop_names_its_lease_and_keeps_the_condition_quiet() -> None:
-    def status(stored: LoRAAdapterStatus, now: datetime) -> LoRAAdapterStatus:
+    def status(
+        stored: LoRAAdapterStatus, now: datetime, lease: tuple[str, str] = LEASE
+    ) -> LoRAAdapterStatus:
         return adapter_status(
             generation=2,
             policy=Policy.ALL_READY_PODS,
@@ -49,25 +51,14 @@ def test_the_loop_names_its_lease_and_keeps_the_condition_quiet() -> None:
             over_capacity=None,
             last_loaded=None,
             now=now,
-            lease=LEASE,
+            lease=lease,
         )
 
     first = status(LoRAAdapterStatus(), NOW)
     again = status(first, NOW + timedelta(minutes=5))
     assert served_by(first.conditions or []) == LEASE
     assert first.wire() == again.wire()  # nothing to write while the same leader serves it
-    moved = adapter_status(
-        generation=2,
-        policy=Policy.ALL_READY_PODS,
-        outcomes=[PodOutcome("a", loaded=True)],
-        availability=Availability(True, "InferenceServiceReady"),
-        stored=first,
-        path="/adapters/sql",
-        over_capacity=None,
-        last_loaded=None,
-        now=NOW,
-        lease=("other", "lease"),
-    )
+    moved = status(first, NOW, ("other", "lease"))
     assert served_by(moved.conditions or []) == ("other", "lease")
     assert [c.type for c in moved.conditions or []].count("ResyncLoop") == 1
 
