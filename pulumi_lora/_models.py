@@ -1,4 +1,4 @@
-"""The LoRAAdapter custom resource as pydantic models: the one source of truth for its schema.
+"""The LoRAAdapter custom resource as typed models: the one source of truth for its schema.
 
 The models mirror LLMKube's CRD (``inference.llmkube.dev/v1alpha1``, seed in
 ``pulumi_lora/crds/loraadapter.schema.json``) field for field, pattern for pattern, so that what
@@ -9,6 +9,10 @@ the schema's plain ``string`` would only defer the error to create time), and a 
 printable characters only (server-side apply's YAML body cannot carry control characters).
 tests/e2e/test_check_vs_apiserver.py holds these rules against the real apiserver.
 
+They are msgspec structs: every provider process imports them before its first answer, and
+msgspec costs a few milliseconds where pydantic cost ~90 ms of a nothing-to-do ``up`` (issue 38).
+``parse`` validates (the constructor does not), ``failures`` names every broken rule at once.
+
 Pure: no I/O, no HTTP or Kubernetes client.
 """
 
@@ -18,18 +22,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
-from typing import Annotated, Any
+from enum import Enum, StrEnum
+from typing import Annotated, Any, Self, get_args, get_origin
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+import msgspec
+from msgspec import Meta, Struct, ValidationError
 
 GROUP = "inference.llmkube.dev"
 VERSION = "v1alpha1"
@@ -72,48 +69,71 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 #: DNS-1123 label (namespaces), a project rule beyond the schema.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
-AdapterName = Annotated[
-    str, StringConstraints(min_length=1, max_length=63, pattern=ADAPTER_NAME_PATTERN)
-]
-#: A path: non-empty (the CRD's rule) and, a project rule, printable characters only (no real
-#: container path has control characters, and server-side apply's YAML body cannot carry them).
-PATH_PATTERN = "^[\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]+$"
-AdapterPath = Annotated[str, StringConstraints(min_length=1, pattern=PATH_PATTERN)]
-ObjectName = Annotated[
-    str, StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
-]
-NamespaceName = Annotated[
-    str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
-]
-Reason = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)]
-ConditionType = Annotated[str, StringConstraints(max_length=316, pattern=CONDITION_TYPE_PATTERN)]
+
+def _whole(pattern: str) -> str:
+    """``pattern`` anchored at the very end: Python's ``$`` also matches before a final newline,
+    the apiserver's (Go, like pydantic's Rust) does not."""
+    return pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
 
 
-class _Model(BaseModel):
-    """Shared config: camelCase on the wire, snake_case in Python, unknown keys refused."""
-
-    model_config = ConfigDict(
-        populate_by_name=True, extra="forbid", frozen=True, str_strip_whitespace=False
+def _text(min_length: int = 0, max_length: int | None = None, pattern: str | None = None) -> Meta:
+    """The constraints of a string field."""
+    return Meta(
+        min_length=min_length or None,
+        max_length=max_length,
+        pattern=_whole(pattern) if pattern else None,
     )
 
 
-class InferenceServiceRef(_Model):
+AdapterName = Annotated[str, _text(1, 63, ADAPTER_NAME_PATTERN)]
+#: A path: non-empty (the CRD's rule) and, a project rule, printable characters only (no real
+#: container path has control characters, and server-side apply's YAML body cannot carry them).
+PATH_PATTERN = "^[\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]+$"
+AdapterPath = Annotated[str, _text(1, pattern=PATH_PATTERN)]
+ObjectName = Annotated[str, _text(1, 253, DNS_SUBDOMAIN_PATTERN)]
+NamespaceName = Annotated[str, _text(1, 63, DNS_LABEL_PATTERN)]
+Reason = Annotated[str, _text(1, 1024, REASON_PATTERN)]
+ConditionType = Annotated[str, _text(0, 316, CONDITION_TYPE_PATTERN)]
+Generation = Annotated[int, Meta(ge=0)]
+
+
+class _Model(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Shared behaviour: wire names (camelCase) where a model renames, unknown keys refused."""
+
+    @classmethod
+    def parse(cls, data: Any) -> Self:
+        """``data`` (wire names, JSON values) validated into the model; raises ValidationError.
+
+        Lax as JSON from the engine needs: ``3.0`` is an int, ``"true"`` a bool."""
+        return msgspec.convert(data, cls, strict=False)
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` (field names), not validated again."""
+        return msgspec.structs.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The model as JSON values under its wire names (enums as values, times as text)."""
+        data: dict[str, Any] = msgspec.to_builtins(self)
+        return data
+
+
+class InferenceServiceRef(_Model, kw_only=True, frozen=True):
     """``spec.inferenceServiceRef``: the InferenceService whose pods serve the adapter."""
 
     name: ObjectName
     namespace: NamespaceName | None = None
 
 
-class LoRAAdapterSpec(_Model):
+class LoRAAdapterSpec(_Model, rename="camel", kw_only=True, frozen=True):
     """``spec``: which adapter, from where, into which InferenceService."""
 
-    inference_service_ref: InferenceServiceRef = Field(alias="inferenceServiceRef")
+    inference_service_ref: InferenceServiceRef
     name: AdapterName
     path: AdapterPath
 
     def wire(self) -> dict[str, Any]:
         """The spec as the apiserver stores it (camelCase, no nulls)."""
-        return self.model_dump(by_alias=True, exclude_none=True)
+        return _without_nulls(self.to_dict())
 
 
 class ConditionStatus(StrEnum):
@@ -136,26 +156,25 @@ class ConditionKind(StrEnum):
     """The re-sync loop's own: which Lease its leader holds (:func:`served_by_message`)."""
 
 
-class Condition(_Model):
+class Condition(_Model, rename="camel", kw_only=True, frozen=True):
     """One ``metav1.Condition`` as the CRD constrains it."""
 
     type: ConditionType
     status: ConditionStatus
     reason: Reason
-    message: Annotated[str, StringConstraints(max_length=32768)] = ""
-    last_transition_time: datetime = Field(alias="lastTransitionTime")
-    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
-        default=None, alias="observedGeneration"
-    )
+    message: Annotated[str, Meta(max_length=32768)] = ""
+    last_transition_time: datetime
+    observed_generation: Generation | None = None
 
-    @field_validator("last_transition_time")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    def __post_init__(self) -> None:
+        """A time without a zone is UTC, as the apiserver writes it."""
+        if not self.last_transition_time.tzinfo:
+            aware = self.last_transition_time.replace(tzinfo=UTC)
+            msgspec.structs.force_setattr(self, "last_transition_time", aware)
 
     def wire(self) -> dict[str, Any]:
         """The condition as the apiserver stores it (RFC 3339, seconds, ``Z``)."""
-        data = self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        data = _without_nulls(self.to_dict())
         data["lastTransitionTime"] = format_time(self.last_transition_time)
         return data
 
@@ -191,12 +210,12 @@ def served_by(conditions: Sequence[Condition]) -> tuple[str, str] | None:
     return None
 
 
-class LoRAAdapterStatus(_Model):
+class LoRAAdapterStatus(_Model, rename="camel", kw_only=True, frozen=True):
     """``status``: conditions plus the last accepted path and load time."""
 
     conditions: list[Condition] | None = None
-    loaded_path: str | None = Field(default=None, alias="loadedPath")
-    last_loaded_at: datetime | None = Field(default=None, alias="lastLoadedAt")
+    loaded_path: str | None = None
+    last_loaded_at: datetime | None = None
 
     def wire(self) -> dict[str, Any]:
         """The status as the apiserver stores it."""
@@ -208,6 +227,13 @@ class LoRAAdapterStatus(_Model):
         if self.last_loaded_at is not None:
             data["lastLoadedAt"] = format_time(self.last_loaded_at)
         return data
+
+
+def _without_nulls(data: dict[str, Any]) -> dict[str, Any]:
+    """Pure: ``data`` without its ``None`` values, at every depth (the apiserver stores none)."""
+    return {
+        k: _without_nulls(v) if isinstance(v, dict) else v for k, v in data.items() if v is not None
+    }
 
 
 def format_time(value: datetime) -> str:
@@ -274,7 +300,7 @@ STAGING_SETTINGS = (
 )
 
 
-class AdapterArgs(_Model):
+class AdapterArgs(_Model, kw_only=True, frozen=True):
     """Everything one LoRAAdapter resource declares, validated before anything touches a cluster.
 
     The CR fields carry the CRD's own rules; the rest are this project's settings, stored on the
@@ -289,43 +315,67 @@ class AdapterArgs(_Model):
     resource_name: ObjectName | None = None
     pinned: bool = False
     readiness_policy: Policy = Policy.ALL_READY_PODS
-    ready_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 300.0
+    ready_timeout_seconds: Annotated[float, Meta(gt=0, le=3600)] = 300.0
     transport: Transport = Transport.DIRECT
     api_key_secret_name: ObjectName | None = None
-    api_key_secret_key: Annotated[
-        str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
-    ] = "api-key"  # noqa: S105 - the key's name in the Secret, not a credential
+    api_key_secret_key: Annotated[str, _text(1, 253, r"^[-._a-zA-Z0-9]+$")] = "api-key"  # noqa: S105 - the key's name in the Secret, not a credential
     kube_context: str | None = None
     kubeconfig_path: str | None = None
     # A kubeconfig's content or path (the stack's cluster, as pulumi-kubernetes takes it): a
-    # credential, so never in a repr, a log or the CR.
-    kubeconfig: str | None = Field(default=None, repr=False)
+    # credential, so never in a repr (``__repr__``), a log or the CR.
+    kubeconfig: str | None = None
     adopt: bool = False
     # Where the weights come from, when pulumi-lora stages them (docs/staging.md); the provider
     # checks the source itself (``_staging``) and sets ``path`` to the staged directory.
-    source: Annotated[str, StringConstraints(min_length=1, max_length=2048)] | None = None
+    source: Annotated[str, _text(1, 2048)] | None = None
     digests: dict[str, str] | None = None
     allow_mutable: bool = False
-    source_endpoint: Annotated[str, StringConstraints(min_length=1, max_length=2048)] | None = None
+    source_endpoint: Annotated[str, _text(1, 2048)] | None = None
     source_secret_name: ObjectName | None = None
     source_service_account: ObjectName | None = None
     volume_claim: ObjectName | None = None
 
-    @model_validator(mode="after")
-    def _path_or_source(self) -> AdapterArgs:
-        if self.path is None and self.source is None:
-            raise PydanticCustomError(
-                "path_or_source",
-                "path or source is required: path where the adapter already is in the SGLang "
-                "container, or source where pulumi-lora stages it from (hf://, s3://, https://)",
-            )
-        if self.source is None:
-            given = [name for name in STAGING_SETTINGS if getattr(self, name) not in (None, False)]
-            if given:
-                raise PydanticCustomError(
-                    "staged_only", f"{', '.join(given)} apply to a staged adapter: give source too"
-                )
-        return self
+    def __post_init__(self) -> None:
+        """The rules across inputs (``declaration_rules``): the first broken one fails."""
+        for _input, message in declaration_rules(msgspec.structs.asdict(self)):
+            raise ValueError(message)
+
+    def __repr__(self) -> str:
+        shown = {
+            k: "***" if k == "kubeconfig" and v is not None else v
+            for k, v in msgspec.structs.asdict(self).items()
+        }
+        return f"AdapterArgs({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+    @classmethod
+    def failures(cls, values: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Pure: ``(input, message)`` for every rule ``values`` break, each input checked on its
+        own (so all are named at once), then the rules across inputs."""
+        fields = {f.name: f for f in msgspec.structs.fields(cls)}
+        found: list[tuple[str, str]] = []
+        converted: dict[str, Any] = {}
+        for name, value in values.items():
+            field = fields.get(name)
+            if field is None:
+                found.append((name, f"{name} {value!r}: Extra inputs are not permitted"))
+                continue
+            try:
+                converted[name] = msgspec.convert(value, field.type, strict=False)
+            except ValidationError as exc:
+                found.append((name, f"{name} {value!r}: {_explain(field.type, str(exc))}"))
+        found += [
+            (n, f"{n} Field required") for n, f in fields.items() if f.required and n not in values
+        ]
+        return found or declaration_rules(converted)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """The default of every input that has one (as its JSON value)."""
+        return {
+            f.name: f.default.value if isinstance(f.default, Enum) else f.default
+            for f in msgspec.structs.fields(cls)
+            if not f.required
+        }
 
     @property
     def load_path(self) -> str:
@@ -369,6 +419,62 @@ class AdapterArgs(_Model):
         if self.source:
             notes[ANNOTATION_SOURCE] = self.source
         return notes
+
+
+#: The rule that a declaration names its weights, by ``path`` or by ``source``.
+PATH_OR_SOURCE = (
+    "path or source is required: path where the adapter already is in the SGLang container, "
+    "or source where pulumi-lora stages it from (hf://, s3://, https://)"
+)
+
+
+def declaration_rules(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Pure: ``(input, message)`` for each rule across inputs that ``values`` (valid one by one)
+    break: a path or a source, and the staging settings only with a source."""
+    if values.get("path") is None and values.get("source") is None:
+        return [("path", PATH_OR_SOURCE)]
+    if values.get("source") is None:
+        given = [name for name in STAGING_SETTINGS if values.get(name) not in (None, False)]
+        if given:
+            return [("source", f"{', '.join(given)} apply to a staged adapter: give source too")]
+    return []
+
+
+_TYPE_WORDS = {"str": "a valid string", "bool": "a valid boolean", "float": "a valid number"}
+_TYPE_WORDS |= {"int": "a valid integer", "object": "a valid dictionary"}
+_BOUND_WORDS = {">": "greater than", ">=": "greater than or equal to", "<": "less than"}
+_BOUND_WORDS |= {"<=": "less than or equal to"}
+
+
+def _explain(kind: Any, error: str) -> str:
+    """Pure: msgspec's message for a value of type ``kind`` in the words ``check`` prints."""
+    if found := re.fullmatch(r"Expected `str` matching regex '(.*)'", error):
+        shown = re.sub(r"\\Z$", "$", found.group(1).replace("\\\\", "\\"))
+        return f"String should match pattern '{shown}'"
+    if found := re.fullmatch(r"Expected `str` of length ([<>])= (\d+)", error):
+        count = int(found.group(2))
+        bound = "at least" if found.group(1) == ">" else "at most"
+        return f"String should have {bound} {count} character{'s' if count != 1 else ''}"
+    if found := re.fullmatch(r"Expected `(?:float|int)` ([<>]=?) (\S+)", error):
+        limit = float(found.group(2))
+        return f"Input should be {_BOUND_WORDS[found.group(1)]} {limit:g}"
+    if error.startswith("Invalid enum value") and (enum := _enum_of(kind)) is not None:
+        names = [repr(member.value) for member in enum]
+        return f"Input should be {', '.join(names[:-1])} or {names[-1]}"
+    if found := re.fullmatch(r"Expected `(\w+)(?: \| null)?`, got `\w+`", error):
+        return f"Input should be {_TYPE_WORDS.get(found.group(1), found.group(1))}"
+    return error
+
+
+def _enum_of(kind: Any) -> type[Enum] | None:
+    """Pure: the Enum inside ``kind`` (through ``Optional`` and ``Annotated``), if any."""
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind
+    if get_origin(kind) is not None:
+        for arg in get_args(kind):
+            if (enum := _enum_of(arg)) is not None:
+                return enum
+    return None
 
 
 @dataclass(frozen=True)

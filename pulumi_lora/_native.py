@@ -29,6 +29,7 @@ from typing import Any, Optional, TypeVar
 
 import grpc  # type: ignore[import-untyped]
 import pulumi
+from msgspec import ValidationError
 from pulumi.dynamic import Config, ConfigureRequest
 from pulumi.provider.experimental import provider as rpc
 from pulumi.provider.experimental.analyzer import Analyzer
@@ -37,7 +38,6 @@ from pulumi.provider.experimental.schema import generate_schema
 from pulumi.provider.experimental.server import ProviderServicer
 from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
 from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc, provider_pb2_grpc
-from pydantic import ValidationError
 
 from pulumi_lora._adapter import TYPE_TOKEN, AdapterInputs, AdapterOutputs
 from pulumi_lora._errors import PulumiLoRAError
@@ -47,7 +47,7 @@ from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._provider_calls import effective_inputs, report_drift
 from pulumi_lora._schema import SECRET_PROPERTIES, document
 
-DEFAULT_READY_TIMEOUT = float(AdapterArgs.model_fields["ready_timeout_seconds"].default)
+DEFAULT_READY_TIMEOUT = float(AdapterArgs.defaults()["ready_timeout_seconds"])
 """How long a resource waits for Ready pods unless it says otherwise (``AdapterArgs``)."""
 NAME = "pulumi-lora"
 """The schema's package name: the first part of the type token ``pulumi-lora:index:LoRAAdapter``."""

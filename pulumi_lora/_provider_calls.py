@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from msgspec import ValidationError
 from pulumi.dynamic import (
     CheckFailure,
     CheckResult,
@@ -33,11 +34,10 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 from pulumi.dynamic.config import Config
-from pydantic import ValidationError
 
 from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._models import AdapterArgs, Condition, ConditionKind, Transport
+from pulumi_lora._models import PATH_OR_SOURCE, AdapterArgs, Condition, ConditionKind, Transport
 from pulumi_lora._properties import (
     ECHOED,
     INPUT_KEYS,
@@ -76,7 +76,7 @@ class Calls:
         known = {k: v for k, v in given.items() if k not in pending}
         failures = validation_failures(known, pending)
         if not failures and not pending and known.get("source") and _new_content(olds, known):
-            lifecycle.BATCHES.declare(AdapterArgs.model_validate(known), config)
+            lifecycle.BATCHES.declare(AdapterArgs.parse(known), config)
         if (
             not failures
             and known.get("transport") == Transport.PROXY.value
@@ -184,11 +184,9 @@ class Calls:
         if state is None:
             report_drift(args, ["CR deleted outside Pulumi"])
             return ReadResult(id_="", outs={})
-        live = args.model_copy(
-            update={
-                "adapter_name": state.spec.get("name", args.adapter_name),
-                "path": state.spec.get("path", args.path),
-            }
+        live = args.replace(
+            adapter_name=state.spec.get("name", args.adapter_name),
+            path=state.spec.get("path", args.path),
         )
         outs = outputs(live, state)
         if outs.get("content_key") and outs.get("path"):  # a staged adapter: is it still there?
@@ -306,10 +304,6 @@ def _fingerprint(props: Mapping[str, Any]) -> str:
     return json.dumps(canonical(kept), sort_keys=True)
 
 
-#: The property a rule of the whole model (``AdapterArgs``' model validator) is reported on.
-MODEL_RULES = {"path_or_source": "path", "staged_only": "source"}
-
-
 def validation_failures(
     values: Mapping[str, Any], pending: frozenset[str] = frozenset()
 ) -> list[CheckFailure]:
@@ -317,17 +311,12 @@ def validation_failures(
 
     ``pending`` names fields whose values are unknown during preview; they are checked once known.
     """
-    try:
-        AdapterArgs.model_validate(dict(values))
-    except ValidationError as exc:
-        failures = []
-        for error in exc.errors():
-            field = ".".join(str(p) for p in error["loc"]) or MODEL_RULES.get(error["type"], "")
-            if field in pending or (error["type"] == "path_or_source" and pending):
-                continue
-            value = error.get("input")
-            shown = "" if error["type"] == "missing" else f"{value!r}: "
-            failures.append(CheckFailure(field, f"{field} {shown}{error['msg']}"))
+    failures = [
+        CheckFailure(field, message)
+        for field, message in AdapterArgs.failures(values)
+        if field not in pending and not (pending and message == PATH_OR_SOURCE)
+    ]
+    if failures:
         return failures
     return staging_failures(values) if not pending & STAGING_INPUTS else []
 
@@ -369,10 +358,10 @@ def effective_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
     given = {k: v for k, v in _inputs(props).items() if v is not None}
     pending = {k: v for k, v in given.items() if _unknown(v)}
     try:
-        known = AdapterArgs.model_validate({k: v for k, v in given.items() if k not in pending})
+        known = AdapterArgs.parse({k: v for k, v in given.items() if k not in pending})
     except ValidationError:
         return given
-    return {**known.model_dump(mode="json"), **pending}
+    return {**known.to_dict(), **pending}
 
 
 def live_drift(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
@@ -395,12 +384,11 @@ def outputs(args: AdapterArgs, state: lifecycle.AdapterState) -> dict[str, Any]:
     Inputs are echoed when they carry something: the identity always, a setting only when it is
     not its default (``diff`` and ``read`` apply the defaults again), nothing that is unset.
     """
-    fields = AdapterArgs.model_fields
+    defaults = AdapterArgs.defaults()
     outs: dict[str, Any] = {
         k: v
-        for k, v in args.model_dump(mode="json").items()
-        if v is not None
-        and (k in ECHOED or fields[k].is_required() or v != fields[k].get_default())
+        for k, v in args.to_dict().items()
+        if v is not None and (k in ECHOED or k not in defaults or v != defaults[k])
     }
     outs.update(
         cr_name=args.cr_name,
@@ -415,7 +403,7 @@ def outputs(args: AdapterArgs, state: lifecycle.AdapterState) -> dict[str, Any]:
         last_loaded_at=state.last_loaded_at,
     )
     if args.source is not None:
-        outs["content_key"] = content_key(declared_request(args.model_dump())[0])
+        outs["content_key"] = content_key(declared_request(args.to_dict())[0])
     return outs
 
 
@@ -525,12 +513,8 @@ def refreshed_inputs(olds: Mapping[str, Any], outs: Mapping[str, Any]) -> dict[s
     moved = {k: outs[k] for k in ("adapter_name", "path") if outs.get(k) != olds.get(k)}
     if not moved:
         return None
-    defaults = AdapterArgs.model_fields
-    kept = {
-        k: v
-        for k, v in _inputs(outs).items()
-        if defaults[k].is_required() or v != defaults[k].get_default()
-    }
+    defaults = AdapterArgs.defaults()
+    kept = {k: v for k, v in _inputs(outs).items() if k not in defaults or v != defaults[k]}
     return {**kept, **moved}
 
 
@@ -541,7 +525,7 @@ def reported_conditions(props: Mapping[str, Any]) -> list[Condition]:
     for entry in props.get("conditions") or []:
         try:
             found.append(
-                Condition.model_validate(
+                Condition.parse(
                     {
                         "type": entry.get("type"),
                         "status": entry.get("status"),
@@ -607,7 +591,7 @@ def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _args(props: Mapping[str, Any]) -> AdapterArgs:
-    return AdapterArgs.model_validate({k: v for k, v in _inputs(props).items() if v is not None})
+    return AdapterArgs.parse({k: v for k, v in _inputs(props).items() if v is not None})
 
 
 def _unknown(value: Any) -> bool:

@@ -473,8 +473,7 @@ def merge_conditions(previous: Sequence[Condition], fresh: Sequence[Condition]) 
     for cond in fresh:
         before = old.pop(cond.type, None)
         if before is not None and before.status == cond.status:
-            kept = {"last_transition_time": before.last_transition_time}
-            merged.append(cond.model_copy(update=kept))
+            merged.append(cond.replace(last_transition_time=before.last_transition_time))
         else:
             merged.append(cond)
     merged += old.values()

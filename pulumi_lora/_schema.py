@@ -4,7 +4,7 @@ The SDK's analyzer (``_native.schema``) infers the resource's shape from ``Adapt
 the outputs' annotations, with their docstrings as descriptions in reStructuredText, indented as
 in the source. The registry and every generated SDK render descriptions as Markdown, so
 :func:`document` rewrites them (``markdown``), describes every output, turns ``transport`` and
-``readinessPolicy`` into described enums, states each input's default (read from the pydantic
+``readinessPolicy`` into described enums, states each input's default (read from the
 model ``AdapterArgs``, the one place defaults live), adds the provider's ``config`` variables
 (``sglangApiKey`` secret), the publisher, repository, license, keywords and each language's
 package name. Pure: a dict in, a new dict out.
@@ -16,8 +16,6 @@ import copy
 import re
 from collections.abc import Mapping
 from typing import Any
-
-from pydantic_core import PydanticUndefined
 
 from pulumi_lora._lifecycle import TIMEOUT_KEYS
 from pulumi_lora._models import AdapterArgs, Policy, Transport
@@ -132,14 +130,11 @@ def markdown(text: str) -> str:
 def defaults() -> dict[str, Any]:
     """The inputs' defaults, camelCase, from ``AdapterArgs`` (``None`` ones are no default)."""
     found = {}
-    for key, field in AdapterArgs.model_fields.items():
-        if field.default is PydanticUndefined or field.default is None:
+    for key, value in AdapterArgs.defaults().items():
+        if value is None:
             continue
         head, *rest = key.split("_")
-        value = field.default
-        found[head + "".join(r.capitalize() for r in rest)] = (
-            str(value) if isinstance(value, str) else value
-        )
+        found[head + "".join(r.capitalize() for r in rest)] = value
     return found
 
 

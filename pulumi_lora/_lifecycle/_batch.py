@@ -97,7 +97,7 @@ class StagingBatches:
 
     def declare(self, args: AdapterArgs, config: ProviderConfig) -> None:
         """``check`` passed a staged adapter: its create may share a batch Job."""
-        request, hf_endpoint = declared_request(args.model_dump())
+        request, hf_endpoint = declared_request(args.to_dict())
         group = batch_group(args, config, hf_endpoint)
         key = content_key(request)
         with self._lock:

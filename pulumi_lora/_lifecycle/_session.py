@@ -355,7 +355,7 @@ class Session:
         if untrusted and availability.ok:
             note = untrusted_message(self.args.inference_service, untrusted)
             availability = Availability(True, availability.reason, note)
-        stored = LoRAAdapterStatus.model_validate(cr.get("status") or {})
+        stored = LoRAAdapterStatus.parse(cr.get("status") or {})
         summary = None if outcomes is None else summarize(outcomes)
         conditions = build_conditions(
             availability=availability,
@@ -383,14 +383,14 @@ class Session:
         """Record on the CR (conditions, a Warning Event) that its deletion waits because the
         Ready pods ``still_serving`` failed to unload its adapter."""
         meta = cr["metadata"]
-        stored = LoRAAdapterStatus.model_validate(cr.get("status") or {})
+        stored = LoRAAdapterStatus.parse(cr.get("status") or {})
         conditions = unload_conditions(
             still_serving,
             generation=int(meta.get("generation", 1)),
             previous=stored.conditions or [],
             now=now_utc(),
         )
-        status = stored.model_copy(update={"conditions": conditions})
+        status = stored.replace(conditions=conditions)
         written = k8s.apply_adapter_status(
             self.kube, meta["namespace"], meta["name"], status.wire(), STATUS_MANAGER
         )

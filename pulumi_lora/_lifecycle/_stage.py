@@ -102,7 +102,7 @@ def staged(
 ) -> AdapterArgs:
     """``args`` with ``path`` set to the staged directory as the pods see it; stages the content
     unless it is already there (the stager verifies and reuses it)."""
-    request, hf_endpoint = declared_request(args.model_dump())
+    request, hf_endpoint = declared_request(args.to_dict())
     key = content_key(request)
     session, target, mount = _claim(args, config)
     scope = _scope(session, mount)
@@ -138,7 +138,7 @@ def staged(
     if outcome is not None and outcome.staged:
         how = "fetched" if outcome.fetched else "already staged"
         say(f"{label}: {how} in a batch Job, {outcome.bytes} bytes")
-        return args.model_copy(update={"path": mount.staged_path(key)})
+        return args.replace(path=mount.staged_path(key))
     if outcome is not None:  # the batch could not: alone, for the stager's own message
         say(f"{label}: not staged in the batch Job ({outcome.reason}); staging it alone")
     manifest = staging_job(request, key, **fetch)
@@ -147,7 +147,7 @@ def staged(
     finally:
         VERIFIED.invalidate(scope)
     say(f"{label}: {'fetched' if result.fetched else 'already staged'}, {result.bytes} bytes")
-    return args.model_copy(update={"path": mount.staged_path(key)})
+    return args.replace(path=mount.staged_path(key))
 
 
 def batch_outcomes(document: Mapping[str, Any]) -> dict[str, Outcome]:

@@ -56,7 +56,7 @@ class AdapterState:
 def state_from_cr(cr: Mapping[str, Any], pods: Iterable[PodReport]) -> AdapterState:
     """Pure: an AdapterState from a stored CR plus per-pod reports."""
     meta = cr.get("metadata") or {}
-    status = LoRAAdapterStatus.model_validate(cr.get("status") or {})
+    status = LoRAAdapterStatus.parse(cr.get("status") or {})
     return AdapterState(
         uid=str(meta.get("uid", "")),
         generation=int(meta.get("generation", 1)),

@@ -184,11 +184,8 @@ def observe(
     if cr is None:
         return None
     spec = cr.get("spec") or {}
-    live = args.model_copy(
-        update={
-            "adapter_name": spec.get("name", args.adapter_name),
-            "path": spec.get("path", args.path),
-        }
+    live = args.replace(
+        adapter_name=spec.get("name", args.adapter_name), path=spec.get("path", args.path)
     )
     session = Session(live, config)
     if args.transport is Transport.DELEGATED:  # the loop's verdict, while the loop is alive
@@ -386,7 +383,7 @@ def finish_delete(
     declared = declared_by_cr(cr)
     if transport is not None:
         declared["transport"] = transport.value
-    args = AdapterArgs.model_validate(declared)
+    args = AdapterArgs.parse(declared)
     if args.transport is Transport.DELEGATED:
         raise ConfigurationError(
             f"{where} is delegated: give --transport direct or proxy to unload from here"

@@ -22,7 +22,7 @@ from lightkube import ApiError, Client
 from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Service
-from pydantic import ValidationError
+from msgspec import ValidationError
 
 from pulumi_lora import _cluster as k8s
 from pulumi_lora._cluster import KubeSource
@@ -62,8 +62,7 @@ def _observe_cr(
     try:
         args = args_from_cr(cr, transport)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        return adapter_line(cr, None, error=f"the CR cannot be read: {problems}")
+        return adapter_line(cr, None, error=f"the CR cannot be read: {exc}")
     used = args.transport.value
     if args.transport is Transport.DELEGATED:
         return adapter_line(cr, None, transport=used)

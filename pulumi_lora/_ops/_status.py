@@ -15,7 +15,7 @@ from datetime import UTC
 from enum import StrEnum
 from typing import Any, Protocol
 
-from pydantic import ValidationError
+from msgspec import ValidationError
 
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
@@ -189,7 +189,7 @@ def args_from_cr(cr: Mapping[str, Any], transport: Transport | None = None) -> A
 
     The transport and API key Secret come from the CR's ``pulumi-lora.dev/*`` annotations (a CR
     made by someone else reads as ``direct``, unkeyed); ``transport`` overrides the recorded one.
-    Raises pydantic's ``ValidationError`` for a CR whose spec breaks the CRD's rules.
+    Raises msgspec's ``ValidationError`` for a CR whose spec breaks the CRD's rules.
     """
     meta = cr.get("metadata") or {}
     spec = cr.get("spec") or {}
@@ -207,7 +207,9 @@ def args_from_cr(cr: Mapping[str, Any], transport: Transport | None = None) -> A
     }
     if notes.api_key_secret:
         values["api_key_secret_key"] = notes.api_key_secret[1]
-    return AdapterArgs.model_validate(values)
+    if found := AdapterArgs.failures(values):  # every broken rule, in check's words
+        raise ValidationError("; ".join(message for _input, message in found))
+    return AdapterArgs.parse(values)
 
 
 def pod_line(report: ServedReport, declared_path: str) -> PodLine:
@@ -342,7 +344,7 @@ def llmkube_signs(cr: Mapping[str, Any]) -> str:
     if LLMKUBE_FINALIZER in ((cr.get("metadata") or {}).get("finalizers") or []):
         signs.append(f"its finalizer {LLMKUBE_FINALIZER}")
     try:
-        conditions = LoRAAdapterStatus.model_validate(_status(cr)).conditions or []
+        conditions = LoRAAdapterStatus.parse(_status(cr)).conditions or []
     except ValidationError:
         conditions = []
     written = [
@@ -363,7 +365,7 @@ def loop_verdicts(cr: Mapping[str, Any]) -> tuple[str | None, str]:
     """
     generation = int((cr.get("metadata") or {}).get("generation", 1))
     try:
-        conditions = LoRAAdapterStatus.model_validate(_status(cr)).conditions or []
+        conditions = LoRAAdapterStatus.parse(_status(cr)).conditions or []
     except ValidationError:
         return None, ""
     since, capacity = None, ""
@@ -393,7 +395,7 @@ def _verdict_from_conditions(cr: Mapping[str, Any]) -> tuple[AdapterVerdict, str
     """Pure: ok when ``Loaded`` is True for the CR's current generation, else drift (why)."""
     generation = int((cr.get("metadata") or {}).get("generation", 1))
     try:
-        conditions = LoRAAdapterStatus.model_validate(_status(cr)).conditions or []
+        conditions = LoRAAdapterStatus.parse(_status(cr)).conditions or []
     except ValidationError:
         return AdapterVerdict.ERROR, "the CR's status cannot be read"
     loaded = next((c for c in conditions if c.type == ConditionKind.LOADED.value), None)

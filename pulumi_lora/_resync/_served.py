@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import ValidationError
+from msgspec import ValidationError
 
 from pulumi_lora._llmkube import PodEndpoint
 from pulumi_lora._models import (
@@ -155,7 +155,7 @@ def _recorded_since(cr: AdapterCR) -> float | None:
     ``lastTransitionTime`` of ``Loaded=False`` and ``Error=True`` for its current generation
     (LLMKube's conditions left out). None when it says served, or nothing readable."""
     try:
-        conditions = LoRAAdapterStatus.model_validate(cr.status or {}).conditions or []
+        conditions = LoRAAdapterStatus.parse(cr.status or {}).conditions or []
     except ValidationError:
         return None
     times = [
@@ -190,7 +190,7 @@ def llmkube_contests(cr: AdapterCR, returned: Set[Key]) -> bool:
     if LLMKUBE_FINALIZER in ((cr.raw.get("metadata") or {}).get("finalizers") or []):
         return True
     try:
-        conditions = LoRAAdapterStatus.model_validate(cr.status or {}).conditions or []
+        conditions = LoRAAdapterStatus.parse(cr.status or {}).conditions or []
     except ValidationError:
         return False
     return any(written_by_llmkube(c) for c in conditions)

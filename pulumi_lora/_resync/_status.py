@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
+from msgspec import ValidationError
 
 from pulumi_lora._errors import EvictionImpossible
 from pulumi_lora._models import (
@@ -42,7 +42,7 @@ EXHAUSTED_REASON = EvictionImpossible.reason
 def stored_status(status: Mapping[str, Any]) -> LoRAAdapterStatus:
     """The CR's status as models (an unreadable one counts as empty: it is rewritten whole)."""
     try:
-        return LoRAAdapterStatus.model_validate(dict(status))
+        return LoRAAdapterStatus.parse(dict(status))
     except ValidationError:
         return LoRAAdapterStatus()
 

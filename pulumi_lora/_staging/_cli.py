@@ -338,7 +338,7 @@ def stage_batch_command(  # noqa: PLR0917 - one parameter per option, as click p
     def run() -> dict[str, Any]:
         from pulumi_lora._staging._fetch import stage  # noqa: PLC0415 - the extra's libraries
 
-        parsed = [StagingRequest.model_validate_json(text) for text in requests]
+        parsed = [StagingRequest.from_json(text) for text in requests]
         for request in parsed:
             key = content_key(request)
             left = ends - time.monotonic()

@@ -210,7 +210,7 @@ def batch_job(
     keys = sorted(content_key(request) for request in requests)
     batch = hashlib.sha256(" ".join(keys).encode()).hexdigest()[:16]
     args = ["stage-batch", "--root", JOB_ROOT, "--deadline", str(deadline_seconds)]
-    args += [*server_flags, *(r.model_dump_json() for r in requests)]
+    args += [*server_flags, *(r.to_json() for r in requests)]
     return _job(
         f"pulumi-lora-stage-b{batch[:15]}",
         {BATCH_LABEL: batch},

@@ -28,10 +28,10 @@ import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Any, Self
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import msgspec
 
 from pulumi_lora._staging._errors import MutableSourceRefused, SourceRefused
 
@@ -72,14 +72,13 @@ class SourceKind(StrEnum):
     HTTPS = "https"
 
 
-class _Value(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Value(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A value with a JSON form (``kind`` tags a source: ``{"kind": "hf", ...}``)."""
 
 
-class HfSource(_Value):
+class HfSource(_Value, tag_field="kind", tag=SourceKind.HF.value, kw_only=True, frozen=True):
     """A Hugging Face repository at a revision."""
 
-    kind: Literal[SourceKind.HF] = SourceKind.HF
     repo_id: str
     """``org/repo``."""
     revision: str = "main"
@@ -96,10 +95,9 @@ class HfSource(_Value):
         return f"hf://{self.repo_id}@{self.revision}"
 
 
-class S3Source(_Value):
+class S3Source(_Value, tag_field="kind", tag=SourceKind.S3.value, kw_only=True, frozen=True):
     """Objects under a prefix of an S3-compatible bucket."""
 
-    kind: Literal[SourceKind.S3] = SourceKind.S3
     bucket: str
     prefix: str = ""
     """Empty, or ending in ``/``."""
@@ -117,10 +115,9 @@ class S3Source(_Value):
         return f"s3://{self.bucket}/{self.prefix}"
 
 
-class HttpsSource(_Value):
+class HttpsSource(_Value, tag_field="kind", tag=SourceKind.HTTPS.value, kw_only=True, frozen=True):
     """Files under a base URL (``https``, or ``http`` to a loopback host only)."""
 
-    kind: Literal[SourceKind.HTTPS] = SourceKind.HTTPS
     base_url: str
     """Ending in ``/``; the files are relative to it."""
 
@@ -135,38 +132,44 @@ class HttpsSource(_Value):
         return self.base_url
 
 
-Source = Annotated[HfSource | S3Source | HttpsSource, Field(discriminator="kind")]
+Source = HfSource | S3Source | HttpsSource
 
 
-class StagingRequest(_Value):
-    """What to stage: a source, its files and their pinned digests."""
+class StagingRequest(_Value, kw_only=True, frozen=True):
+    """What to stage: a source, its files and their pinned digests.
+
+    Its JSON (``to_json``) is what the provider hands the stager's Job, so it stays the same
+    across versions; ``from_json`` and the constructor check it alike (``ValueError``)."""
 
     source: Source
     files: tuple[str, ...] = ()
     """The files to stage, sorted; empty: every file of the source (hf, s3 only)."""
-    digests: dict[str, str] = Field(default_factory=dict)
+    digests: dict[str, str] = msgspec.field(default_factory=dict)
     """File → lowercase sha256 hex; every key is among ``files``."""
     allow_mutable: bool = False
     """Stage a mutable reference without a digest for every file (the user opted in)."""
 
-    @field_validator("files")
-    @classmethod
-    def _sorted_unique_names(cls, files: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(sorted({check_file_name(name) for name in files}))
-
-    @field_validator("digests")
-    @classmethod
-    def _valid_digests(cls, digests: dict[str, str]) -> dict[str, str]:
-        return {check_file_name(name): _check_sha256(name, hexa) for name, hexa in digests.items()}
-
-    @model_validator(mode="after")
-    def _files_cover_digests(self) -> StagingRequest:
-        missing = sorted(set(self.digests) - set(self.files))
+    def __post_init__(self) -> None:
+        files = tuple(sorted({check_file_name(name) for name in self.files}))
+        digests = {
+            check_file_name(name): _check_sha256(name, hexa) for name, hexa in self.digests.items()
+        }
+        msgspec.structs.force_setattr(self, "files", files)
+        msgspec.structs.force_setattr(self, "digests", digests)
+        missing = sorted(set(digests) - set(files))
         if missing:
             raise ValueError(f"digests for files not staged: {', '.join(missing)}")
-        if isinstance(self.source, HttpsSource) and not self.files:
+        if isinstance(self.source, HttpsSource) and not files:
             raise ValueError("an https source needs its file list (--file, or --digest per file)")
-        return self
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Self:
+        """A request from its JSON; raises ``ValueError`` (msgspec's ValidationError)."""
+        return msgspec.json.decode(text, type=cls)
+
+    def to_json(self) -> str:
+        """The request's JSON (``from_json`` reads it back)."""
+        return msgspec.json.encode(self).decode()
 
     @property
     def pinned(self) -> bool:
@@ -242,7 +245,7 @@ def parse_source(
             allow_mutable=allow_mutable,
         )
     except ValueError as exc:
-        raise SourceRefused(_first_error(exc)) from None
+        raise SourceRefused(str(exc)) from None
     if not request.pinned and not allow_mutable:
         raise MutableSourceRefused(_why_mutable(request))
     return request
@@ -407,15 +410,6 @@ def _why_mutable(request: StagingRequest) -> str:
     if not request.files:
         return f"{what}, and no file has a digest"
     return f"{what}, and {len(unpinned)} file(s) have no digest ({', '.join(unpinned[:5])})"
-
-
-def _first_error(exc: ValueError) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        message = str(first.get("msg", exc))
-        return message.removeprefix("Value error, ")
-    return str(exc)
 
 
 def content_key(request: StagingRequest) -> str:

@@ -197,7 +197,7 @@ def test_a_malformed_kubeconfig_content_is_not_quoted_in_the_error(
         f'- name: admin\n  user: {{token: "{token}, other: x}}\n'
         "contexts: []\n"
     )
-    args = AdapterArgs.model_validate(
+    args = AdapterArgs.parse(
         {
             "adapter_name": "x",
             "path": "/adapters/x",

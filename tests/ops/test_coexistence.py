@@ -61,7 +61,7 @@ LOAD_400 = (
 
 def test_llmkube_conditions_are_told_by_reason_and_error_shape() -> None:
     def cond(reason: str, message: str) -> Condition:
-        return Condition.model_validate(llmkube_condition("Loaded", "False", reason, message))
+        return Condition.parse(llmkube_condition("Loaded", "False", reason, message))
 
     assert written_by_llmkube(cond("AlreadyLoaded", "skip: already loaded within safety window"))
     assert written_by_llmkube(cond("LoadUnsuccessful", LOAD_400))
@@ -128,7 +128,7 @@ def test_observed_conditions_come_from_the_pods_and_keep_since() -> None:
         PodReport("b", True, True, "/adapters/sql"),
     ]
     llmkube_said = [
-        Condition.model_validate(llmkube_condition("Loaded", "False", "LoadUnsuccessful", LOAD_400))
+        Condition.parse(llmkube_condition("Loaded", "False", "LoadUnsuccessful", LOAD_400))
     ]
     first = observed_conditions(
         Availability(True, "InferenceServiceReady"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from msgspec import ValidationError
 
 from pulumi_lora._errors import Unauthorized, UnsupportedServer
 from pulumi_lora._lifecycle import PodReport

@@ -184,7 +184,7 @@ def test_a_batch_job_stages_every_request_with_one_credential_set() -> None:
     args = container["args"]
     assert args[:3] == ["stage-batch", "--root", JOB_ROOT]
     assert args[-5:-3] == ["--max-lora-rank", "8"]
-    assert [StagingRequest.model_validate_json(text) for text in args[-3:]] == requests
+    assert [StagingRequest.from_json(text) for text in args[-3:]] == requests
     env = {e["name"]: e for e in container["env"]}
     assert env["HF_ENDPOINT"]["value"] == "https://hub.example.com"
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hub-token"

@@ -273,7 +273,7 @@ def test_stage_batch_stages_each_and_reports_each(
             "stage-batch",
             f"--root={tmp_path / 'adapters'}",
             f"--termination-log={termination}",
-            *(r.model_dump_json() for r in requests),
+            *(r.to_json() for r in requests),
         ],
         env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN},
         catch_exceptions=False,

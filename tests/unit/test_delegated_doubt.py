@@ -32,7 +32,7 @@ def lease(
 
 
 def condition(kind: str, status: str, reason: str, since: datetime = NOW) -> Condition:
-    return Condition.model_validate(
+    return Condition.parse(
         {"type": kind, "status": status, "reason": reason, "lastTransitionTime": since}
     )
 
@@ -120,7 +120,7 @@ def test_a_doubted_ready_is_drift_in_words() -> None:
     }
     assert drift_words(outs, {"adapter_name": "sql", "path": "/a"}) == ["Ready unknown: gone"]
     assert served_by([condition("ResyncLoop", "True", "X")]) is None  # no Lease named
-    named = Condition.model_validate(
+    named = Condition.parse(
         {
             "type": "ResyncLoop",
             "status": "True",

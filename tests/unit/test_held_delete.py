@@ -35,7 +35,7 @@ def test_the_conditions_name_every_pod_that_still_serves_the_adapter() -> None:
         last_transition_time=NOW - timedelta(hours=1),
         observed_generation=1,
     )
-    loaded_before = available.model_copy(update={"type": "Loaded", "reason": "AdapterLoaded"})
+    loaded_before = available.replace(type="Loaded", reason="AdapterLoaded")
     failed = [
         PodOutcome("llama-a", loaded=True, error="sglang answered 500"),
         PodOutcome("llama-b", loaded=True, error="timed out"),

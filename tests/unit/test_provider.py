@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -101,7 +102,7 @@ def state(pods: list[PodReport], loaded: bool = True) -> AdapterState:
         type="Loaded",
         status=ConditionStatus.TRUE if loaded else ConditionStatus.FALSE,
         reason="AdapterLoaded",
-        last_transition_time="2026-12-01T00:00:00Z",
+        last_transition_time=datetime(2026, 12, 1, tzinfo=UTC),
         observed_generation=2,
     )
     return AdapterState(
@@ -117,7 +118,7 @@ def state(pods: list[PodReport], loaded: bool = True) -> AdapterState:
 
 
 def olds(pods: list[PodReport], **changes: Any) -> dict[str, Any]:
-    return {**outputs(AdapterArgs.model_validate(GOOD), state(pods)), **changes}
+    return {**outputs(AdapterArgs.parse(GOOD), state(pods)), **changes}
 
 
 OK_POD = PodReport("p0", ready=True, loaded=True, path="/adapters/sql")
@@ -206,7 +207,7 @@ class TestDiffLooksAtTheClusterWhenNothingElseChanged:
 
 
 def test_outputs_echo_inputs_and_expose_the_truth() -> None:
-    outs = outputs(AdapterArgs.model_validate(GOOD), state([OK_POD]))
+    outs = outputs(AdapterArgs.parse(GOOD), state([OK_POD]))
     assert outs["adapter_name"] == "sql-lora" and outs["cr_name"] == "sql-lora"
     assert outs["loaded"] is True and outs["available"] is False
     # Only what carries something: no empty message, no generation equal to the CR's.
@@ -222,7 +223,7 @@ def test_outputs_echo_inputs_and_expose_the_truth() -> None:
 
 
 def test_pod_entries_carry_only_what_differs() -> None:
-    args = AdapterArgs.model_validate(GOOD)
+    args = AdapterArgs.parse(GOOD)
     pods = [
         PodReport("wrong", ready=True, loaded=True, path="/adapters/old"),
         PodReport("missing", ready=True, loaded=False),
@@ -240,7 +241,7 @@ def test_pod_entries_carry_only_what_differs() -> None:
 def test_an_adapter_on_eight_pods_takes_at_most_1_2_kb_of_state() -> None:
     """Issue 21: the engine writes every resource's state at each step. Realistic names: a
     Deployment's pod names, a UID, RFC 3339 times, the four conditions the provider writes."""
-    args = AdapterArgs.model_validate({**GOOD, "namespace": "models"})
+    args = AdapterArgs.parse({**GOOD, "namespace": "models"})
     pods = [
         PodReport(f"llama-8b-6b89d655d6-{i}x2bq", ready=True, loaded=True, path="/adapters/sql")
         for i in range(8)
@@ -251,7 +252,7 @@ def test_an_adapter_on_eight_pods_takes_at_most_1_2_kb_of_state() -> None:
             status=ConditionStatus(status),
             reason=reason,
             message=message,
-            last_transition_time="2026-12-04T14:24:25Z",
+            last_transition_time=datetime(2026, 12, 4, 14, 24, 25, tzinfo=UTC),
             observed_generation=1,
         )
         for kind, status, reason, message in (
@@ -277,7 +278,7 @@ def test_an_adapter_on_eight_pods_takes_at_most_1_2_kb_of_state() -> None:
 
 def test_drift_in_words() -> None:
     outs = outputs(
-        AdapterArgs.model_validate(GOOD),
+        AdapterArgs.parse(GOOD),
         state(
             [
                 OK_POD,
@@ -315,7 +316,7 @@ def test_drift_in_words() -> None:
 
 
 def test_a_refresh_keeps_the_programs_inputs_unless_the_cr_was_edited() -> None:
-    outs = outputs(AdapterArgs.model_validate(GOOD), state([OK_POD]))
+    outs = outputs(AdapterArgs.parse(GOOD), state([OK_POD]))
     assert refreshed_inputs(outs, outs) is None
     edited = {**outs, "path": "/adapters/new"}
     inputs = refreshed_inputs(outs, edited)
@@ -326,7 +327,7 @@ def test_a_refresh_keeps_the_programs_inputs_unless_the_cr_was_edited() -> None:
 
 def test_drift_is_said_once_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     reporter = DriftReporter()
-    args = AdapterArgs.model_validate(GOOD)
+    args = AdapterArgs.parse(GOOD)
     reporter(args, ["pod gone: sql-lora not loaded"])
     reporter(args, ["pod gone: sql-lora not loaded", "CR deleted outside Pulumi"])
     assert capsys.readouterr().err == (

@@ -33,7 +33,7 @@ def outs() -> dict[str, Any]:
         annotations={},
         pods=(PodReport("p0", ready=True, loaded=True, path="/adapters/sql"),),
     )
-    return outputs(AdapterArgs.model_validate(GOOD), state)
+    return outputs(AdapterArgs.parse(GOOD), state)
 
 
 def reads(*, whole_command: bool = False) -> RecentReads:
@@ -123,7 +123,7 @@ class TestDiffAfterRead:
     ) -> None:
         provider = LoRAAdapterProvider()
         read = provider.read("models/sql-evictable", {**GOOD})
-        args = AdapterArgs.model_validate(GOOD)
+        args = AdapterArgs.parse(GOOD)
         # Another adapter's load on the same target, in this process (it may have evicted ours).
         lifecycle.LOOKS.invalidate(lifecycle.Session(args, lifecycle.ProviderConfig()).scope)
         assert not provider.diff("models/sql-evictable", read.outs or {}, dict(GOOD)).changes

@@ -114,7 +114,7 @@ def test_unknown_values_during_preview_are_checked_once_known() -> None:
 
 def staged_outputs(**inputs: Any) -> dict[str, Any]:
     """What a created staged adapter's outputs hold (path: the staged directory)."""
-    args = AdapterArgs.model_validate({**BASE, **inputs, "path": "/adapters/0123456789abcdef"})
+    args = AdapterArgs.parse({**BASE, **inputs, "path": "/adapters/0123456789abcdef"})
     return outputs(args, AdapterState(uid="u", generation=1, spec={}, annotations={}))
 
 
@@ -129,7 +129,7 @@ def test_a_staged_adapters_outputs_carry_its_directory_and_content_key() -> None
 
 def staged_outputs_by_path() -> dict[str, Any]:
 
-    args = AdapterArgs.model_validate({**BASE, "path": "/adapters/sql"})
+    args = AdapterArgs.parse({**BASE, "path": "/adapters/sql"})
     return outputs(args, AdapterState(uid="u", generation=1, spec={}, annotations={}))
 
 

@@ -18,7 +18,7 @@ SCOPE = ("cluster", "adapters")
 
 
 def args(name: str, **more: str) -> AdapterArgs:
-    return AdapterArgs.model_validate(
+    return AdapterArgs.parse(
         {
             "adapter_name": name,
             "source": f"hf://acme/{name}@{COMMIT}",
@@ -30,11 +30,11 @@ def args(name: str, **more: str) -> AdapterArgs:
 
 
 def request_of(adapter: AdapterArgs) -> StagingRequest:
-    return declared_request(adapter.model_dump())[0]
+    return declared_request(adapter.to_dict())[0]
 
 
 def group_of(adapter: AdapterArgs) -> tuple[object, ...]:
-    return batch_group(adapter, CONFIG, declared_request(adapter.model_dump())[1])
+    return batch_group(adapter, CONFIG, declared_request(adapter.to_dict())[1])
 
 
 class Runs:
