@@ -80,6 +80,22 @@ def test_a_program_declaring_adapters_loads_none_of_the_providers_work() -> None
     assert [m for m in loaded if m.startswith(heavy)] == []
 
 
+def test_the_provider_process_loads_no_pydantic() -> None:
+    """The provider process imports its work before its first answer, on every command: pydantic
+    was ~90 ms of the 217 ms that cost (issue 38); the models are msgspec structs."""
+    code = (
+        "import sys, pulumi.dynamic\n"
+        "import pulumi_lora._provider_calls, pulumi_lora._native\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = done.stdout.split()
+    assert "pulumi_lora._lifecycle" in loaded
+    assert [m for m in loaded if m.startswith(("pydantic", "pydantic_core"))] == []
+
+
 def test_a_provider_pickled_by_an_older_version_still_runs() -> None:
     """Stacks hold the provider pickled by the version that last wrote them: one pickled with a
     ``ProviderConfig`` in it (0.3.0 and earlier) keeps that config; a fresh one starts with none and

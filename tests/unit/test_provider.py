@@ -45,6 +45,9 @@ class TestCheck:
         ("field", "value", "rule"),
         [
             ("adapter_name", "-bad", "should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]*$'"),
+            ("adapter_name", "sql\n", "should match pattern"),  # Python's $ would allow it
+            ("namespace", "models\n", "should match pattern"),
+            ("pinned", "maybe", "should be a valid boolean"),
             ("adapter_name", "a" * 64, "at most 63 characters"),
             ("adapter_name", "", "at least 1 character"),
             ("path", "", "at least 1 character"),
