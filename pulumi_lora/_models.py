@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum, StrEnum
+from functools import cache
 from typing import Annotated, Any, Self, get_args, get_origin
 
 import msgspec
@@ -351,7 +352,7 @@ class AdapterArgs(_Model, kw_only=True, frozen=True):
     def failures(cls, values: Mapping[str, Any]) -> list[tuple[str, str]]:
         """Pure: ``(input, message)`` for every rule ``values`` break, each input checked on its
         own (so all are named at once), then the rules across inputs."""
-        fields = {f.name: f for f in msgspec.structs.fields(cls)}
+        fields = _fields(cls)
         found: list[tuple[str, str]] = []
         converted: dict[str, Any] = {}
         for name, value in values.items():
@@ -371,11 +372,7 @@ class AdapterArgs(_Model, kw_only=True, frozen=True):
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         """The default of every input that has one (as its JSON value)."""
-        return {
-            f.name: f.default.value if isinstance(f.default, Enum) else f.default
-            for f in msgspec.structs.fields(cls)
-            if not f.required
-        }
+        return dict(_defaults(cls))
 
     @property
     def load_path(self) -> str:
@@ -426,6 +423,22 @@ PATH_OR_SOURCE = (
     "path or source is required: path where the adapter already is in the SGLang container, "
     "or source where pulumi-lora stages it from (hf://, s3://, https://)"
 )
+
+
+@cache
+def _fields(model: type[Struct]) -> dict[str, msgspec.structs.FieldInfo]:
+    """A model's fields by name, once: msgspec resolves the annotations anew on every call."""
+    return {f.name: f for f in msgspec.structs.fields(model)}
+
+
+@cache
+def _defaults(model: type[Struct]) -> dict[str, Any]:
+    """A model's defaults by name, as JSON values (an enum's value)."""
+    return {
+        name: f.default.value if isinstance(f.default, Enum) else f.default
+        for name, f in _fields(model).items()
+        if not f.required
+    }
 
 
 def declaration_rules(values: Mapping[str, Any]) -> list[tuple[str, str]]:
