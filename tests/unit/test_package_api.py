@@ -59,6 +59,14 @@ def test_the_emulator_and_the_loop_do_not_import_the_pulumi_sdk() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def printed_modules(code: str) -> list[str]:
+    """The words ``code`` prints, run by a fresh interpreter (module names, here)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.split()
+
+
 def test_a_program_declaring_adapters_loads_none_of_the_providers_work() -> None:
     """A program pickles the provider by reference and never calls it: declaring adapters must
     not import the models, the lifecycle or the HTTP and Kubernetes clients (0.4 s of a
@@ -70,10 +78,7 @@ def test_a_program_declaring_adapters_loads_none_of_the_providers_work() -> None
         "pulumi_lora.LoRAAdapter, pulumi_lora.LoRAAdapterArgs, pulumi_lora.LoRAAdapterProvider()\n"
         "print(' '.join(sorted(set(sys.modules) - before)))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    loaded = done.stdout.split()
+    loaded = printed_modules(code)
     assert "pulumi_lora._provider" in loaded
     heavy = ("pydantic", "lightkube", "httpx2", "httpcore2", "pulumi_lora._lifecycle")
     heavy += ("pulumi_lora._provider_calls", "pulumi_lora._models", "pulumi_lora._cluster")
@@ -88,10 +93,7 @@ def test_the_provider_process_loads_no_pydantic() -> None:
         "import pulumi_lora._provider_calls, pulumi_lora._native\n"
         "print(' '.join(sorted(sys.modules)))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    loaded = done.stdout.split()
+    loaded = printed_modules(code)
     assert "pulumi_lora._lifecycle" in loaded
     assert [m for m in loaded if m.startswith(("pydantic", "pydantic_core"))] == []
 
