@@ -60,6 +60,19 @@ def deploy_loop(testbed: Testbed, namespace: str, image: str) -> str:
     return str(wait_until(lambda: pod_names(testbed, namespace), 60, what="the loop's pod")[0])
 
 
+def await_serving_replacement(testbed: Testbed, namespace: str, gone: tuple[str, ...]) -> None:
+    """Wait until the Deployment's pod that replaced ``gone`` runs its loop.
+
+    A test ends with it so that the teardown's SIGTERM is heard: one that lands in the
+    interpreter's start is dropped (PID 1), and the teardown would sit out the 30 s grace period
+    (test_a_loop_pod_deleted_as_it_appears_is_not_left_terminating is the test of that case)."""
+    (replacement,) = wait_until(
+        lambda: [p for p in pod_names(testbed, namespace) if p not in gone], 30
+    )
+    started = testbed.directory / "pods" / f"{namespace}_{replacement}.log"
+    wait_until(lambda: started.exists() and '"serving"' in started.read_text(), 60)
+
+
 def pod_names(testbed: Testbed, namespace: str) -> list[str]:
     done = testbed.kubectl("get", "pods", "-n", namespace, "-o", "json")
     assert done.returncode == 0, done.stderr
@@ -121,13 +134,7 @@ def test_a_deleted_loop_pod_gets_sigterm_and_releases_its_lease(
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert names.index("shutting_down") < names.index("lease_released") < names.index("stopped")
-    # The Deployment's replacement: let its loop start before the namespace is released, or
-    # the teardown's SIGTERM lands in its interpreter's start, is dropped (PID 1), and the
-    # teardown sits out the 30 s grace period (test_a_loop_pod_deleted_as_it_appears_... is
-    # the test of that case).
-    (replacement,) = wait_until(lambda: [p for p in pod_names(testbed, namespace) if p != pod], 30)
-    started = testbed.directory / "pods" / f"{namespace}_{replacement}.log"
-    wait_until(lambda: started.exists() and '"serving"' in started.read_text(), 60)
+    await_serving_replacement(testbed, namespace, gone=(pod,))
 
 
 def test_the_loop_image_as_pid_one_ends_on_sigterm(runtime: None) -> None:
@@ -175,6 +182,7 @@ def test_a_loop_pod_deleted_as_it_appears_is_not_left_terminating(
     grace = 30  # the loop's terminationGracePeriodSeconds
     for name in (pod, replacement):
         wait_until(lambda name=name: name not in pod_names(testbed, namespace), grace + 30)
+    await_serving_replacement(testbed, namespace, gone=(pod, replacement))
 
 
 def test_a_stopped_testbed_leaves_no_container_behind(runtime: None) -> None:
