@@ -14,7 +14,11 @@ measured side by side (absolute times are not stable on a shared machine):
 * **the peer**: what a platform team declares without this project, one pulumi-kubernetes
   ``CustomResource`` per LLMKube LoRAAdapter CR (the same specs, in a namespace of its own),
   leaving the loading to LLMKube's controller, later and unchecked;
-* **no-op** dynamic resources (``ProbeFile``): the engine's own cost for as many resources.
+* **no-op** dynamic resources (``ProbeFile``): the engine's own cost for as many resources;
+* for the small fleet, the same no-op **recording an adapter's outputs** (``shape="adapter"``,
+  ``engine_probe.ADAPTER_OUTPUTS``): the engine's and the SDK's cost of an adapter's properties,
+  so that what is left beyond it is the provider's own (its import, its look, its work), printed
+  as information.
 
 ===========================================================================  ======
 figure                                                                       target
@@ -39,7 +43,7 @@ plugin, this program, the apiserver with etcd, and the emulated pods, and how ma
 apiserver answered about the step's namespace.
 
 Run: ``.venv/bin/python benchmarks/up_benchmark.py [--only small|fleet]
-[--small 50x4@0.1] [--repeat 5] [--fleet 300x8@0.1] [--llmkube policy|off|on]`` (needs the
+[--small 50x4@0.1] [--repeat 7] [--fleet 300x8@0.1] [--llmkube policy|off|on]`` (needs the
 provisioned tools: ``python3 tools/provision.py``). Both fleets take about 6 minutes on two cores.
 """
 
@@ -271,11 +275,13 @@ def run_fleet(
     steps: tuple[str, ...],
     shaped: bool = False,
     peer: bool = False,
+    like: bool = False,
     repeat: int = 1,
 ) -> dict[str, float]:
     """Deploy one fleet's InferenceService, run ``steps`` on the no-op and the LoRAAdapter
     stacks (each step on each, side by side; ``peer`` adds the pulumi-kubernetes stack of the
-    same CRs, ``shaped`` no-op components, for where the engine's time goes); return wall times
+    same CRs, ``shaped`` no-op components and ``like`` no-ops recording an adapter's outputs,
+    for where the engine's time goes); return wall times
     by step. Nothing is destroyed: the testbed and the engine's home are thrown away whole."""
     ns, meter = deploy_target(tb, f"bench-{name}", size)
     paths = [tb.make_adapter(f"{name}-{i}") for i in range(size.adapters)]
@@ -284,6 +290,11 @@ def run_fleet(
         for i in range(size.adapters):
             ProbeFile(f"noop-{i}", path=str(tmp / f"{name}-noop-{i}"), content="x")
             unwrap_sorted_batch_setitems()  # as LoRAAdapter does: no pile of pickler wrappers
+
+    def like_program() -> None:
+        for i in range(size.adapters):
+            ProbeFile(f"like-{i}", path=str(tmp / f"{name}-like-{i}"), content="x", shape="adapter")
+            unwrap_sorted_batch_setitems()
 
     def shaped_program() -> None:
         for i in range(size.adapters):
@@ -322,6 +333,8 @@ def run_fleet(
 
     print(f"{name}: {size}")
     stacks = {"no-op": engine.inline_stack(f"{name}-noop", "noop", noop_program)}
+    if like:
+        stacks["like"] = engine.inline_stack(f"{name}-like", "like", like_program)
     if peer:
         stacks["peer"] = engine.inline_stack(f"{name}-peer", "peer", peer_program)
     if shaped:
@@ -339,8 +352,10 @@ def run_fleet(
         # The first ``up`` creates; the other steps change nothing, so they repeat (each stack in
         # turn, side by side) and the median of each stack's walls is its figure.
         runs: dict[str, list[float]] = {}
+        order = list(stacks.items())
         for _ in range(1 if label == "up" else repeat):
-            for kind, stack in stacks.items():
+            order = order[1:] + order[:1]  # each stack in each place of the round in turn
+            for kind, stack in order:
                 with step(f"{kind} {label}", meter, walls):
                     actions[label](stack)
                 runs.setdefault(f"{kind} {label}", []).append(walls[f"{kind} {label}"])
@@ -387,6 +402,16 @@ def small_figures(size: Size, walls: dict[str, float]) -> list[Figure]:
             walls["lora up (nothing to do)"] - walls["no-op up (nothing to do)"],
             0.3,
             "s",
+        ),
+        Figure(
+            "refresh beyond a no-op recording an adapter's outputs",
+            walls["lora refresh"] - walls["like refresh"],
+            unit="s",
+        ),
+        Figure(
+            "up with nothing to do beyond that no-op's",
+            walls["lora up (nothing to do)"] - walls["like up (nothing to do)"],
+            unit="s",
         ),
     ]
 
@@ -474,7 +499,7 @@ def main() -> None:
     parser.add_argument(
         "--repeat",
         type=int,
-        default=5,
+        default=7,
         help="runs of each of the small fleet's steps that change nothing (refresh, up with "
         "nothing to do) on each stack, side by side; each figure is the median",
     )
@@ -512,6 +537,7 @@ def main() -> None:
                 size=args.small,
                 steps=("refresh", "up (nothing to do)"),
                 shaped=args.shaped,
+                like=True,
                 repeat=args.repeat,
             )
             figures += small_figures(args.small, walls)
