@@ -59,8 +59,8 @@ def test_the_emulator_and_the_loop_do_not_import_the_pulumi_sdk() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def printed_modules(code: str) -> list[str]:
-    """The words ``code`` prints, run by a fresh interpreter (module names, here)."""
+def printed_words(code: str) -> list[str]:
+    """The words ``code`` prints, run by a fresh interpreter."""
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
@@ -78,7 +78,7 @@ def test_a_program_declaring_adapters_loads_none_of_the_providers_work() -> None
         "pulumi_lora.LoRAAdapter, pulumi_lora.LoRAAdapterArgs, pulumi_lora.LoRAAdapterProvider()\n"
         "print(' '.join(sorted(set(sys.modules) - before)))"
     )
-    loaded = printed_modules(code)
+    loaded = printed_words(code)
     assert "pulumi_lora._provider" in loaded
     heavy = ("pydantic", "lightkube", "httpx2", "httpcore2", "pulumi_lora._lifecycle")
     heavy += ("pulumi_lora._provider_calls", "pulumi_lora._models", "pulumi_lora._cluster")
@@ -93,9 +93,21 @@ def test_the_provider_process_loads_no_pydantic() -> None:
         "import pulumi_lora._provider_calls, pulumi_lora._native\n"
         "print(' '.join(sorted(sys.modules)))"
     )
-    loaded = printed_modules(code)
+    loaded = printed_words(code)
     assert "pulumi_lora._lifecycle" in loaded
     assert [m for m in loaded if m.startswith(("pydantic", "pydantic_core"))] == []
+
+
+def test_the_first_call_pauses_the_collector_only_while_it_imports() -> None:
+    """``_calls()`` imports with the cyclic GC paused and turns it back on; it freezes the heap
+    only in the engine's provider process, never in another that imports the provider."""
+    code = (
+        "import gc\n"
+        "import pulumi_lora._provider as p\n"
+        "p._calls()\n"
+        "print(gc.isenabled(), gc.get_freeze_count())"
+    )
+    assert printed_words(code) == ["True", "0"]
 
 
 def test_a_provider_pickled_by_an_older_version_still_runs() -> None:
