@@ -168,13 +168,7 @@ class Condition(_Model, rename="camel", kw_only=True, frozen=True):
     observed_generation: Generation | None = None
 
     def __post_init__(self) -> None:
-        """A time without a zone is UTC, as the apiserver writes it; the status may be given
-        as its value and the time as RFC 3339 text, as ``parse`` takes them."""
-        if not isinstance(self.status, ConditionStatus):
-            msgspec.structs.force_setattr(self, "status", ConditionStatus(self.status))
-        if isinstance(self.last_transition_time, str):
-            parsed = datetime.fromisoformat(self.last_transition_time.replace("Z", "+00:00"))
-            msgspec.structs.force_setattr(self, "last_transition_time", parsed)
+        """A time without a zone is UTC, as the apiserver writes it."""
         if not self.last_transition_time.tzinfo:
             aware = self.last_transition_time.replace(tzinfo=UTC)
             msgspec.structs.force_setattr(self, "last_transition_time", aware)
@@ -344,12 +338,7 @@ class AdapterArgs(_Model, kw_only=True, frozen=True):
 
     def __post_init__(self) -> None:
         """The rules across inputs (``declaration_rules``): the first broken one fails. The
-        enums may be given as their values, as ``parse`` takes them (the constructor checks
-        nothing else: it trusts typed code; ``parse`` validates)."""
-        if not isinstance(self.transport, Transport):
-            msgspec.structs.force_setattr(self, "transport", Transport(self.transport))
-        if not isinstance(self.readiness_policy, Policy):
-            msgspec.structs.force_setattr(self, "readiness_policy", Policy(self.readiness_policy))
+        constructor checks nothing else (it trusts typed code); ``parse`` validates."""
         for _input, message in declaration_rules(msgspec.structs.asdict(self)):
             raise ValueError(message)
 

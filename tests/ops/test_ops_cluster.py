@@ -38,8 +38,9 @@ def as_json(result: Result) -> dict[str, Any]:
 def declare(testbed: Testbed, namespace: str, adapter: str, isvc: str, **kw: Any) -> str:
     """Load ``adapter`` on every Ready pod of ``isvc`` as `pulumi up` would; return its path."""
     path = testbed.make_adapter(adapter)
-    args = AdapterArgs(
-        adapter_name=adapter, path=path, inference_service=isvc, namespace=namespace, **kw
+    args = AdapterArgs.parse(
+        {"adapter_name": adapter, "path": path, "inference_service": isvc, "namespace": namespace}
+        | kw
     )
     create(args, ProviderConfig(kubeconfig=str(testbed.kubeconfig_path)))
     return path
