@@ -56,7 +56,7 @@ _SUBCOMMANDS = {
     "component-moves": "pulumi_lora._moves:moves_command",
     "resync": "pulumi_lora._resync._cli:resync_command",
     "stage": "pulumi_lora._staging._cli:stage_command",
-    "stage-batch": "pulumi_lora._staging._cli:stage_batch_command",
+    "stage-serve": "pulumi_lora._staging._cli:stage_serve_command",
     "unstage": "pulumi_lora._staging._cli:unstage_command",
     "verify-staged": "pulumi_lora._staging._cli:verify_command",
 }

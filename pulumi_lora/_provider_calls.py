@@ -69,14 +69,11 @@ class Calls:
     def check(
         self, config: lifecycle.ProviderConfig, olds: dict[str, Any], news: dict[str, Any]
     ) -> CheckResult:
-        """Validate every input; unknown (preview) values are checked once known. A valid
-        staged adapter whose content is new is declared for this command's batch Job."""
+        """Validate every input; unknown (preview) values are checked once known."""
         given = {k: v for k, v in _inputs(news).items() if v is not None}
         pending = frozenset(k for k, v in given.items() if _unknown(v))
         known = {k: v for k, v in given.items() if k not in pending}
         failures = validation_failures(known, pending)
-        if not failures and not pending and known.get("source") and _new_content(olds, known):
-            lifecycle.BATCHES.declare(AdapterArgs.parse(known), config)
         if (
             not failures
             and known.get("transport") == Transport.PROXY.value
@@ -222,15 +219,6 @@ class Calls:
         lifecycle.delete(args, config)
         if props.get("content_key") and args.path:
             lifecycle.unstage_unused(args, config, args.path, say=progress)
-
-
-def _new_content(olds: Mapping[str, Any], known: Mapping[str, Any]) -> bool:
-    """Pure: whether a staged adapter's content, claim or target differs from its old inputs'
-    (a create, a new revision, a replacement): what its create or update will stage."""
-    before = {k: v for k, v in _inputs(dict(olds)).items() if v is not None}
-    return any(
-        before.get(k) != known.get(k) for k in (*STAGING_INPUTS, *REPLACE_KEYS, "volume_claim")
-    )
 
 
 CALLS = Calls()

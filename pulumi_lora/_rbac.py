@@ -3,8 +3,8 @@
 What the provider calls, by transport (``pulumi-lora rbac`` prints it; ``deploy/rbac/`` holds
 the same, rendered): the CRs (server-side apply, status, finalizers, deletion), the target's
 InferenceService, pods and workloads, Events on the CR; the pods' ``proxy`` subresource for
-``proxy``; a Secret's ``get`` only for keyed servers; Jobs only for staged adapters; the re-sync
-loop's Lease for ``delegated``. Pure.
+``proxy`` and for the stager; a Secret's ``get`` only for keyed servers; Jobs only for staged
+adapters; the re-sync loop's Lease for ``delegated``. Pure.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ SUBJECT_KINDS = {"user": "User", "group": "Group", "serviceaccount": "ServiceAcc
 
 def provider_rules(transport: Transport, *, keyed: bool, staging: bool) -> list[dict[str, Any]]:
     """Pure: the rules the provider needs for ``transport`` (``keyed``: it reads the SGLang API
-    key from a Secret; ``staging``: it runs staging, cleanup and verification Jobs)."""
+    key from a Secret; ``staging``: it runs the stager Job and calls it through the pod proxy)."""
     rules: list[dict[str, Any]] = [
         {
             "apiGroups": [GROUP],
@@ -37,7 +37,7 @@ def provider_rules(transport: Transport, *, keyed: bool, staging: bool) -> list[
     rules.append(
         {"apiGroups": ["apps"], "resources": ["replicasets", "deployments"], "verbs": ["list"]}
     )
-    if transport is Transport.PROXY:
+    if transport is Transport.PROXY or staging:  # staging: the stager is reached through it
         rules.append({"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get", "create"]})
     if keyed and transport is Transport.DIRECT:
         rules.append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})

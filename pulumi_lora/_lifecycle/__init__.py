@@ -18,12 +18,11 @@ Modules, one job each:
 - ``_delegated``: what the re-sync loop does for a delegated adapter: its verdict awaited, and
   doubted once the loop's Lease is gone or stale;
 - ``_rollback``: a failed create leaves nothing behind;
-- ``_stage``: a staged adapter's weights onto the claim its target mounts (the staging Job);
-- ``_batch``: the staged adapters of one command share one Job per claim;
+- ``_stage``: a staged adapter's weights onto the claim its target mounts;
+- ``_stager``: this process's stager servers, one Job per claim and credential set;
 - ``_events``: the advice of failed loads and the Events on the CR.
 """
 
-from pulumi_lora._lifecycle._batch import BATCHES, StagingBatches
 from pulumi_lora._lifecycle._config import CONFIG_KEYS, TIMEOUT_KEYS, ProviderConfig
 from pulumi_lora._lifecycle._delegated import STALE_REASON, await_delegated
 from pulumi_lora._lifecycle._events import advice
@@ -46,6 +45,7 @@ from pulumi_lora._lifecycle._session import (
     target_generation,
 )
 from pulumi_lora._lifecycle._stage import staged, unstage_unused, verify_staged
+from pulumi_lora._lifecycle._stager import STAGERS
 from pulumi_lora._lifecycle._state import AdapterState, PodReport, reports, state_from_cr
 from pulumi_lora._lifecycle._steps import (
     adoption_refusal,
@@ -59,7 +59,6 @@ from pulumi_lora._lifecycle._steps import (
 )
 
 __all__ = [
-    "BATCHES",
     "CONFIG_KEYS",
     "CR_LISTINGS",
     "LISTINGS",
@@ -67,6 +66,7 @@ __all__ = [
     "LOOK_MAX_AGE_SECONDS",
     "OWN_CRS",
     "POOL",
+    "STAGERS",
     "STALE_REASON",
     "STATUS_MANAGER",
     "TIMEOUT_KEYS",
@@ -76,7 +76,6 @@ __all__ = [
     "PodReport",
     "ProviderConfig",
     "Session",
-    "StagingBatches",
     "TargetLook",
     "TargetPods",
     "adoption_refusal",

@@ -1,4 +1,4 @@
-"""``pulumi-lora stage`` and ``stage-batch``: the commands the staging Job runs in the cluster.
+"""``pulumi-lora stage`` and ``stage-serve``: the commands the staging Jobs run in the cluster.
 
 ``stage`` stages one source at ``<root>/<content key>``, prints one JSON result line on stdout and
 writes the same JSON to ``/dev/termination-log`` when that file exists (Kubernetes hands it to
@@ -22,19 +22,15 @@ from typing import Any
 import click
 
 from pulumi_lora._staging._errors import as_staging_error
-from pulumi_lora._staging._source import (
-    StagingRequest,
-    content_key,
-    parse_digest,
-    parse_source,
-)
+from pulumi_lora._staging._serve import PORT
+from pulumi_lora._staging._source import StagingRequest, parse_digest, parse_source
 from pulumi_lora._staging._transfer import DEFAULT_DEADLINE, TransferLimits
 from pulumi_lora._staging._verify import ServerLimits
 
 __all__ = [
     "TERMINATION_LOG",
-    "stage_batch_command",
     "stage_command",
+    "stage_serve_command",
     "unstage_command",
     "verify_command",
 ]
@@ -203,7 +199,7 @@ def _decorated(
 
 
 def _fetch_options(function: Callable[..., None]) -> Callable[..., None]:
-    """The options ``stage`` and ``stage-batch`` share: where, how much, how long, what the
+    """The options ``stage`` and ``stage-serve`` share: where, how much, how long, what the
     server accepts, and the termination log."""
     return _decorated(
         function,
@@ -225,7 +221,7 @@ def _fetch_options(function: Callable[..., None]) -> Callable[..., None]:
                 type=click.FloatRange(min=0, min_open=True, max=7 * 86400),
                 default=DEFAULT_DEADLINE,
                 metavar="SECONDS",
-                help="The whole fetch (a batch's every adapter) ends within this many seconds.",
+                help="A fetch ends within this many seconds.",
             ),
             click.option(
                 "--max-lora-rank", type=click.IntRange(min=1), help="The server's --max-lora-rank."
@@ -314,11 +310,34 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
     _terminate(document, termination_log)
 
 
-@click.command("stage-batch", cls=_StageCommand, context_settings=_SETTINGS)
-@click.argument("requests", nargs=-1, required=True, metavar="REQUEST_JSON...")
+@click.command("stage-serve", cls=_StageCommand, context_settings=_SETTINGS)
+@click.option(
+    "--token-sha256",
+    required=True,
+    metavar="HEX",
+    help="The sha256 of the token every call but /healthz must carry (the provider's).",
+)
+@click.option("--port", type=click.IntRange(1, 65535), default=PORT, help="Where to listen.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    metavar="SECONDS",
+    help="End this long after the provider's last held connection dropped, nothing running.",
+)
+@click.option(
+    "--start-grace",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    metavar="SECONDS",
+    help="End this long after starting when no provider ever held a connection.",
+)
 @_fetch_options
-def stage_batch_command(  # noqa: PLR0917 - one parameter per option, as click passes them
-    requests: Sequence[str],
+def stage_serve_command(  # noqa: PLR0917 - one parameter per option, as click passes them
+    token_sha256: str,
+    port: int,
+    grace: float,
+    start_grace: float,
     root: Path,
     max_bytes: int,
     deadline: float,
@@ -326,39 +345,38 @@ def stage_batch_command(  # noqa: PLR0917 - one parameter per option, as click p
     lora_target_modules: Sequence[str],
     termination_log: Path,
 ) -> None:
-    """Stage several adapters in one run, one after another (the provider's batch Job: one pod
-    for every adapter a command stages onto a claim). Each REQUEST_JSON is a staging request as
-    the provider writes it. Result: {"staged": {KEY: {"bytes", "fetched"}}, "failed": {KEY:
-    REASON}}; exits 1 when any failed (the provider stages those alone, for their message)."""
+    """Serve stagings, verifications and removals on ROOT to the provider that started this
+    server (its staging Job), while it holds a connection (docs/staging.md)."""
     limits = _server_limits(max_lora_rank, lora_target_modules)
-    ends = time.monotonic() + deadline
-    staged: dict[str, dict[str, Any]] = {}
-    failed: dict[str, str] = {}
+    served = {"stagings": 0}
 
     def run() -> dict[str, Any]:
+        from pulumi_lora._staging._claim import unstage, verify_keys  # noqa: PLC0415
         from pulumi_lora._staging._fetch import stage  # noqa: PLC0415 - the extra's libraries
+        from pulumi_lora._staging._serve import Work, serve  # noqa: PLC0415
 
-        parsed = [StagingRequest.from_json(text) for text in requests]
-        for request in parsed:
-            key = content_key(request)
-            left = ends - time.monotonic()
-            if left <= 0:
-                failed[key] = "DeadlineExceeded"
-                continue
-            transfer = TransferLimits(max_bytes=max_bytes, deadline=left)
-            try:
-                result = stage(request, root, limits=limits, transfer=transfer, log=_emit)
-            except Exception as exc:  # this adapter's failure; the others go on
-                error = as_staging_error(exc)
-                failed[key] = error.reason
-                _emit("stage_failed", key=key, reason=error.reason, error=str(error))
-                continue
-            staged[key] = {"bytes": result.bytes, "fetched": result.fetched}
-        return {"staged": staged, "failed": failed}
+        def staged(request: StagingRequest, seconds: float) -> dict[str, Any]:
+            served["stagings"] += 1
+            transfer = TransferLimits(max_bytes=max_bytes, deadline=seconds)
+            return stage(request, root, limits=limits, transfer=transfer, log=_emit).document()
+
+        work = Work(
+            stage=staged,
+            verify=lambda keys: {"keys": verify_keys(root, keys)},
+            unstage=lambda keys: dict(unstage(root, keys)),
+            deadline=deadline,
+        )
+        serve(
+            work,
+            token_sha256,
+            port=port,
+            grace=grace,
+            start_grace=start_grace,
+            say=lambda text: _emit("stage_serve", message=text),
+        )
+        return served
 
     _report(run, termination_log)
-    if failed:
-        raise SystemExit(1)
 
 
 def _claim_command(name: str) -> Callable[[Callable[..., None]], click.Command]:

@@ -1,40 +1,35 @@
-"""The staging Job, as values: where the claim is mounted, the Job's manifest, its result. Pure.
+"""The stager's Job, as values: where the claim is mounted, the Job's manifest, results. Pure.
 
-The provider stages an adapter by running ``pulumi-lora stage`` in a Job of the project's image
+The provider stages adapters through ``pulumi-lora stage-serve`` in a Job of the project's image
 that mounts the adapter claim read-write (docs/staging.md); SGLang's pods mount the same claim,
 read-only, where the InferenceService says (``spec.extraVolumes``/``extraVolumeMounts``). This
 module decides everything about that Job from plain dicts (no client): the claim and its mount
-(:func:`adapter_mount`), the manifests (:func:`staging_job`; :func:`claim_job` for the cleanup
-Job and a refresh's check in place), and what a Job's
-termination message says (:func:`job_document`). The Job is named after the content key, so two
-adapters of the same content share one Job and one directory.
+(:func:`adapter_mount`), the manifest (:func:`server_job`), and what a result document says
+(:func:`checked_document`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, TypedDict
 
 from pulumi_lora._staging._errors import StagingError, VolumeNotMounted, reported
-from pulumi_lora._staging._source import HfSource, S3Source, StagingRequest, content_key
+from pulumi_lora._staging._serve import PORT
 
 __all__ = [
     "JOB_ROOT",
     "AdapterMount",
-    "ClaimCommand",
+    "FetchSettings",
     "StageResult",
     "adapter_mount",
-    "claim_job",
+    "checked_document",
     "job_document",
-    "job_name",
     "server_flags",
-    "stage_outcome",
+    "server_job",
     "stage_result",
-    "staging_job",
 ]
 
 JOB_ROOT = "/staging"
@@ -44,8 +39,7 @@ UID = 65532
 SECRET_KEYS = ("HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 """What the stager reads from ``source_secret_name``, each optional (docs/staging.md)."""
 COMPONENT_LABEL = "app.kubernetes.io/component"
-KEY_LABEL = "pulumi-lora.dev/content-key"
-BATCH_LABEL = "pulumi-lora.dev/staging-batch"
+SERVER_LABEL = "pulumi-lora.dev/stager"
 
 
 @dataclass(frozen=True)
@@ -121,7 +115,7 @@ def server_flags(extra_args: Sequence[str]) -> list[str]:
 
 
 class FetchSettings(TypedDict):
-    """Where and with what a fetching Job runs (``staging_job``'s and ``batch_job``'s keywords)."""
+    """Where and with what the stager's Job runs (``server_job``'s keywords)."""
 
     namespace: str
     mount: AdapterMount
@@ -133,14 +127,9 @@ class FetchSettings(TypedDict):
     deadline_seconds: int
 
 
-def job_name(key: str) -> str:
-    """The Job that stages content ``key`` (one per content: adapters sharing it share it)."""
-    return f"pulumi-lora-stage-{key}"
-
-
-def staging_job(
-    request: StagingRequest,
-    key: str,
+def server_job(
+    name: str,
+    token_sha256: str,
     *,
     namespace: str,
     mount: AdapterMount,
@@ -150,70 +139,23 @@ def staging_job(
     hf_endpoint: str | None = None,
     server_flags: Sequence[str] = (),
     deadline_seconds: int = 3600,
-    ttl_seconds: int = 600,
 ) -> dict[str, Any]:
-    """Pure: the Job that runs ``pulumi-lora stage`` for ``request`` into the claim.
+    """Pure: the Job that runs ``pulumi-lora stage-serve`` on the claim for one provider
+    process (``_serve``): every staging of one credential set, and the claim's verifications
+    and removals, without a pod start each.
 
     Least privilege (docs/staging.md, threat model): non-root, read-only root file system with
     an ``emptyDir`` for temporary files, no privilege escalation or capability, no ServiceAccount
     token (unless ``service_account`` is given: workload identity signs S3 requests with it),
-    credentials only as optional keys of ``secret_name``, bounded resources, no retry (the next
-    ``pulumi up`` retries), gone ``ttl_seconds`` after it ends.
+    credentials only as optional keys of ``secret_name``, bounded resources, no retry; the
+    server answers only calls carrying the token whose sha256 it is given, ends once the
+    provider is gone, and the Job goes as soon as it ends (``ttlSecondsAfterFinished: 0``).
     """
-    args = ["stage", "--source", request.source.uri, "--root", JOB_ROOT]
-    for name in request.files:
-        digest = request.digests.get(name)
-        args += ["--digest", f"{name}={digest}"] if digest else ["--file", name]
-    if isinstance(request.source, S3Source) and request.source.endpoint:
-        args += ["--s3-endpoint", request.source.endpoint]
-    if request.allow_mutable:
-        args.append("--allow-mutable")
+    args = ["stage-serve", "--root", JOB_ROOT, "--token-sha256", token_sha256]
     args += ["--deadline", str(deadline_seconds), *server_flags]
-    return _job(
-        job_name(key),
-        {KEY_LABEL: key},
-        args,
-        _fetch_env(hf_endpoint if isinstance(request.source, HfSource) else None, secret_name),
-        namespace=namespace,
-        mount=mount,
-        image=image,
-        service_account=service_account,
-        active_seconds=deadline_seconds + 300,
-        ttl_seconds=ttl_seconds,
-    )
-
-
-BATCH_LIMIT = 32
-"""At most this many adapters in one batch Job: its result (about 60 bytes each) stays well
-within a termination message's 4096 bytes."""
-
-
-def batch_job(
-    requests: Sequence[StagingRequest],
-    *,
-    namespace: str,
-    mount: AdapterMount,
-    image: str,
-    secret_name: str | None = None,
-    service_account: str | None = None,
-    hf_endpoint: str | None = None,
-    server_flags: Sequence[str] = (),
-    deadline_seconds: int = 3600,
-    ttl_seconds: int = 600,
-) -> dict[str, Any]:
-    """Pure: the Job that runs ``pulumi-lora stage-batch`` for ``requests`` (2 to
-    :data:`BATCH_LIMIT`, one credential set: the same Secret, ServiceAccount and Hub endpoint)
-    into the claim, as :func:`staging_job` does for one: a command's adapters start one pod,
-    not one each. Named after the content keys together."""
-    if not 1 < len(requests) <= BATCH_LIMIT:
-        raise ValueError(f"a batch holds 2 to {BATCH_LIMIT} requests, not {len(requests)}")
-    keys = sorted(content_key(request) for request in requests)
-    batch = hashlib.sha256(" ".join(keys).encode()).hexdigest()[:16]
-    args = ["stage-batch", "--root", JOB_ROOT, "--deadline", str(deadline_seconds)]
-    args += [*server_flags, *(r.to_json() for r in requests)]
-    return _job(
-        f"pulumi-lora-stage-b{batch[:15]}",
-        {BATCH_LABEL: batch},
+    job = _job(
+        name,
+        {SERVER_LABEL: name},
         args,
         _fetch_env(hf_endpoint, secret_name),
         namespace=namespace,
@@ -221,8 +163,11 @@ def batch_job(
         image=image,
         service_account=service_account,
         active_seconds=deadline_seconds + 300,
-        ttl_seconds=ttl_seconds,
+        ttl_seconds=0,
     )
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    container["ports"] = [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]
+    return job
 
 
 def _fetch_env(hf_endpoint: str | None, secret_name: str | None) -> list[dict[str, Any]]:
@@ -245,38 +190,6 @@ def _fetch_env(hf_endpoint: str | None, secret_name: str | None) -> list[dict[st
     return env
 
 
-ClaimCommand = Literal["unstage", "verify-staged"]
-"""The commands that act on staged directories of a claim, by content key, with no credential."""
-_CLAIM_JOB_NAMES: dict[str, str] = {"unstage": "unstage", "verify-staged": "verify"}
-
-
-def claim_job(
-    command: ClaimCommand,
-    key: str,
-    *,
-    namespace: str,
-    mount: AdapterMount,
-    image: str,
-    ttl_seconds: int = 600,
-) -> dict[str, Any]:
-    """Pure: the Job that runs ``pulumi-lora COMMAND KEY`` on the claim, with the staging Job's
-    least privilege and no credential: ``unstage`` removes the staged directory of ``key`` (the
-    cleanup Job), ``verify-staged`` checks it against its manifest, fetching nothing (a
-    refresh's)."""
-    return _job(
-        f"pulumi-lora-{_CLAIM_JOB_NAMES[command]}-{key}",
-        {KEY_LABEL: key},
-        [command, "--root", JOB_ROOT, key],
-        [],
-        namespace=namespace,
-        mount=mount,
-        image=image,
-        service_account=None,
-        active_seconds=300,
-        ttl_seconds=ttl_seconds,
-    )
-
-
 def _job(
     name: str,
     marks: Mapping[str, str],
@@ -290,8 +203,8 @@ def _job(
     active_seconds: int,
     ttl_seconds: int,
 ) -> dict[str, Any]:
-    """Pure: a Job of the project's image on the claim, least privilege (see staging_job),
-    labelled with ``marks`` (the content key, or a batch's)."""
+    """Pure: a Job of the project's image on the claim, least privilege (see server_job),
+    labelled with ``marks``."""
     labels = {
         "app.kubernetes.io/name": "pulumi-lora",
         "app.kubernetes.io/managed-by": "pulumi-lora",
@@ -362,12 +275,11 @@ class StageResult:
 
 
 def job_document(message: str | None, exit_code: int | None) -> dict[str, Any]:
-    """Pure: what a staging or cleanup Job's container reported in its termination message, or
-    the :class:`StagingError` it reported (the same class the stager raised, with its message).
+    """Pure: what the stager's container reported in its termination message (when it ended
+    before serving: an image without the command, bad arguments), as :func:`checked_document`.
 
-    A message that is missing or not the command's JSON (an image without the command, a
-    container killed before it wrote one) is a :class:`StagingError` saying so, with the exit
-    code.
+    A message that is missing or not the command's JSON (a container killed before it wrote
+    one) is a :class:`StagingError` saying so, with the exit code.
     """
     try:
         document = json.loads(message or "")
@@ -379,15 +291,16 @@ def job_document(message: str | None, exit_code: int | None) -> dict[str, Any]:
             "in its termination message: is pulumi-lora:image an image of this project with "
             "the staging extra?"
         )
+    return checked_document(document)
+
+
+def checked_document(document: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: a result of the stager (a staging's, a verification's, a removal's), or the
+    :class:`StagingError` it reported: the same class the stager raised, with its message."""
     if "error" in document:
         file = document.get("file")
         raise reported(str(document.get("reason")), str(document["error"]), file and str(file))
-    return document
-
-
-def stage_outcome(message: str | None, exit_code: int | None) -> StageResult:
-    """Pure: a staging Job's result (see :func:`job_document`)."""
-    return stage_result(job_document(message, exit_code))
+    return dict(document)
 
 
 def stage_result(document: Mapping[str, Any]) -> StageResult:

@@ -94,6 +94,5 @@ def test_typescript_example_up_stages_from_a_source_and_destroys(
     finally:
         runner.pulumi("destroy", "--yes", "--skip-preview")
     assert_nothing_left(testbed, [handle])
-    jobs = testbed.kubectl("get", "jobs", "-n", namespace, "-o", "name")
-    assert jobs.returncode == 0 and jobs.stdout.strip() == "", jobs.stdout + jobs.stderr
+    assert testbed.jobs_left(namespace) == []  # the stager went with the command
     assert sorted(p.name for p in claim.iterdir() if not p.name.startswith(".")) == ["sql-lora"]

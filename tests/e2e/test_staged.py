@@ -1,9 +1,12 @@
 """Staged adapters on the testbed (issue 40): the provider stages a declared source onto the
-claim the InferenceService mounts, through a real Job (kube-controller-manager's Job controller,
-the project's image under podman and runc), then loads the staged directory on every pod.
+claim the InferenceService mounts, through its stager (a real Job: kube-controller-manager's Job
+and TTL controllers, the project's image under podman and runc, reached through the apiserver's
+pod proxy), then loads the staged directory on every pod.
 
 The source is a played Hugging Face Hub on this machine's loopback, reached from the Job's pod
-as a cluster reaches a Service (``Testbed.expose_to_pods``)."""
+as a cluster reaches a Service (``Testbed.expose_to_pods``). Tests that call the provider in
+this process end its "command" with ``STAGERS.close()``, as the process's exit does; through the
+engine, the stager ends by itself once the provider process is gone."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._lifecycle._stage import VERIFIED
+from pulumi_lora._lifecycle._stager import STAGERS
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.hub import PlayedHub
@@ -38,6 +42,14 @@ from .conftest import adapter_props, drift_report, provider_for, served
 COMMIT = "1" * 40
 NEXT = "2" * 40
 TOKEN = "hf_staged_e2e_token_0123456789"
+
+
+@pytest.fixture(autouse=True)
+def one_command(namespace: str) -> Iterator[None]:
+    """Each test is one command of this process: its stagers end with it (as at exit), before
+    its namespace goes."""
+    yield
+    STAGERS.close()
 
 
 @pytest.fixture
@@ -117,6 +129,15 @@ def left_in(testbed: Testbed, namespace: str, kinds: str) -> str:
     return listed.stdout.strip()
 
 
+def stager_jobs(testbed: Testbed, namespace: str) -> list[str]:
+    """This namespace's stager Jobs, by name."""
+    return [
+        name
+        for name in left_in(testbed, namespace, "jobs").split()
+        if name.startswith("job.batch/pulumi-lora-stager-")
+    ]
+
+
 def staged_props(namespace: str, hub: PlayedHub, **extra: Any) -> dict[str, Any]:
     props = adapter_props(namespace, "", **extra)
     del props["path"]
@@ -157,7 +178,9 @@ def test_a_source_is_staged_once_verified_and_loaded_on_every_pod(
     assert [r for r in hub.requests if "/cdn/" in r.path] == [
         r for r in fetched if "/cdn/" in r.path
     ]
-    assert left_in(testbed, namespace, "jobs") == ""  # each Job deleted once read
+    assert len(stager_jobs(testbed, namespace)) == 1  # one stager for both, while it runs
+    STAGERS.close()
+    assert left_in(testbed, namespace, "jobs") == ""
 
 
 def test_a_wrong_digest_fails_naming_the_file_and_loads_nothing(
@@ -176,7 +199,9 @@ def test_a_wrong_digest_fails_naming_the_file_and_loads_nothing(
     assert all(pod == {} for pod in served(claimed).values())
     root = testbed.claim_directory(namespace, "adapters")
     assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
-    assert left_in(testbed, namespace, "jobs,loraadapters") == ""
+    assert left_in(testbed, namespace, "loraadapters") == ""
+    STAGERS.close()
+    assert left_in(testbed, namespace, "jobs") == ""
 
 
 def program_of(declared: dict[str, dict[str, Any]]) -> Callable[[], None]:
@@ -271,7 +296,8 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
     assert staged == sorted(kept)  # the old one gone
 
     stack.destroy()
-    assert left_in(testbed, namespace, "jobs,loraadapters") == ""
+    assert testbed.jobs_left(namespace) == []  # the stager went with the command
+    assert left_in(testbed, namespace, "loraadapters") == ""
     assert all(pod == {} for pod in served(claimed).values())
     assert list(root.iterdir()) == []  # every directory only these adapters named: gone
 
@@ -300,7 +326,8 @@ def test_a_private_repository_without_its_secret_fails_saying_so(
     assert "SourceUnauthorized" in text or "401" in text, text
     assert "source_secret_name" in text or "HF_TOKEN" in text, text
     assert all(pod == {} for pod in served(claimed).values())
-    assert left_in(testbed, namespace, "jobs,loraadapters") == ""
+    assert testbed.jobs_left(namespace) == []
+    assert left_in(testbed, namespace, "loraadapters") == ""
 
 
 def test_an_s3_source_with_its_keys_in_a_secret_is_staged_and_loaded(
@@ -391,7 +418,7 @@ def test_a_staging_job_that_cannot_start_fails_at_once_and_leaves_nothing(
     assert left_in(testbed, namespace, "jobs,loraadapters") == ""
 
 
-def test_the_adapters_one_command_stages_share_one_job(
+def test_the_adapters_one_command_stages_share_one_stager(
     testbed: Testbed,
     namespace: str,
     claimed: InferenceServiceHandle,
@@ -400,8 +427,9 @@ def test_the_adapters_one_command_stages_share_one_job(
     config: ProviderConfig,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    """Checked first (as the engine does), three staged adapters created at once start one
-    staging Job between them, not three; each is staged and loaded on every pod."""
+    """Three staged adapters created at once (as the engine's parallel creates) start one
+    stager Job between them, not three; each is staged and loaded on every pod; once the
+    process's command ends, no Job is left."""
     provider = provider_for(config)
     declared = {}
     for index in range(3):
@@ -415,10 +443,11 @@ def test_the_adapters_one_command_stages_share_one_job(
     with ThreadPoolExecutor(max_workers=3) as pool:  # the engine's parallel creates
         made = dict(zip(declared, pool.map(provider.create, declared.values()), strict=True))
     said = capfd.readouterr().err
-    assert said.count(f"Job {namespace}/pulumi-lora-stage-") == 1, said  # one Job started
-    assert "staging 3 adapters (" in said and ") onto adapters in one Job" in said
-    assert said.count("fetched in a batch Job") == 3
+    assert said.count(f"stager Job {namespace}/pulumi-lora-stager-") == 1, said
+    assert said.count(": fetched, ") == 3, said
     paths = {name: (result.outs or {})["path"] for name, result in made.items()}
     assert len(set(paths.values())) == 3
     assert all(pod == paths for pod in served(claimed).values())
+    assert len(stager_jobs(testbed, namespace)) == 1
+    STAGERS.close()
     assert left_in(testbed, namespace, "jobs") == ""

@@ -8,7 +8,7 @@ from pathlib import Path
 from _resync_harness import Cluster, served, wait_until
 from conftest import LoopFactory
 
-from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora._lifecycle import STAGERS, ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.hub import PlayedHub
 from pulumi_lora.testing.peft import write_adapter
@@ -37,6 +37,7 @@ def test_a_restarted_pod_reloads_a_staged_adapter_without_staging(
                 "namespace": cluster.namespace,
             }
         )
+    STAGERS.close()  # the command ended: its stager with it
     path = (made.outs or {})["path"]
     assert all(pod == {"sql-lora": path} for pod in served(handle).values())
 

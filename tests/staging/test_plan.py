@@ -9,19 +9,17 @@ import pytest
 
 from pulumi_lora._staging._errors import DigestMismatch, StagingError, VolumeNotMounted
 from pulumi_lora._staging._plan import (
-    BATCH_LABEL,
-    BATCH_LIMIT,
     JOB_ROOT,
-    KEY_LABEL,
+    SERVER_LABEL,
     AdapterMount,
     adapter_mount,
-    batch_job,
-    job_name,
+    checked_document,
+    job_document,
     server_flags,
-    stage_outcome,
-    staging_job,
+    server_job,
+    stage_result,
 )
-from pulumi_lora._staging._source import StagingRequest, content_key, parse_source
+from pulumi_lora._staging._serve import PORT, token_digest
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SHA = "ab" * 32
@@ -76,22 +74,22 @@ def test_the_servers_lora_flags_reach_the_stager() -> None:
 
 
 def job(**overrides: Any) -> dict[str, Any]:
-    request = parse_source(f"hf://acme/sql-lora@{COMMIT}")
     settings: dict[str, Any] = {
         "namespace": "models",
         "mount": AdapterMount("adapters", "/adapters"),
         "image": "registry.example.com/pulumi-lora:0.3.0",
         **overrides,
     }
-    return staging_job(request, content_key(request), **settings)
+    return server_job("pulumi-lora-stager-0a1b2c3d4e", token_digest("tok-3f9a"), **settings)
 
 
-def test_the_job_runs_the_stager_with_least_privilege() -> None:
+def test_the_job_serves_the_stager_with_least_privilege() -> None:
     manifest = job(secret_name="hub-token", hf_endpoint="https://hub.example.com")
-    key = content_key(parse_source(f"hf://acme/sql-lora@{COMMIT}"))
-    assert manifest["metadata"]["name"] == job_name(key) == f"pulumi-lora-stage-{key}"
+    assert manifest["metadata"]["name"] == "pulumi-lora-stager-0a1b2c3d4e"
+    assert manifest["metadata"]["labels"][SERVER_LABEL] == "pulumi-lora-stager-0a1b2c3d4e"
     spec = manifest["spec"]
-    assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] > 0
+    assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] == 0  # gone once ended
+    assert spec["activeDeadlineSeconds"] > 3600
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
@@ -103,8 +101,11 @@ def test_the_job_runs_the_stager_with_least_privilege() -> None:
         "capabilities": {"drop": ["ALL"]},
     }
     assert container["resources"]["limits"]["memory"]
-    source = f"hf://acme/sql-lora@{COMMIT}"
-    assert container["args"][:5] == ["stage", "--source", source, "--root", JOB_ROOT]
+    args = container["args"]
+    assert args[:3] == ["stage-serve", "--root", JOB_ROOT]
+    assert args[args.index("--token-sha256") + 1] == token_digest("tok-3f9a")
+    assert "tok-3f9a" not in json.dumps(manifest)  # the token itself never leaves the provider
+    assert container["ports"] == [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]
     env = {e["name"]: e for e in container["env"]}
     assert env["HF_ENDPOINT"]["value"] == "https://hub.example.com"
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {
@@ -123,85 +124,36 @@ def test_workload_identity_gets_its_service_account_and_token() -> None:
     assert pod["serviceAccountName"] == "stager" and pod["automountServiceAccountToken"] is True
 
 
-def test_digests_endpoint_and_flags_become_arguments() -> None:
-    request = parse_source(
-        "s3://bucket/sql/", digests={"adapter_config.json": SHA}, s3_endpoint="http://127.0.0.1:9"
-    )
-    manifest = staging_job(
-        request,
-        content_key(request),
-        namespace="m",
-        mount=AdapterMount("c", "/a", "sub"),
-        image="i",
-        server_flags=["--max-lora-rank", "8"],
-    )
+def test_flags_and_sub_path_reach_the_server() -> None:
+    manifest = job(mount=AdapterMount("c", "/a", "sub"), server_flags=["--max-lora-rank", "8"])
     (container,) = manifest["spec"]["template"]["spec"]["containers"]
-    args = container["args"]
-    assert args[args.index("--digest") + 1] == f"adapter_config.json={SHA}"
-    assert args[args.index("--s3-endpoint") + 1] == "http://127.0.0.1:9"
-    assert args[-2:] == ["--max-lora-rank", "8"]
+    assert container["args"][-2:] == ["--max-lora-rank", "8"]
     assert {"name": "adapters", "mountPath": JOB_ROOT, "subPath": "sub"} in container[
         "volumeMounts"
     ]
+    env = {e["name"] for e in container["env"]}
+    assert not env & {"HF_ENDPOINT", "HF_TOKEN", "AWS_ACCESS_KEY_ID"}  # none given: none set
 
 
-def test_the_result_is_read_from_the_termination_message() -> None:
+def test_a_result_document_is_read_as_the_stager_wrote_it() -> None:
     done = {"key": "k", "path": "/staging/k", "fetched": True, "bytes": 12, "seconds": 0.5}
-    result = stage_outcome(json.dumps(done), 0)
+    result = stage_result(checked_document(done))
     assert (result.key, result.fetched, result.bytes) == ("k", True, 12)
+    assert stage_result(job_document(json.dumps(done), 0)) == result
 
 
 def test_a_reported_failure_is_raised_as_the_stagers_own_error() -> None:
     message = "adapter_model.safetensors: sha256 x, declared y: the content is not what is pinned"
     failed = {"error": message, "reason": "DigestMismatch", "file": "adapter_model.safetensors"}
     with pytest.raises(DigestMismatch) as raised:
-        stage_outcome(json.dumps(failed), 1)
+        checked_document(failed)
     assert str(raised.value) == message  # its advice already in it, not twice
     assert raised.value.file == "adapter_model.safetensors"
     with pytest.raises(StagingError) as other:
-        stage_outcome(json.dumps({"error": "x", "reason": "TooLong"}), 1)
+        job_document(json.dumps({"error": "x", "reason": "TooLong"}), 1)
     assert type(other.value) is StagingError
 
 
 def test_no_result_names_the_image() -> None:
     with pytest.raises(StagingError, match=r"exit code 127.*pulumi-lora:image"):
-        stage_outcome("exec: pulumi-lora: not found", 127)
-
-
-def test_a_batch_job_stages_every_request_with_one_credential_set() -> None:
-    requests = [parse_source(f"hf://acme/a{i}@{COMMIT}") for i in range(3)]
-    manifest = batch_job(
-        requests,
-        namespace="models",
-        mount=AdapterMount("adapters", "/adapters"),
-        image="i",
-        secret_name="hub-token",
-        hf_endpoint="https://hub.example.com",
-        server_flags=["--max-lora-rank", "8"],
-    )
-    pod = manifest["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    args = container["args"]
-    assert args[:3] == ["stage-batch", "--root", JOB_ROOT]
-    assert args[-5:-3] == ["--max-lora-rank", "8"]
-    assert [StagingRequest.from_json(text) for text in args[-3:]] == requests
-    env = {e["name"]: e for e in container["env"]}
-    assert env["HF_ENDPOINT"]["value"] == "https://hub.example.com"
-    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hub-token"
-    assert pod["automountServiceAccountToken"] is False
-    labels = manifest["metadata"]["labels"]
-    assert KEY_LABEL not in labels and BATCH_LABEL in labels  # no one content key names it
-    reordered = batch_job(
-        requests[::-1], namespace="models", mount=AdapterMount("adapters", "/adapters"), image="i"
-    )
-    assert reordered["metadata"]["name"] == manifest["metadata"]["name"]  # named by the keys
-
-
-def test_a_batch_holds_two_to_the_limit() -> None:
-    mount = AdapterMount("adapters", "/adapters")
-    one = [parse_source(f"hf://acme/a@{COMMIT}")]
-    with pytest.raises(ValueError, match="2 to"):
-        batch_job(one, namespace="m", mount=mount, image="i")
-    many = [parse_source(f"hf://acme/a{i}@{COMMIT}") for i in range(BATCH_LIMIT + 1)]
-    with pytest.raises(ValueError, match="2 to"):
-        batch_job(many, namespace="m", mount=mount, image="i")
+        job_document("exec: pulumi-lora: not found", 127)

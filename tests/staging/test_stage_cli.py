@@ -4,7 +4,6 @@ a failure's words and exit code."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +13,9 @@ from click.testing import CliRunner
 
 from pulumi_lora._cli import cli
 from pulumi_lora._staging._cli import termination_message
-from pulumi_lora._staging._source import content_key, parse_source
 from pulumi_lora.testing.hub import PlayedHub
 
-from .conftest import TOKEN, Adapter, make_adapter
+from .conftest import TOKEN, Adapter
 from .played import PlayedHttp, Reply
 
 
@@ -252,49 +250,3 @@ def test_without_the_staging_extra_the_command_names_it(module: str, tmp_path: P
     assert done.stderr.endswith(
         f"Error: staging from {scheme}:// needs {module}: pip install 'pulumi-lora[staging]'\n"
     )
-
-
-def test_stage_batch_stages_each_and_reports_each(
-    hub: PlayedHub, adapter: Adapter, tmp_path: Path
-) -> None:
-    """One run stages several adapters; one that fails is reported by reason and the others are
-    staged all the same; the run exits 1 so the Job reads as failed."""
-    lfs = frozenset({"adapter_model.safetensors"})
-    good = [hub.publish(f"acme/batch-{i}", make_adapter().files, lfs=lfs) for i in range(2)]
-    bad = hub.publish("acme/batch-bad", adapter.files, lfs=lfs)
-    requests = [parse_source(f"hf://acme/batch-{i}@{commit}") for i, commit in enumerate(good)] + [
-        parse_source(f"hf://acme/batch-bad@{bad}", digests={"adapter_config.json": "0" * 64})
-    ]
-    termination = tmp_path / "termination-log"
-    termination.write_text("")
-    result = CliRunner().invoke(
-        cli,
-        [
-            "stage-batch",
-            f"--root={tmp_path / 'adapters'}",
-            f"--termination-log={termination}",
-            *(r.to_json() for r in requests),
-        ],
-        env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN},
-        catch_exceptions=False,
-    )
-    keys = [content_key(r) for r in requests]
-    document = json.loads(result.stdout)
-    assert result.exit_code == 1
-    assert json.loads(termination.read_text()) == document
-    assert sorted(document["staged"]) == sorted(keys[:2])
-    assert all(document["staged"][k]["fetched"] is True for k in keys[:2])
-    assert document["failed"] == {keys[2]: "DigestMismatch"}
-    assert sorted(os.listdir(tmp_path / "adapters")) == sorted(keys[:2])
-    assert "adapter_config.json" in result.stderr  # the failure's words, on the Job's log
-
-
-def test_stage_batch_refuses_a_request_it_cannot_read(tmp_path: Path) -> None:
-    termination = tmp_path / "termination-log"
-    termination.write_text("")
-    result = CliRunner().invoke(
-        cli,
-        ["stage-batch", f"--root={tmp_path}", f"--termination-log={termination}", "{not json"],
-    )
-    assert result.exit_code == 1
-    assert json.loads(termination.read_text())["reason"]

@@ -50,7 +50,13 @@ def test_each_transport_gets_only_what_it_uses() -> None:
         provider_rules(Transport.DELEGATED, keyed=True, staging=False)
     )
     staged = granted(provider_rules(Transport.DIRECT, keyed=False, staging=True))
-    assert staged - direct == {("jobs", "create"), ("jobs", "get"), ("jobs", "delete")}
+    assert staged - direct == {
+        ("jobs", "create"),
+        ("jobs", "get"),
+        ("jobs", "delete"),
+        ("pods/proxy", "get"),  # the stager is reached through the pod proxy
+        ("pods/proxy", "create"),
+    }
     assert not any(
         verb in {"*", "deletecollection", "escalate", "bind"} for _, verb in staged | keyed
     )

@@ -203,7 +203,7 @@ def test_the_readme_documents_the_operator_commands() -> None:
         "finish-delete",
         "resync",
         "stage",
-        "stage-batch",
+        "stage-serve",
         "unstage",
         "verify-staged",
     } <= set(DOCUMENTED_COMMANDS)

@@ -89,7 +89,7 @@ CRASH_BACKOFF = 1.0
 
 RESYNC_COMMAND = ["pulumi-lora", "resync"]
 """The command of the re-sync loop's container, as ``pulumi_lora.deploy`` renders it."""
-JOB_COMMANDS = ("stage", "stage-batch", "unstage", "verify-staged")
+JOB_COMMANDS = ("stage", "stage-serve", "unstage", "verify-staged")
 """The first argument of a staging or cleanup Job's container (the image's entrypoint is
 ``pulumi-lora``)."""
 

@@ -7,6 +7,8 @@ testbed's operator, controllers and kubelet act the same on objects made any oth
 from __future__ import annotations
 
 import re
+import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +38,9 @@ class PodHelpers:
         raise NotImplementedError
 
     def _require_player(self) -> PodPlayer:
+        raise NotImplementedError
+
+    def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
         raise NotImplementedError
 
     def deploy_inference_service(
@@ -98,6 +103,18 @@ class PodHelpers:
         """The host directory behind the testbed's claim ``namespace/claim`` (made, and bound,
         if it was not): what staging Jobs write and the pods that mount it read."""
         return self._require_player().make_claim(namespace, claim)
+
+    def jobs_left(self, namespace: str, timeout: float = 20.0) -> list[str]:
+        """The Jobs in ``namespace`` once a command's stager has gone, by name: it ends by itself
+        seconds after the provider process that held it (the server ends, the Job's TTL is 0),
+        so this waits up to ``timeout`` for none to be left."""
+        ends = time.monotonic() + timeout
+        while True:
+            listed = self.kubectl("get", "jobs", "-n", namespace, "-o", "name")
+            left = listed.stdout.split() if listed.returncode == 0 else [listed.stderr.strip()]
+            if not left or time.monotonic() >= ends:
+                return left
+            time.sleep(0.25)
 
     def expose_to_pods(self, port: int, host: str = "127.0.0.1") -> None:
         """Make ``host:port`` on this machine's loopback reachable at the same address from

@@ -1,0 +1,247 @@
+"""``pulumi-lora stage-serve`` as the stager Job runs it: a real process and real HTTP, against
+the played Hub: the token, stagings side by side, verification and removal, and the end once
+no provider holds it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from pulumi_lora._staging._serve import TOKEN_HEADER, Work, token_digest
+from pulumi_lora._staging._source import content_key, parse_source
+from pulumi_lora.testing.hub import PlayedHub
+
+from .conftest import TOKEN, Adapter, make_adapter
+
+SERVER_TOKEN = "stager-token-7c1e"
+LFS = frozenset({"adapter_model.safetensors"})
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen[str]
+    url: str
+    root: Path
+    termination: Path
+
+    def post(self, path: str, body: Any, token: str = SERVER_TOKEN) -> httpx2.Response:
+        return httpx2.post(f"{self.url}{path}", json=body, headers={TOKEN_HEADER: token})
+
+    def stage(self, body: dict[str, Any], ticket: str = "") -> dict[str, Any]:
+        """POST the request until its staging is done (as the provider polls, by ticket)."""
+        ends = time.monotonic() + 30
+        while time.monotonic() < ends:
+            answer = self.post(f"/stage?ticket={ticket}", body).json()
+            if answer["state"] == "done":
+                return dict(answer["document"])
+            ticket = answer["ticket"]
+            time.sleep(0.05)
+        raise AssertionError(f"not staged: {answer}")
+
+
+def start(tmp_path: Path, hub: PlayedHub, *options: str) -> Served:
+    port = free_port()
+    root, termination = tmp_path / "adapters", tmp_path / "termination-log"
+    termination.write_text("")
+    argv = [sys.executable, "-m", "pulumi_lora", "stage-serve", f"--root={root}"]
+    argv += [f"--port={port}", f"--token-sha256={token_digest(SERVER_TOKEN)}"]
+    argv += [f"--termination-log={termination}", *options]
+    process = subprocess.Popen(
+        argv,
+        env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    served = Served(process, f"http://127.0.0.1:{port}", root, termination)
+    ends = time.monotonic() + 20
+    while time.monotonic() < ends:
+        try:
+            if httpx2.get(f"{served.url}/healthz").status_code == 200:
+                return served
+        except httpx2.HTTPError:
+            time.sleep(0.05)
+    process.kill()
+    raise AssertionError(f"never served: {process.communicate()}")
+
+
+@pytest.fixture
+def holder() -> Iterator[Any]:
+    """Holds ``/hold`` open on a server until the test drops it (as the provider's thread)."""
+    holds: list[tuple[threading.Event, threading.Thread]] = []
+
+    def hold(served: Served) -> threading.Event:
+        drop, opened = threading.Event(), threading.Event()
+
+        def run() -> None:
+            with httpx2.Client(timeout=30) as client:
+                headers = {TOKEN_HEADER: SERVER_TOKEN}
+                with client.stream("GET", f"{served.url}/hold", headers=headers) as answer:
+                    assert answer.status_code == 200
+                    opened.set()
+                    drop.wait(30)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert opened.wait(10)
+        holds.append((drop, thread))
+        return drop
+
+    yield hold
+    for drop, thread in holds:
+        drop.set()
+        thread.join(10)
+
+
+def test_the_server_stages_verifies_and_removes_for_its_token_only(
+    hub: PlayedHub, adapter: Adapter, tmp_path: Path, holder: Any
+) -> None:
+    served = start(tmp_path, hub, "--grace=0.3")
+    drop = holder(served)
+    good = [hub.publish(f"acme/serve-{i}", make_adapter().files, lfs=LFS) for i in range(2)]
+    bad = hub.publish("acme/serve-bad", adapter.files, lfs=LFS)
+    requests = [parse_source(f"hf://acme/serve-{i}@{commit}") for i, commit in enumerate(good)]
+    wrong = parse_source(f"hf://acme/serve-bad@{bad}", digests={"adapter_config.json": "0" * 64})
+    bodies = [json.loads(r.to_json()) for r in [*requests, wrong]]
+
+    assert served.post("/stage", bodies[0], token="").status_code == 403
+    assert served.post("/stage", bodies[0], token="guess").status_code == 403
+    assert not served.root.exists()  # nothing done for a caller without the token
+    assert served.post("/stage", {"source": "nope"}).status_code == 400
+
+    first = [served.post("/stage", body).json() for body in bodies]  # all three at once
+    assert {answer["state"] for answer in first} <= {"running", "done"}
+    documents = [served.stage(b, a["ticket"]) for b, a in zip(bodies, first, strict=True)]
+    keys = [content_key(r) for r in requests]
+    assert [d["key"] for d in documents[:2]] == keys
+    assert all(d["fetched"] is True for d in documents[:2])
+    assert documents[2]["reason"] == "DigestMismatch"
+    assert documents[2]["file"] == "adapter_config.json"
+    assert sorted(p.name for p in served.root.iterdir()) == sorted(keys)  # nothing partial
+
+    again = served.stage(bodies[1])  # a new request: staged afresh (verified, not fetched)
+    assert again["key"] == keys[1] and again["fetched"] is False
+    (served.root / keys[0] / "adapter_config.json").write_text("{}")
+    verdicts = served.post("/verify", {"keys": keys}).json()["keys"]
+    assert verdicts[keys[1]] == "verified" and "adapter_config.json" in verdicts[keys[0]]
+    assert served.post("/unstage", {"keys": [keys[0]]}).json() == {
+        "removed": [keys[0]],
+        "absent": [],
+    }
+    assert sorted(p.name for p in served.root.iterdir()) == [keys[1]]
+    refused = served.post("/unstage", {"keys": ["../etc"]}).json()
+    assert refused["reason"] and "not content keys" in refused["error"]
+
+    time.sleep(1.0)
+    assert served.process.poll() is None  # held: it stays, however quiet
+    drop.set()
+    out, err = served.process.communicate(timeout=15)
+    assert served.process.returncode == 0, err
+    assert json.loads(served.termination.read_text()) == {"stagings": 4}
+    assert SERVER_TOKEN not in out + err and TOKEN not in out + err
+
+
+def test_a_sigterm_ends_a_held_server_at_once(hub: PlayedHub, tmp_path: Path, holder: Any) -> None:
+    """The Job or its namespace deleted: the kubelet's SIGTERM ends the server (the pod's
+    PID 1, which has no default action for it), however held."""
+    served = start(tmp_path, hub)
+    holder(served)
+    started = time.monotonic()
+    served.process.send_signal(signal.SIGTERM)
+    served.process.communicate(timeout=15)
+    assert served.process.returncode == 0
+    assert time.monotonic() - started < 5
+
+
+def test_a_server_nobody_holds_ends_after_its_start_grace(hub: PlayedHub, tmp_path: Path) -> None:
+    served = start(tmp_path, hub, "--start-grace=0.5")
+    started = time.monotonic()
+    served.process.communicate(timeout=15)
+    assert served.process.returncode == 0
+    assert time.monotonic() - started < 10
+    assert json.loads(served.termination.read_text()) == {"stagings": 0}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_staging_per_content_key_and_the_end_decided_by_holds_and_work() -> None:
+    """``Work`` alone: a key staged once however often it is asked for; the server may end only
+    when nothing runs and nothing holds it, ``grace`` after the last hold (``start_grace``
+    before any came)."""
+    clock, release, calls = Clock(), threading.Event(), []
+
+    def stage(request: Any, seconds: float) -> dict[str, Any]:
+        calls.append((content_key(request), seconds))
+        release.wait(10)
+        return {"key": content_key(request), "fetched": True}
+
+    work = Work(
+        stage=stage, verify=lambda k: {}, unstage=lambda k: {}, deadline=60.0, keep=500, clock=clock
+    )
+    request = parse_source(f"hf://acme/a@{'1' * 40}")
+    first = work.submit(request)
+    assert first["state"] == "running"
+    assert work.submit(request)["ticket"] == first["ticket"]  # joined, not started again
+    assert not work.finished(grace=2, start_grace=5)  # a staging runs
+    release.set()
+    ends = time.monotonic() + 10
+    while (answer := work.submit(request, first["ticket"]))["state"] != "done":
+        assert time.monotonic() < ends
+        time.sleep(0.01)
+    assert answer["document"]["fetched"] is True
+    assert calls == [(content_key(request), 60.0)]  # staged once
+    assert not work.finished(grace=2, start_grace=5)  # just asked: not quiet yet
+    clock.now += 5
+    assert work.finished(grace=2, start_grace=5)  # never held: the start grace
+    with work.hold():
+        clock.now += 100
+        assert not work.finished(grace=2, start_grace=5)  # held, however long
+    clock.now += 1
+    assert not work.finished(grace=2, start_grace=5)
+    clock.now += 1
+    assert work.finished(grace=2, start_grace=5)
+    assert work.submit(request, first["ticket"])["state"] == "done"  # its caller reads it
+    later = work.submit(request)  # a new request: the directory may have changed since
+    assert later["ticket"] != first["ticket"]
+    ends = time.monotonic() + 10
+    while work.submit(request, later["ticket"])["state"] != "done":
+        assert time.monotonic() < ends
+        time.sleep(0.01)
+    assert len(calls) == 2
+    clock.now += work.keep + 1
+    assert work.submit(request, first["ticket"])["ticket"] != first["ticket"]  # forgotten
+    work.close()
+
+
+def test_a_failure_inside_a_call_is_the_stagers_error_document() -> None:
+    def broken(keys: Any) -> dict[str, Any]:
+        raise ValueError("ad/x//y.bin is not a plain path")
+
+    work = Work(stage=lambda r, s: {}, verify=broken, unstage=broken, deadline=1.0)
+    answer = work.claim(broken, ["0" * 16])
+    assert answer["reason"] == "StagingFailed" and "ad/x//y.bin" in answer["error"]
+    work.close()
