@@ -39,8 +39,11 @@ DEADLINE_SECONDS = 3600
 START_SECONDS = 300.0
 """How long the server's pod may take to start (pull the image, mount the claim) before the
 staging fails naming what it waits for."""
-POLL = 0.2
-"""Seconds between two looks at a starting server, or at a staging it runs."""
+POLL = 0.1
+"""Seconds between two looks at a starting server."""
+WAIT = 10.0
+"""Seconds one ``/stage`` call waits on the server for the staging to end (then the progress
+line, and the next call)."""
 WAITING_FAILURES = frozenset(
     {
         "ErrImagePull",
@@ -98,24 +101,22 @@ class Stager:
         return self._document(answer)
 
     def stage(self, request: StagingRequest, *, say: Say, label: str) -> dict[str, Any]:
-        """Stage ``request`` and wait for its result document (raises the stager's error)."""
+        """Stage ``request`` and wait for its result document (raises the stager's error):
+        each call waits on the server up to ``WAIT`` seconds for the staging to end, so the
+        end is seen at once, and progress is said between two calls."""
         body = json.loads(request.to_json())
-        started = said = time.monotonic()
-        path = "/stage"
+        started = time.monotonic()
+        path = f"/stage?wait={WAIT:g}"
         while True:
             answer = self.call(path, body)
             if answer.get("state") == "done":
                 return checked_document(answer.get("document") or {})
-            path = (
-                f"/stage?ticket={answer.get('ticket', '')}"  # this staging's end, not a later one
-            )
+            ticket = answer.get("ticket", "")
+            path = f"/stage?wait={WAIT:g}&ticket={ticket}"  # this staging's end, no later one's
             now = time.monotonic()
             if now - started > DEADLINE_SECONDS + START_SECONDS:
                 raise StagingError(f"{label}: not staged within {DEADLINE_SECONDS}s")
-            if now - said >= 10:
-                said = now
-                say(f"{label}: running for {now - started:.0f}s")
-            time.sleep(POLL)
+            say(f"{label}: running for {now - started:.0f}s")
 
     def start(self, manifest: Mapping[str, Any], *, say: Say, label: str) -> None:
         """Create the Job, wait until its server answers, then hold it (deleted on failure)."""
@@ -193,7 +194,7 @@ class Stager:
                     f"stager Job {self.namespace}/{self.name} did not serve within "
                     f"{START_SECONDS:.0f}s"
                 )
-            time.sleep(POLL / 2)
+            time.sleep(POLL)
 
     def _healthy(self) -> bool:
         try:

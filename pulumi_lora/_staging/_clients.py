@@ -17,6 +17,7 @@ libraries are imported when their scheme is used: the ``staging`` extra brings t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from functools import partial
@@ -119,9 +120,9 @@ def _fetch_hf(
     endpoint = env.get("HF_ENDPOINT") or None
     token: str | bool = env.get("HF_TOKEN") or False
     # Every byte over HTTP, through a client bounded by the transfer: a Xet transfer (Rust, its
-    # own sockets) would bypass the deadline. A fresh session per staging, from our factory.
+    # own sockets) would bypass the deadline.
     constants.HF_HUB_DISABLE_XET = True
-    huggingface_hub.set_client_factory(_hf_client)
+    _install_client_factory(huggingface_hub)
     https_only = urlsplit(endpoint or constants.ENDPOINT).scheme == "https"
     vouched: dict[str, str] = {}
     declared: dict[str, int] = {}
@@ -153,6 +154,22 @@ def _fetch_hf(
             )
             progress.done()
     return vouched
+
+
+_FACTORY_LOCK = threading.Lock()
+_factory_installed = False
+
+
+def _install_client_factory(huggingface_hub: Any) -> None:
+    """Make ``huggingface_hub``'s one shared session ours (`_hf_client`), once per process:
+    ``set_client_factory`` closes the session in use, which broke the downloads of the other
+    stagings a stager server runs at once (``ReadError``). One bounded session serves them all;
+    each thread's requests are bounded by its own transfer (`active`)."""
+    global _factory_installed  # noqa: PLW0603 - huggingface_hub's session is process-wide too
+    with _FACTORY_LOCK:
+        if not _factory_installed:
+            huggingface_hub.set_client_factory(_hf_client)
+            _factory_installed = True
 
 
 def _hf_client() -> Any:

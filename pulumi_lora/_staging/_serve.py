@@ -43,6 +43,8 @@ TOKEN_HEADER = "X-Pulumi-LoRA-Token"  # noqa: S105 - a header name
 """The header carrying the token (the apiserver's pod proxy strips ``Authorization``)."""
 BODY_LIMIT = 1 << 20
 """Bytes a request body may have (a staging request is a few hundred)."""
+MAX_WAIT = 30.0
+"""Seconds a ``/stage`` call may wait for its staging to end before answering ``running``."""
 KEEPALIVE_SECONDS = 10.0
 """A held connection gets a byte this often, so no proxy in between closes it as idle."""
 
@@ -63,6 +65,7 @@ class _Task:
     ticket: str = field(default_factory=lambda: secrets.token_hex(8))
     document: dict[str, Any] | None = None
     ended: float | None = None
+    ended_event: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -91,11 +94,14 @@ class Work:
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="stage")
         self._last = self.clock()
 
-    def submit(self, request: StagingRequest, ticket: str | None = None) -> dict[str, Any]:
+    def submit(
+        self, request: StagingRequest, ticket: str | None = None, wait: float = 0.0
+    ) -> dict[str, Any]:
         """The state of the staging ``ticket`` names (one this server gave), else of the one of
-        ``request``'s content key running now, else of one started now: ``{"state": "running",
-        "ticket", "seconds"}`` or ``{"state": "done", "ticket", "document"}``. A staging that
-        ended is never reused for a new request: the directory may have changed since."""
+        ``request``'s content key running now, else of one started now, once it ended or
+        ``wait`` seconds passed: ``{"state": "running", "ticket", "seconds"}`` or ``{"state":
+        "done", "ticket", "document"}``. A staging that ended is never reused for a new
+        request: the directory may have changed since."""
         key = content_key(request)
         with self._lock:
             now = self.clock()
@@ -108,9 +114,14 @@ class Work:
                 self._active += 1
                 assert self._pool is not None
                 self._pool.submit(self._run, key, request, task)
+        if wait > 0:
+            with self._counted(holds=0):  # a caller waiting is not a quiet server
+                task.ended_event.wait(wait)
+        with self._lock:
             state = {"key": key, "ticket": task.ticket}
             if task.document is None:
-                return {"state": "running", **state, "seconds": round(now - task.started, 1)}
+                seconds = round(self.clock() - task.started, 1)
+                return {"state": "running", **state, "seconds": seconds}
             return {"state": "done", **state, "document": task.document}
 
     def claim(self, call: ClaimCall, keys: Sequence[str]) -> dict[str, Any]:
@@ -152,6 +163,7 @@ class Work:
                 del self._tasks[key]
             self._active -= 1
             self._last = task.ended
+        task.ended_event.set()
 
     @contextmanager
     def _counted(self, *, holds: int) -> Iterator[None]:
@@ -234,8 +246,10 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         try:
             if path == "/stage":
-                ticket = parse_qs(query).get("ticket", [None])[0]
-                answer = work.submit(StagingRequest.from_json(json.dumps(body)), ticket)
+                asked = parse_qs(query)
+                ticket = asked.get("ticket", [None])[0]
+                wait = min(max(float(asked.get("wait", ["0"])[0]), 0.0), MAX_WAIT)
+                answer = work.submit(StagingRequest.from_json(json.dumps(body)), ticket, wait)
             elif path in {"/verify", "/unstage"}:
                 keys = [str(k) for k in body.get("keys") or ()]
                 call = work.verify if path == "/verify" else work.unstage

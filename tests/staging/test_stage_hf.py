@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,28 @@ def test_a_staged_directory_is_reused_only_as_its_manifest_records_it(
     assert sorted(os.listdir(staged)) == sorted([*adapter.files, MANIFEST])
     assert weights.read_bytes() == adapter.files[WEIGHTS]
     assert leftovers(tmp_path) == [first.key]
+
+
+def test_a_staging_that_starts_mid_download_of_another_leaves_it_whole(
+    hub: PlayedHub, tmp_path: Path
+) -> None:
+    """What a stager server does: stagings on threads of one process, one starting while
+    another reads its weights. Each staging used to install ``huggingface_hub``'s client
+    factory, which closes the shared session the other was reading from (``ReadError``
+    mid-download); both now land, verified."""
+    big, small = make_adapter(weights_bytes=40 << 20), make_adapter()
+    first = parse_source(f"hf://acme/mid-big@{publish(hub, 'acme/mid-big', big)}")
+    second = parse_source(f"hf://acme/mid-small@{publish(hub, 'acme/mid-small', small)}")
+    env = {"HF_ENDPOINT": hub.endpoint}
+    during: list[Any] = []
+
+    def log(event: str, **fields: Any) -> None:
+        if event == "fetch_progress" and not during:  # mid-way through the big weights
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                during.append(pool.submit(stage, second, tmp_path, env=env).result())
+
+    result = stage(first, tmp_path, env=env, log=log)
+    assert during and during[0].key == content_key(second)
+    assert result.fetched and result.key == content_key(first)
+    data = (tmp_path / result.key / WEIGHTS).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == big.digests[WEIGHTS]

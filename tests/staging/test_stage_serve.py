@@ -245,3 +245,18 @@ def test_a_failure_inside_a_call_is_the_stagers_error_document() -> None:
     answer = work.claim(broken, ["0" * 16])
     assert answer["reason"] == "StagingFailed" and "ad/x//y.bin" in answer["error"]
     work.close()
+
+
+def test_a_call_may_wait_for_its_staging_to_end() -> None:
+    """With ``wait``, one call answers ``done`` as soon as the staging ends (no polling)."""
+
+    def stage(request: Any, seconds: float) -> dict[str, Any]:
+        time.sleep(0.3)
+        return {"key": content_key(request)}
+
+    work = Work(stage=stage, verify=lambda k: {}, unstage=lambda k: {}, deadline=60.0)
+    request = parse_source(f"hf://acme/w@{'2' * 40}")
+    answer = work.submit(request, wait=20)
+    assert answer["state"] == "done" and answer["document"] == {"key": content_key(request)}
+    assert work.submit(request, wait=0)["state"] == "running"  # a new request: not waited for
+    work.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from pulumi_lora.testing.testbed._incluster import (
 )
 from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
 from pulumi_lora.testing.testbed._process import live_descendants
-from pulumi_lora.testing.testbed._relay import RELAY_THREAD_PREFIX, Relay
+from pulumi_lora.testing.testbed._relay import RELAY_THREAD_PREFIX, Relay, _Pipe
 
 NODE = "testbed-node"
 PROBE = httpx2.Client(trust_env=False, timeout=5, limits=httpx2.Limits(max_keepalive_connections=0))
@@ -178,6 +179,23 @@ def apiserver_port(testbed: Testbed) -> int:
 
 
 # --- the relay on its own -----------------------------------------------------------------------
+
+
+def test_a_pipe_dropped_by_one_side_ignores_the_other_sides_event() -> None:
+    """Both sockets of a pipe ready in one ``select()``: the first event drops the pipe (a
+    reset), the second must then do nothing (it re-registered closed sockets, and the relay
+    thread died on ``Invalid file descriptor: -1``: a Hub fetch from a pod's four parallel
+    stagings failed with ConnectError)."""
+    relay = Relay(socket.create_server(("127.0.0.1", 0)), ("127.0.0.1", 9), name="unit")
+    try:
+        pod, host = socket.socketpair()
+        pipe = _Pipe(pod, host)
+        relay._pipes.add(pipe)
+        relay._drop(pipe)
+        relay._pump(pipe, 1, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        assert pipe.closed and pipe not in relay._pipes
+    finally:
+        relay.close()
 
 
 def test_relay_copies_both_ways_half_closes_and_stops() -> None:

@@ -230,6 +230,8 @@ class Relay:
         self._watch(pipe)
 
     def _pump(self, pipe: _Pipe, side: int, mask: int) -> None:
+        if pipe.closed:  # dropped by its other side's event of the same select()
+            return
         sock, other = pipe.socks[side], 1 - side
         try:
             if mask & selectors.EVENT_READ and not pipe.closed:
