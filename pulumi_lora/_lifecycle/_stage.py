@@ -89,9 +89,17 @@ def _scope(session: Session, mount: AdapterMount) -> tuple[Hashable, ...]:
 
 
 def _on_server(
-    session: Session, settings: FetchSettings, use: Callable[[Stager], Any], *, say: Say, label: str
+    session: Session,
+    settings: FetchSettings,
+    use: Callable[[Stager], Any],
+    *,
+    say: Say,
+    label: str,
+    any_credentials: bool = False,
 ) -> Any:
-    """``use`` this process's server for the claim and ``settings`` (started if need be)."""
+    """``use`` this process's server for the claim and ``settings`` (started if need be); a
+    call that fetches nothing (``any_credentials``) takes any server of the claim, never a
+    staging, which must not meet another source's credentials or endpoint."""
     return STAGERS.run(
         session.kube,
         lambda: POOL.proxy(session.source),
@@ -100,6 +108,7 @@ def _on_server(
         use,
         say=say,
         label=label,
+        any_credentials=any_credentials,
     )
 
 
@@ -122,7 +131,8 @@ def staged(args: AdapterArgs, config: ProviderConfig, *, say: Say = _to_stderr) 
     finally:
         VERIFIED.invalidate(_scope(session, mount))
     result = stage_result(document)
-    say(f"{label}: {'fetched' if result.fetched else 'already staged'}, {result.bytes} bytes")
+    how = "fetched" if result.fetched else "already staged"
+    say(f"{label}: {how}, {result.bytes} bytes in {result.seconds:.2f} s")
     return args.replace(path=mount.staged_path(key))
 
 
@@ -156,6 +166,7 @@ def verify_staged(
                 lambda server: checked_document(server.call("/verify", {"keys": [key]})),
                 say=say,
                 label=label,
+                any_credentials=True,
             )
             return str((document.get("keys") or {}).get(key, "missing"))
 
@@ -205,6 +216,7 @@ def unstage_unused(
                 lambda server: checked_document(server.call("/unstage", {"keys": [key]})),
                 say=say,
                 label=f"removing {path}",
+                any_credentials=True,
             )
         finally:
             VERIFIED.invalidate(_scope(session, mount))

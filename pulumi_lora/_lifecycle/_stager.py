@@ -273,8 +273,8 @@ class Stagers:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._starting: dict[Hashable, threading.Lock] = {}
-        self._servers: dict[Hashable, Stager] = {}
+        self._starting: dict[tuple[Hashable, Hashable], threading.Lock] = {}
+        self._servers: dict[tuple[Hashable, Hashable], Stager] = {}
 
     def run(
         self,
@@ -286,16 +286,20 @@ class Stagers:
         *,
         say: Say,
         label: str,
+        any_credentials: bool = False,
     ) -> T:
         """``use(server)`` on this claim's server for ``settings`` (started when there is none,
-        replaced once when it is lost)."""
-        key = (scope, *sorted((k, _hashable(v)) for k, v in settings.items()))
+        replaced once when it is lost). ``any_credentials``: a call that needs none (verify,
+        unstage) takes whichever server of the claim runs, before starting one."""
+        key = _key(scope, settings)
         for attempt in (1, 2):
-            server = self._server(key, kube, access, settings, say=say, label=label)
+            server = (any_credentials and attempt == 1 and self._running_on(key[0])) or (
+                self._server(key, kube, access, settings, say=say, label=label)
+            )
             try:
                 return use(server)
             except StagerLost as exc:
-                self._drop(key, server)
+                self._drop(server)
                 if attempt == 2:
                     raise StagingError(
                         f"{label}: the stager {server.namespace}/{server.name} stopped answering "
@@ -312,7 +316,7 @@ class Stagers:
 
     def _server(
         self,
-        key: Hashable,
+        key: tuple[Hashable, Hashable],
         kube: Client,
         access: Callable[[], ProxyAccess],
         settings: FetchSettings,
@@ -335,11 +339,30 @@ class Stagers:
                 self._servers[key] = server
             return server
 
-    def _drop(self, key: Hashable, server: Stager) -> None:
+    def _running_on(self, claim: Hashable) -> Stager | None:
+        """A live server of ``claim`` (the cluster, namespace, claim and image), if any."""
         with self._lock:
-            if self._servers.get(key) is server:
+            return next(
+                (s for k, s in self._servers.items() if k[0] == claim and not s.lost.is_set()),
+                None,
+            )
+
+    def _drop(self, server: Stager) -> None:
+        with self._lock:
+            for key in [k for k, s in self._servers.items() if s is server]:
                 del self._servers[key]
         server.close()
+
+
+def _key(scope: Hashable, settings: FetchSettings) -> tuple[Hashable, Hashable]:
+    """Pure: the claim a server works on (cluster, namespace, claim, image), and what else
+    makes it (credentials, endpoint, the server's flags): one server per pair."""
+    claim = (scope, settings["namespace"], settings["mount"], settings["image"])
+    made = tuple(sorted((k, _hashable(v)) for k, v in settings.items() if k not in _CLAIM_KEYS))
+    return claim, made
+
+
+_CLAIM_KEYS = frozenset({"namespace", "mount", "image"})
 
 
 def _hashable(value: Any) -> Hashable:

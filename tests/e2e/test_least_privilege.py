@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from pulumi_lora._cli import cli
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._lifecycle import ProviderConfig
+from pulumi_lora._lifecycle import STAGERS, ProviderConfig
 from pulumi_lora._models import Transport
 from pulumi_lora.testing.deployer import bound_identity
 from pulumi_lora.testing.hub import PlayedHub
@@ -79,10 +79,10 @@ def test_doctor_names_what_the_identity_lacks_by_verb_and_resource(
 
 
 def test_the_staging_role_is_enough_to_stage_load_and_clean_up(
-    testbed: Testbed, namespace: str, tmp_path: Path
+    testbed: Testbed, namespace: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """``--staging`` adds what staged adapters need (the staging, cleanup and verification
-    Jobs): a staged create, its refresh and its delete as exactly that Role."""
+    """``--staging`` adds what staged adapters need (the stager's Job, reached through the pod
+    proxy): a staged create, its refresh and its delete as exactly that Role."""
     handle = testbed.deploy_inference_service(
         namespace, "llama", replicas=2, adapter_claim="adapters"
     )
@@ -105,6 +105,9 @@ def test_the_staging_role_is_enough_to_stage_load_and_clean_up(
         assert all(pod == {"least-staged": outs["path"]} for pod in served(handle).values())
         assert "content_key" in (provider.read(made.id, outs).outs or {})  # verified in place
         provider.delete(made.id, outs)
+    said = capfd.readouterr().err
+    assert said.count("stager Job") == 1, said  # refresh and cleanup use the staging one
+    STAGERS.close()  # the command ends: the stager with it (the identity may delete Jobs)
     root = testbed.claim_directory(namespace, "adapters")
     assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == []
     jobs = testbed.kubectl("get", "jobs,loraadapters", "-n", namespace, "-o", "name")

@@ -13,6 +13,7 @@ from pulumi_lora._errors import Forbidden
 from pulumi_lora._lifecycle import _stager
 from pulumi_lora._lifecycle._stager import Stager, StagerLost, Stagers
 from pulumi_lora._staging._errors import StagingError
+from pulumi_lora._staging._plan import AdapterMount
 
 
 def stager() -> Stager:
@@ -83,12 +84,25 @@ class FakeStagers(Stagers):
         return made
 
 
-SETTINGS: Any = {"namespace": "models", "server_flags": ["--max-lora-rank", "8"]}
+SETTINGS: Any = {
+    "namespace": "models",
+    "mount": AdapterMount("adapters", "/adapters"),
+    "image": "localhost/pulumi-lora:0.3.0",
+    "secret_name": None,
+    "service_account": None,
+    "hf_endpoint": None,
+    "server_flags": ["--max-lora-rank", "8"],
+    "deadline_seconds": 3600,
+}
 NO_KUBE: Any = None  # no call reaches the apiserver here
 
 
-def run(stagers: Stagers, use: Any, label: str = "l") -> Any:
-    return stagers.run(NO_KUBE, lambda: NO_KUBE, "scope", SETTINGS, use, say=print, label=label)
+def run(
+    stagers: Stagers, use: Any, label: str = "l", settings: Any = SETTINGS, **kwargs: Any
+) -> Any:
+    return stagers.run(
+        NO_KUBE, lambda: NO_KUBE, "scope", settings, use, say=print, label=label, **kwargs
+    )
 
 
 def test_a_lost_server_is_replaced_once_and_the_call_sent_again() -> None:
@@ -118,4 +132,22 @@ def test_a_server_lost_twice_fails_saying_what_to_do() -> None:
     assert "staging sql: the stager models/pulumi-lora-stager-" in str(failed.value)
     assert "stopped answering (HTTP 503: connection refused); run `pulumi up` again" in str(
         failed.value
+    )
+
+
+def test_a_call_that_fetches_nothing_takes_any_server_of_the_claim() -> None:
+    """Verify and unstage take the staging server already running on the claim (one pod start
+    for a command's stagings, checks and removals); a staging with other credentials or
+    another endpoint never shares a server."""
+    stagers = FakeStagers()
+    private = {**SETTINGS, "secret_name": "hub-token", "hf_endpoint": "https://hub.example"}
+    staging = run(stagers, lambda s: s, settings=private)
+    bare = {**SETTINGS, "server_flags": []}
+    assert run(stagers, lambda s: s, settings=bare, any_credentials=True) is staging
+    public = run(stagers, lambda s: s)  # a staging without the Secret: a server of its own
+    assert public is not staging and len(stagers.made) == 2
+    other_claim = {**bare, "mount": AdapterMount("other", "/other")}
+    assert run(stagers, lambda s: s, settings=other_claim, any_credentials=True) not in (
+        staging,
+        public,
     )
