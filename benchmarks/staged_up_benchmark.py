@@ -123,7 +123,7 @@ def stage_for_replicas(testbed: Testbed, hub: PlayedHub, work: Path) -> None:
     print(f"  staging / floor                         {ratio:6.2f}  target <= 1.30  "
           f"{verdict(ratio <= 1.3)}")  # fmt: skip
     print(
-        f"  (information) create / floor: {wall / plain:.2f}, the stager running {warm / plain:.2f}"
+        f"  (information) create / floor {wall / plain:.2f}; the stager running {warm / plain:.2f}"
     )
 
 
