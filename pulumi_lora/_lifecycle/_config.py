@@ -24,7 +24,7 @@ class ProviderConfig:
     context: str | None = None
     api_key: str | None = None
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
-    image: str | None = None  # the project's image, for staging Jobs (``_stage.DEFAULT_IMAGE``)
+    image: str | None = None  # the project's image, for the stager's Job (``_stage.DEFAULT_IMAGE``)
 
     @classmethod
     def from_config(cls, values: Mapping[str, str]) -> ProviderConfig:

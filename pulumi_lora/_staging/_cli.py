@@ -1,4 +1,4 @@
-"""``pulumi-lora stage`` and ``stage-serve``: the commands the staging Jobs run in the cluster.
+"""``pulumi-lora stage`` and ``stage-serve``: the stager's commands, by hand and in its Job.
 
 ``stage`` stages one source at ``<root>/<content key>``, prints one JSON result line on stdout and
 writes the same JSON to ``/dev/termination-log`` when that file exists (Kubernetes hands it to
@@ -348,7 +348,7 @@ def stage_serve_command(  # noqa: PLR0917 - one parameter per option, as click p
     termination_log: Path,
 ) -> None:
     """Serve stagings, verifications and removals on ROOT to the provider that started this
-    server (its staging Job), while it holds a connection (docs/staging.md)."""
+    server (its stager Job), while it holds a connection (docs/staging.md)."""
     limits = _server_limits(max_lora_rank, lora_target_modules)
     served = {"stagings": 0}
 

@@ -265,7 +265,7 @@ def _job(
 
 @dataclass(frozen=True)
 class StageResult:
-    """What a staging Job reported on success (the stager's JSON line)."""
+    """What a staging reported on success (the stager's result document)."""
 
     key: str
     path: str

@@ -164,19 +164,15 @@ def test_a_sigterm_ends_a_held_server_at_once(hub: PlayedHub, tmp_path: Path, ho
     PID 1, which has no default action for it), however held."""
     served = start(tmp_path, hub)
     holder(served)
-    started = time.monotonic()
     served.process.send_signal(signal.SIGTERM)
-    served.process.communicate(timeout=15)
-    assert served.process.returncode == 0
-    assert time.monotonic() - started < 5
+    served.process.communicate(timeout=15)  # held and idle: only the signal ends it
+    assert served.process.returncode == 0  # its own end, not the signal's default
 
 
 def test_a_server_nobody_holds_ends_after_its_start_grace(hub: PlayedHub, tmp_path: Path) -> None:
     served = start(tmp_path, hub, "--start-grace=0.5")
-    started = time.monotonic()
-    served.process.communicate(timeout=15)
+    served.process.communicate(timeout=15)  # the default start grace is 120 s
     assert served.process.returncode == 0
-    assert time.monotonic() - started < 10
     assert json.loads(served.termination.read_text()) == {"stagings": 0}
 
 

@@ -90,8 +90,8 @@ CRASH_BACKOFF = 1.0
 RESYNC_COMMAND = ["pulumi-lora", "resync"]
 """The command of the re-sync loop's container, as ``pulumi_lora.deploy`` renders it."""
 JOB_COMMANDS = ("stage", "stage-serve", "unstage", "verify-staged")
-"""The first argument of a staging or cleanup Job's container (the image's entrypoint is
-``pulumi-lora``)."""
+"""The first argument of the container of a stager's Job, or of a staging Job run by hand (the
+image's entrypoint is ``pulumi-lora``)."""
 
 _STOP_TIMEOUT = 10.0
 _PROBE_TIMEOUT = 1.0
