@@ -552,10 +552,11 @@ class ProxyAccess:
 
     def pod_url(self, pod: PodEndpoint) -> str:
         """Base URL of one pod's SGLang through the proxy."""
-        return (
-            f"{self.server.rstrip('/')}/api/v1/namespaces/{pod.namespace}/pods/"
-            f"{pod.name}:{pod.port}/proxy"
-        )
+        return self.url(pod.namespace, pod.name, pod.port)
+
+    def url(self, namespace: str, pod: str, port: int) -> str:
+        """Base URL of port ``port`` of pod ``namespace/pod`` through the proxy."""
+        return f"{self.server.rstrip('/')}/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy"
 
 
 def proxy_access(source: KubeSource) -> ProxyAccess:

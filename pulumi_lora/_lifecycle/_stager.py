@@ -72,7 +72,7 @@ class Stager:
         self.kube, self.namespace, self.name = kube, namespace, name
         self.pod = ""
         self._token = token
-        self._server = access.server.rstrip("/")
+        self._access = access
         verify: Any = access.ssl_context if access.ssl_context is not None else True
         transport: Any = RetryingTransport(httpx2.HTTPTransport(verify=verify), PROXY_POLICY)
         self._http = httpx2.Client(
@@ -88,9 +88,7 @@ class Stager:
 
     def url(self, path: str) -> str:
         """``path`` on the server, through the apiserver's pod proxy."""
-        return (
-            f"{self._server}/api/v1/namespaces/{self.namespace}/pods/{self.pod}:{PORT}/proxy{path}"
-        )
+        return self._access.url(self.namespace, self.pod, PORT) + path
 
     def call(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``path``; the server's JSON answer (raises ``StagerLost``)."""
