@@ -1,4 +1,4 @@
-"""The chaos run CI can afford: 60 s of faults on 20 adapters x 4 pods, every invariant checked,
+"""The chaos run CI can afford: 40 s of faults on 20 adapters x 4 pods, every invariant checked,
 and no process of the run left behind.
 
 Real etcd, kube-apiserver (restarted once), kubectl and Pulumi engine; the re-sync loop as a
