@@ -3,7 +3,8 @@
 One adapter on two pods, through the real CLI (the Automation API runs it; ``stdout`` is what it
 prints). The clean case shows no property diff and no drift line; each kind of drift is named in
 words in the command's diagnostics (``drift: LoRAAdapter NS/NAME: ...``), and a ``pulumi up``
-heals it, rewriting no output of a pod it did not touch.
+heals it (an update, or a create after a refresh dropped a deleted CR), rewriting no output of a
+pod it did not touch; destroy leaves no CR and nothing loaded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter
+from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
@@ -63,7 +65,13 @@ def test_every_drift_is_named_in_words_and_the_clean_case_shows_nothing(
     stack: tuple[auto.Stack, InferenceServiceHandle, str], testbed: Testbed, namespace: str
 ) -> None:
     st, handle, path = stack
-    first = st.up().outputs
+    created = st.up()
+    assert created.summary.resource_changes == {"create": 2}  # the stack and the adapter
+    first = created.outputs
+    waited = testbed.kubectl(
+        "wait", "--for=condition=Loaded", "lora/sql-lora", "-n", namespace, "--timeout=10s"
+    )
+    assert waited.returncode == 0, waited.stderr
     where = f"drift: LoRAAdapter {namespace}/sql-lora: "
     a, b = (pod.name for pod in handle.ready_pods())
     url = {pod.name: pod.url for pod in handle.ready_pods()}
@@ -88,7 +96,9 @@ def test_every_drift_is_named_in_words_and_the_clean_case_shows_nothing(
         unload = {"lora_name": "sql-lora"}
         assert httpx2.post(f"{url[a]}/unload_lora_adapter", json=unload).status_code == 200
         expect(f"pod {a}: sql-lora not loaded")
-        healed = st.up().outputs
+        heal = st.up()
+        assert heal.summary.resource_changes.get("update") == 1
+        healed = heal.outputs
         # the heal rewrites nothing it did not change: pods and conditions as before the drift
         assert healed["pods"].value == first["pods"].value
         assert healed["conditions"].value == first["conditions"].value
@@ -128,7 +138,12 @@ def test_every_drift_is_named_in_words_and_the_clean_case_shows_nothing(
         gone = testbed.kubectl("delete", "lora", "sql-lora", "-n", namespace)
         assert gone.returncode == 0, gone.stderr
         expect("CR deleted outside Pulumi")
-        st.up()
+        # A refresh drops it from the state; the next up creates it again.
+        assert st.refresh().summary.resource_changes.get("delete") == 1
+        assert st.up().summary.resource_changes.get("create") == 1
+        assert get_adapter(testbed.client(), namespace, "sql-lora") is not None
         clean()
     finally:
         st.destroy()
+    assert get_adapter(testbed.client(), namespace, "sql-lora") is None
+    assert all(adapters == {} for adapters in handle.served().values())

@@ -1,4 +1,5 @@
-"""End to end on the real engine and the real apiserver: `pulumi up`, refresh, drift, destroy.
+"""End to end on the real engine and the real apiserver: `pulumi up`, updates, destroy (drift
+and its heal: ``test_drift_words.py``).
 
 Every scenario runs an Automation API inline program that declares ``LoRAAdapter`` components,
 against a multi-replica InferenceService whose pods are emulated SGLang servers.
@@ -19,7 +20,7 @@ from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._cluster import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import drift_report, drift_seen, emulator_post, keyed_service, served
+from tests.e2e.conftest import drift_report, keyed_service, served
 
 Declared = dict[str, dict[str, Any]]
 
@@ -48,75 +49,6 @@ def everywhere(handle: InferenceServiceHandle, name: str, path: str) -> bool:
 
 def nowhere(handle: InferenceServiceHandle, name: str) -> bool:
     return all(name not in adapters for adapters in served(handle).values())
-
-
-def test_up_drift_and_heal_destroy(
-    engine: LocalEngine, testbed: Testbed, namespace: str, isvc: InferenceServiceHandle
-) -> None:
-    path = testbed.make_adapter("sql-e2e")
-    declared = {
-        "sql": {
-            "adapter_name": "sql-lora",
-            "path": path,
-            "inference_service": "llama",
-            "namespace": namespace,
-        }
-    }
-    stack = stack_for(engine, testbed, declared, "drift")
-    up = stack.up()
-    assert up.summary.resource_changes == {"create": 2}  # the stack and the adapter
-    assert up.outputs["sql_loaded"].value is True
-    assert everywhere(isvc, "sql-lora", path)
-    assert drift_report(stack) is None
-    waited = testbed.kubectl(
-        "wait", "--for=condition=Loaded", "lora/sql-lora", "-n", namespace, "--timeout=10s"
-    )
-    assert waited.returncode == 0, waited.stderr
-
-    # An out-of-band unload on one pod: refresh sees it, the next up re-loads it.
-    victim = isvc.ready_pods()[1]
-    emulator_post(victim.url, "/unload_lora_adapter", {"lora_name": "sql-lora"})
-    assert drift_seen(stack)
-    healed = stack.up()
-    assert healed.summary.resource_changes.get("update") == 1
-    assert everywhere(isvc, "sql-lora", path) and drift_report(stack) is None
-
-    # A pod restart loses the adapter (SGLang keeps no state): drift, then healed.
-    testbed.restart_pod(namespace, isvc.ready_pods()[0].name)
-    isvc.wait_ready(timeout=30)
-    assert drift_seen(stack)
-    stack.up()
-    assert everywhere(isvc, "sql-lora", path)
-
-    # The CR's spec edited out of band: refresh shows it, up puts the declared path back.
-    patched = testbed.kubectl(
-        "patch",
-        "lora/sql-lora",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"path": "/adapters/edited"}}),
-    )
-    assert patched.returncode == 0, patched.stderr
-    assert drift_seen(stack)
-    stack.up()
-    stored = get_adapter(testbed.client(), namespace, "sql-lora")
-    assert stored is not None and stored["spec"]["path"] == path
-    assert everywhere(isvc, "sql-lora", path)
-
-    # The CR deleted out of band: refresh drops it from the state, up recreates it.
-    deleted = testbed.kubectl("delete", "lora/sql-lora", "-n", namespace)
-    assert deleted.returncode == 0, deleted.stderr
-    refreshed = stack.refresh()
-    assert refreshed.summary.resource_changes.get("delete") == 1
-    recreated = stack.up()
-    assert recreated.summary.resource_changes.get("create") == 1
-    assert get_adapter(testbed.client(), namespace, "sql-lora") is not None
-
-    stack.destroy()
-    assert get_adapter(testbed.client(), namespace, "sql-lora") is None
-    assert nowhere(isvc, "sql-lora")
 
 
 def test_path_swap_rename_and_retarget(
