@@ -21,6 +21,12 @@ _DEFAULTS = ChaosOptions()
     help="Seconds of faults.",
 )
 @click.option(
+    "--gap",
+    type=(click.FloatRange(min=0.1), click.FloatRange(min=0.1)),
+    default=_DEFAULTS.gap,
+    help="Seconds between steps: LOW HIGH (uniform).",
+)
+@click.option(
     "--seed",
     type=int,
     default=_DEFAULTS.seed,
@@ -59,6 +65,7 @@ _DEFAULTS = ChaosOptions()
 def main(
     *,
     duration: float,
+    gap: tuple[float, float],
     seed: int,
     adapters: int,
     replicas: int,
@@ -70,6 +77,7 @@ def main(
     """Run one chaos scenario on a private testbed and print what it measured."""
     options = ChaosOptions(
         duration=duration,
+        gap=gap,
         seed=seed,
         adapters=adapters,
         replicas=replicas,

@@ -68,11 +68,11 @@ _HTTP = httpx2.Client(
 class ChaosOptions:
     """How big and how long a chaos run is (the defaults are the CI run's)."""
 
-    duration: float = 40.0  # seconds of faults
+    duration: float = 60.0  # seconds of faults
     seed: int = 1
     adapters: int = 20
     replicas: int = 4
-    gap: tuple[float, float] = (2 / 3, 2.0)  # seconds between steps
+    gap: tuple[float, float] = (1.0, 3.0)  # seconds between steps
     bound: float = 60.0  # seconds the loop has to heal the service after the last fault
     load_timeout: float = 2.0  # the loop's and the provider's load/unload timeout
     verify_interval: float = 3.0  # the loop's verification sweep
