@@ -11,11 +11,9 @@ termination message is always one JSON document within Kubernetes' 4096 bytes
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -362,7 +360,6 @@ def stage_serve_command(  # noqa: PLR0917 - one parameter per option, as click p
             transfer = TransferLimits(max_bytes=max_bytes, deadline=seconds)
             return stage(request, root, limits=limits, transfer=transfer, log=_emit).document()
 
-        threading.Thread(target=_warm, name="warm", daemon=True).start()
         work = Work(
             stage=staged,
             verify=lambda keys: {"keys": verify_keys(root, keys)},
@@ -380,13 +377,6 @@ def stage_serve_command(  # noqa: PLR0917 - one parameter per option, as click p
         return served
 
     _report(run, termination_log)
-
-
-def _warm() -> None:
-    """Import the Hub's client while the server waits for its first call (about a third of a
-    second of the first staging otherwise)."""
-    with contextlib.suppress(ImportError):
-        import huggingface_hub  # noqa: F401, PLC0415 - the staging extra, warmed only
 
 
 def _claim_command(name: str) -> Callable[[Callable[..., None]], click.Command]:

@@ -44,7 +44,7 @@ from pulumi_lora._staging._verify import (
     FileFacts,
     ServerLimits,
     manifest_text,
-    verify_directory,
+    verify_fetched,
     verify_staged,
 )
 
@@ -172,19 +172,20 @@ def _fetch(
     progress: Progress,
     log: Log,
 ) -> tuple[dict[str, FileFacts], AdapterConfig]:
-    """Fetch into a temporary directory, verify, record the manifest, seal, rename into place."""
+    """Fetch into a temporary directory (each file hashed and flushed as it is written), verify
+    from those facts, record the manifest, seal, rename into place."""
     temporary = _temporary(root, final.name)
     try:
-        vouched = fetch_files(request, temporary, env, progress)
-        shutil.rmtree(temporary / ".cache", ignore_errors=True)  # huggingface_hub's bookkeeping
-        facts, config = verify_directory(
+        fetched = fetch_files(request, temporary, env, progress)
+        facts, config = verify_fetched(
             temporary,
+            fetched.files,
             files=request.files,
-            digests={**vouched, **request.digests},
+            digests={**fetched.vouched, **request.digests},
             limits=limits,
         )
         manifest = manifest_text(final.name, request.source.uri, facts)
-        (temporary / MANIFEST).write_text(manifest, encoding="utf-8")
+        _write_flushed(temporary / MANIFEST, manifest.encode())
         _seal(temporary)
         _install(temporary, final, request, limits, log)
     finally:
@@ -216,19 +217,21 @@ def _temporary(root: Path, key: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=root))
 
 
+def _write_flushed(path: Path, data: bytes) -> None:
+    with path.open("wb") as stream:
+        stream.write(data)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
 def _seal(directory: Path) -> None:
-    """Files read-only and flushed to the volume, before the rename makes them visible."""
-    for current, _dirs, files in os.walk(directory):
+    """Files read-only and every directory's entries flushed to the volume, before the rename
+    makes them visible (each file was flushed by its writer after its last byte)."""
+    for current, _dirs, files in os.walk(directory, topdown=False):
         for name in files:
-            path = Path(current) / name
-            path.chmod(0o444)
-            descriptor = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
+            (Path(current) / name).chmod(0o444)
         Path(current).chmod(0o755)
-    _fsync_directory(directory)
+        _fsync_directory(Path(current))
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -175,7 +175,6 @@ def _fetch_env(hf_endpoint: str | None, secret_name: str | None) -> list[dict[st
     endpoint, and the optional credential keys of ``secret_name``."""
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": "/tmp"},  # noqa: S108 - the emptyDir the Job mounts
-        {"name": "HF_HOME", "value": "/tmp/hf"},  # noqa: S108
     ]
     if hf_endpoint:
         env.append({"name": "HF_ENDPOINT", "value": hf_endpoint})

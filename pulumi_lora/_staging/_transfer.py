@@ -9,7 +9,7 @@
 * **time** (``deadline``, seconds from the start): every wait ends there (`SourceTooSlow`). A
   per-read timeout bounds each wait for a byte, not the transfer: a source sending a byte every
   59 s never trips a 60 s read timeout. So the deadline reaches into the clients. For httpx2
-  (ours and huggingface_hub's), every socket operation (connect, TLS, each read and write)
+  (the Hub's and https sources), every socket operation (connect, TLS, each read and write)
   waits at most what is left (`bound_client`), so a dripping status line, header or body fails
   at the deadline. boto3's urllib3 sockets are out of reach: its blocking calls run in a daemon
   thread the stager stops waiting for at the deadline (`pumped`, `waited`); that thread never
@@ -181,7 +181,7 @@ def active(progress: Progress, *, https_only: bool) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-# --- httpx2 (ours and huggingface_hub's): every socket wait within the deadline ------------
+# --- httpx2 (the Hub's and https sources): every socket wait within the deadline -----------
 
 
 def _within_deadline(operation: Callable[[float | None], T], timeout: float | None) -> T:
@@ -200,14 +200,21 @@ def _within_deadline(operation: Callable[[float | None], T], timeout: float | No
         raise
 
 
+_READ_BYTES = 1 << 20
+"""Bytes one read may take from the socket: httpcore2 asks for 64 KiB, and each read costs a
+trip through the HTTP parser and the deadline; the parser keeps whatever comes beyond."""
+
+
 class _DeadlineStream:
-    """A network stream (httpcore2's) whose waits end at the deadline."""
+    """A network stream (httpcore2's) whose waits end at the deadline, read in up to
+    `_READ_BYTES` at a time."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        data: bytes = _within_deadline(lambda t: self._inner.read(max_bytes, t), timeout)
+        size = max(max_bytes, _READ_BYTES)
+        data: bytes = _within_deadline(lambda t: self._inner.read(size, t), timeout)
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -261,7 +268,7 @@ class _DeadlineBackend:
 
 
 def bound_client(client: Any) -> Any:
-    """``client`` (a blocking httpx2 client, ours or huggingface_hub's) with every connection
+    """``client`` (a blocking httpx2 client) with every connection
     pool's network backend bounded by the active transfer's deadline (inert outside `active`), and
     `refuse_plain_http` on every request. Returns ``client``.
 

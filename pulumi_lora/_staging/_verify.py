@@ -1,8 +1,10 @@
 """Checking a staged directory: every file's sha256, ``adapter_config.json``, the server's flags.
 
 No network and no I/O library: the checks read local files (streaming, in 1 MiB blocks) and
-decide; the rules themselves (``check_digests``, ``parse_adapter_config``,
-``check_against_server``, ``parse_manifest``) are pure functions of values.
+decide; a directory just fetched is checked from the facts computed as its files were written
+(`verify_fetched`: its bytes are not read again). The rules themselves (``check_digests``,
+``parse_adapter_config``, ``check_against_server``, ``parse_manifest``) are pure functions of
+values.
 
 A staged directory keeps what was checked when it was fetched in its **manifest**
 (``.pulumi-lora-staged.json``: every file's size and sha256, computed from the bytes after they
@@ -40,6 +42,7 @@ __all__ = [
     "parse_manifest",
     "staged_files",
     "verify_directory",
+    "verify_fetched",
     "verify_staged",
 ]
 
@@ -224,27 +227,71 @@ def verify_directory(
 ) -> tuple[dict[str, FileFacts], AdapterConfig]:
     """The staged directory holds exactly ``files`` (every file, when ``files`` is empty:
     an unpinned listing), each pinned one with its digest, and a LoRA ``adapter_config.json``
-    within ``limits``. Returns each file's facts and the adapter's config."""
+    within ``limits``. Reads and hashes every file; returns each file's facts and the adapter's
+    config."""
     present = staged_files(directory)
-    wanted = sorted(files)
+    _check_names(present, files)
+    facts = {name: hash_file(directory / name, on_bytes) for name in present}
+    return facts, _check_content(directory, facts, digests, limits)
+
+
+def verify_fetched(
+    directory: Path,
+    fetched: Mapping[str, FileFacts],
+    *,
+    files: Iterable[str],
+    digests: Mapping[str, str],
+    limits: ServerLimits | None = None,
+) -> tuple[dict[str, FileFacts], AdapterConfig]:
+    """`verify_directory` for a directory just fetched, from the facts computed as its files
+    were written (``fetched``): nothing is hashed again. Every file in the directory must be one
+    fetched; ``adapter_config.json`` is read, and must still have its fetched sha256."""
+    present = staged_files(directory)
+    unknown = sorted(set(present) - set(fetched))
+    if unknown:
+        raise DigestMismatch(
+            f"{unknown[0]} is in the staged directory but was not fetched", file=unknown[0]
+        )
+    _check_names(present, files)
+    facts = {name: fetched[name] for name in present}
+    return facts, _check_content(directory, facts, digests, limits)
+
+
+def _check_names(present: Iterable[str], files: Iterable[str]) -> None:
+    """The directory holds exactly the declared ``files`` (any, when none is declared)."""
+    found, wanted = set(present), sorted(files)
     if wanted:
-        extra = sorted(set(present) - set(wanted))
+        extra = sorted(found - set(wanted))
         if extra:
             raise DigestMismatch(
                 f"{extra[0]} is in the staged directory but not declared", file=extra[0]
             )
-    missing = sorted(set(wanted) - set(present))
+    missing = sorted(set(wanted) - found)
     if missing:
         raise DigestMismatch(f"{missing[0]} is missing from the staged directory", file=missing[0])
-    facts = {name: hash_file(directory / name, on_bytes) for name in present}
+
+
+def _check_content(
+    directory: Path,
+    facts: Mapping[str, FileFacts],
+    digests: Mapping[str, str],
+    limits: ServerLimits | None,
+) -> AdapterConfig:
+    """Every pinned digest, and a LoRA ``adapter_config.json`` (the bytes hashed in
+    ``facts``) within ``limits``."""
     check_digests(facts, digests)
-    config_path = directory / ADAPTER_CONFIG
     if ADAPTER_CONFIG not in facts:
         raise AdapterConfigInvalid(f"{ADAPTER_CONFIG} is missing", file=ADAPTER_CONFIG)
-    config = parse_adapter_config(config_path.read_text(encoding="utf-8", errors="replace"))
+    data = (directory / ADAPTER_CONFIG).read_bytes()
+    if hashlib.sha256(data).hexdigest() != facts[ADAPTER_CONFIG].sha256:
+        raise DigestMismatch(
+            f"{ADAPTER_CONFIG} changed in the staged directory while it was checked",
+            file=ADAPTER_CONFIG,
+        )
+    config = parse_adapter_config(data.decode("utf-8", errors="replace"))
     if limits is not None:
         check_against_server(config, limits)
-    return facts, config
+    return config
 
 
 def manifest_text(key: str, source: str, facts: Mapping[str, FileFacts]) -> str:

@@ -1,12 +1,15 @@
-"""A played Hugging Face Hub on loopback, for staging tests: the calls ``huggingface_hub``
-(2.x) makes to download files at a revision, answered as the Hub answers them.
+"""A played Hugging Face Hub on loopback, for staging tests: the calls the stager (plain GETs,
+``_staging._hub``) and ``huggingface_hub`` (2.x) make to download files at a revision, answered
+as the Hub answers them.
 
 Reach it with ``HF_ENDPOINT=hub.endpoint``. It serves, for the repositories published on it:
 
 * ``GET /api/models/{repo}/revision/{rev}``: ``{"id", "sha", "siblings", "private"}``
   (``HfApi.repo_info``, called by ``snapshot_download`` for a branch or tag);
 * ``GET /api/models/{repo}/tree/{rev}?recursive=…``: the file list with ``oid``, ``size`` and,
-  for LFS files, ``lfs.oid`` (sha256) and ``lfs.size`` (``HfApi.list_repo_tree``), one page;
+  for LFS files, ``lfs.oid`` (sha256) and ``lfs.size`` (``HfApi.list_repo_tree``), in pages of
+  ``tree_page`` entries (1000, as the Hub's), each but the last naming the next in a
+  ``Link: <…&cursor=…>; rel="next"`` header;
 * ``HEAD|GET /{repo}/resolve/{rev}/{file}``: a regular file answers 200 with ``X-Repo-Commit``,
   ``ETag`` (its git blob id) and its bytes; an LFS file answers 302 to the "CDN"
   (``http://localhost:{port}/cdn/{sha256}``: another origin than ``HF_ENDPOINT``'s
@@ -26,11 +29,12 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlencode, urlsplit
 
 __all__ = ["HubRepo", "HubRequest", "PlayedHub"]
 
@@ -58,6 +62,9 @@ class HubRepo:
     """Branch or tag → commit (``main`` always names ``commit``)."""
     sha256s: dict[str, str] = field(default_factory=dict)
     """File → sha256 of its bytes (computed once, at publication)."""
+    blob_ids: dict[str, str] = field(default_factory=dict)
+    """File → its git blob id, the ``ETag`` (computed once, at publication: the Hub does not hash
+    a file per request, and a benchmark must not pay for it)."""
 
 
 @dataclass(frozen=True)
@@ -73,9 +80,19 @@ class HubRequest:
 class PlayedHub:
     """The played Hub: ``start()``, publish repositories, point ``HF_ENDPOINT`` at ``endpoint``."""
 
-    def __init__(self, tokens: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        tokens: frozenset[str] = frozenset(),
+        tree_page: int = 1000,
+        rate: float | None = None,
+    ) -> None:
         self.tokens = tokens
         """Tokens that may read private repositories."""
+        self.tree_page = tree_page
+        """Entries in one page of a file list."""
+        self.rate = rate
+        """Bytes per second each answer's body is sent at, at most (``None``: as fast as the
+        machine goes): a link to a real Hub, where the network, not the CPU, sets the pace."""
         self.repos: dict[str, HubRepo] = {}
         self.requests: list[HubRequest] = []
         self._lock = threading.Lock()
@@ -112,6 +129,7 @@ class PlayedHub:
                 digest.update(name.encode() + b"\0" + files[name])
             commit = digest.hexdigest()
         sha256s = {name: hashlib.sha256(content).hexdigest() for name, content in files.items()}
+        blob_ids = {name: git_blob_id(content) for name, content in files.items()}
         with self._lock:
             self.repos[repo_id] = HubRepo(
                 commit=commit,
@@ -120,6 +138,7 @@ class PlayedHub:
                 private=private,
                 branches={"main": commit, **(branches or {})},
                 sha256s=sha256s,
+                blob_ids=blob_ids,
             )
             self._blobs.update({sha256s[name]: files[name] for name in lfs})
         return commit
@@ -201,10 +220,10 @@ class PlayedHub:
         if commit != repo.commit:
             return _Answer(404, {"X-Error-Code": "RevisionNotFound"})
         if "what" in match.groupdict():
-            return self._api(match["repo"], repo, match["what"])
+            return self._api(match["repo"], repo, match["what"], urlsplit(target))
         return self._resolve(repo, match["file"])
 
-    def _api(self, repo_id: str, repo: HubRepo, what: str) -> _Answer:
+    def _api(self, repo_id: str, repo: HubRepo, what: str, target: SplitResult) -> _Answer:
         if what == "revision":
             body: Any = {
                 "id": repo_id,
@@ -212,9 +231,19 @@ class PlayedHub:
                 "private": repo.private,
                 "siblings": [{"rfilename": name} for name in sorted(repo.files)],
             }
-        else:
-            body = [_tree_entry(name, repo) for name in sorted(repo.files)]
-        return _Answer(200, {"Content-Type": "application/json"}, json.dumps(body).encode())
+            return _Answer(200, {"Content-Type": "application/json"}, json.dumps(body).encode())
+        query = parse_qs(target.query)
+        start = int(query.get("cursor", ["0"])[0])
+        names = sorted(repo.files)
+        page = names[start : start + self.tree_page]
+        headers = {"Content-Type": "application/json"}
+        if start + self.tree_page < len(names):
+            following = urlencode(
+                {**{k: v[0] for k, v in query.items()}, "cursor": start + len(page)}
+            )
+            headers["Link"] = f'<{self.endpoint}{target.path}?{following}>; rel="next"'
+        body = [_tree_entry(name, repo) for name in page]
+        return _Answer(200, headers, json.dumps(body).encode())
 
     def _resolve(self, repo: HubRepo, name: str) -> _Answer:
         content = repo.files.get(name)
@@ -228,12 +257,12 @@ class PlayedHub:
                 {
                     **common,
                     "Location": f"http://localhost:{self.port}/cdn/{sha}",
-                    "ETag": f'"{git_blob_id(content)}"',
+                    "ETag": f'"{repo.blob_ids[name]}"',
                     "X-Linked-Etag": f'"{sha}"',
                     "X-Linked-Size": str(len(content)),
                 },
             )
-        return _Answer(200, {**common, "ETag": f'"{git_blob_id(content)}"'}, content)
+        return _Answer(200, {**common, "ETag": f'"{repo.blob_ids[name]}"'}, content)
 
     def _cdn(self, sha: str, byte_range: str | None) -> _Answer:
         with self._lock:
@@ -255,7 +284,7 @@ def _tree_entry(name: str, repo: HubRepo) -> dict[str, Any]:
         "type": "file",
         "path": name,
         "size": len(content),
-        "oid": git_blob_id(content),
+        "oid": repo.blob_ids[name],
     }
     if name in repo.lfs:
         entry["lfs"] = {
@@ -294,7 +323,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if body and answer.body:
             view = memoryview(answer.body)
+            began, rate = time.monotonic(), self.played.rate
             for start in range(0, len(view), 1 << 20):
+                if rate is not None:  # this chunk leaves when the pace allows it
+                    time.sleep(max(0.0, began + start / rate - time.monotonic()))
                 self.wfile.write(view[start : start + (1 << 20)])
 
     def log_message(self, format: str, *args: Any) -> None:

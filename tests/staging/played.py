@@ -1,9 +1,9 @@
 """A hostile HTTP(S) server on loopback for the stager's limits: answers written byte by byte as
 told (dripped, endless, redirected), and a count of what it managed to send.
 
-It speaks just enough HTTP/1.1 for httpx2 (ours and ``huggingface_hub``'s) and urllib3 (boto3): one
-request per connection, ``Connection: close``, a body with ``Content-Length`` or delimited by
-the close.
+It speaks just enough HTTP/1.1 for httpx2 and urllib3 (boto3): one request per connection,
+``Connection: close``, a body with ``Content-Length`` or delimited by the close. It records
+each request's ``Authorization`` header.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ class Sent:
     """What one route's answers got out, and how many times it was asked."""
 
     requests: int = 0
+    authorizations: list[str | None] = field(default_factory=list)
+    """Each request's ``Authorization`` header (``None``: it had none), in order."""
     head: int = 0
     """Bytes of status line and headers sent."""
     body: int = 0
@@ -57,10 +59,12 @@ def endless(chunk: int = 64 << 10, safety: int = 64 << 20) -> Callable[[], Itera
 
 
 class PlayedHttp:
-    """``routes`` maps ``METHOD /path`` to a `Reply`; anything else is a 404."""
+    """``routes`` maps ``METHOD /path`` to a `Reply`; anything else is a 404. ``queued`` holds
+    replies given once each, in order, before the route's own."""
 
     def __init__(self, *, tls: ssl.SSLContext | None = None, host: str = "127.0.0.1") -> None:
         self.routes: dict[str, Reply] = {}
+        self.queued: dict[str, list[Reply]] = {}
         self.sent: dict[str, Sent] = {}
         self._lock = threading.Lock()
         played = self
@@ -101,16 +105,21 @@ class PlayedHttp:
     def _handle(self, handler: socketserver.StreamRequestHandler) -> None:
         try:
             line = handler.rfile.readline().decode("latin-1")
-            while handler.rfile.readline() not in {b"\r\n", b"\n", b""}:
-                pass  # the request's headers: not needed
+            authorization = None
+            while (header := handler.rfile.readline()) not in {b"\r\n", b"\n", b""}:
+                name, _, value = header.decode("latin-1").partition(":")
+                if name.strip().lower() == "authorization":
+                    authorization = value.strip()
             method, target, _version = line.split(" ", 2)
         except (OSError, ValueError):
             return
         route = f"{method} {urlsplit(target).path}"
-        reply = self.routes.get(route, Reply(status=404))
         sent = self.count(route)
         with self._lock:
+            queued = self.queued.get(route)
+            reply = queued.pop(0) if queued else self.routes.get(route, Reply(status=404))
             sent.requests += 1
+            sent.authorizations.append(authorization)
         body = reply.body
         headers = {"Connection": "close", **reply.headers}
         if isinstance(body, bytes) and "Content-Length" not in headers:

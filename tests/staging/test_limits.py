@@ -112,10 +112,10 @@ def test_a_dripping_hub_is_cut_off_at_the_deadline(played: PlayedHttp, tmp_path:
 def test_a_hub_asking_to_wait_past_the_deadline_fails_now(
     played: PlayedHttp, tmp_path: Path
 ) -> None:
-    """huggingface_hub sleeps as long as a 429's Retry-After says: not past the deadline."""
+    """A 429's Retry-After is waited for only within the deadline: not past it."""
     commit = "e" * 40
     path = f"/acme/busy/resolve/{commit}/adapter_config.json"
-    played.routes[f"HEAD {path}"] = Reply(429, {"Retry-After": "86400", "X-Repo-Commit": commit})
+    played.routes[f"GET {path}"] = Reply(429, {"Retry-After": "86400", "X-Repo-Commit": commit})
     request = parse_source(f"hf://acme/busy@{commit}", digests={"adapter_config.json": sha(CONFIG)})
     with pytest.raises(SourceTooSlow, match="did not end within --deadline 600 s"):
         stage(
@@ -124,7 +124,7 @@ def test_a_hub_asking_to_wait_past_the_deadline_fails_now(
             env={"HF_ENDPOINT": played.url},
             transfer=TransferLimits(deadline=600.0),
         )
-    assert played.count(f"HEAD {path}").requests == 1
+    assert played.count(f"GET {path}").requests == 1
     assert leftovers(tmp_path) == []
 
 
@@ -175,7 +175,7 @@ def test_an_https_hub_is_never_followed_down_to_plain_http(
         "X-Linked-Etag": f'"{sha(CONFIG)}"',
         "X-Linked-Size": str(len(CONFIG)),
     }
-    played_tls.routes[f"HEAD /acme/down/resolve/{commit}/adapter_config.json"] = Reply(302, headers)
+    played_tls.routes[f"GET /acme/down/resolve/{commit}/adapter_config.json"] = Reply(302, headers)
     played.routes["GET /cdn/blob"] = Reply(body=CONFIG)
     request = parse_source(f"hf://acme/down@{commit}", digests={"adapter_config.json": sha(CONFIG)})
     with pytest.raises(InsecureRedirect, match="redirected to plain http on localhost"):

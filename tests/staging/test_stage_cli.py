@@ -4,9 +4,11 @@ a failure's words and exit code."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -223,30 +225,52 @@ def test_a_long_result_keeps_within_kubernetes_4096_bytes() -> None:
     assert json.loads(text) == {"key": "k", "files": 100, "filesTruncated": True, "bytes": 100}
 
 
-@pytest.mark.parametrize("module", ["huggingface_hub", "boto3"])
-def test_without_the_staging_extra_the_command_names_it(module: str, tmp_path: Path) -> None:
-    source = "hf://acme/x@" + "1" * 40 if module == "huggingface_hub" else "s3://bucket/x/"
+def stage_without(
+    module: str, source: str, root: Path, env: dict[str, str], digest: str = "0" * 64
+) -> Any:
+    """``pulumi-lora stage --source=SOURCE`` in a Python where ``module`` cannot be imported."""
     program = (
         f"import sys; sys.modules[{module!r}] = None; "
         "from pulumi_lora._cli import main; sys.argv[0] = 'pulumi-lora'; main()"
     )
-    done = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             "-c",
             program,
             "stage",
             f"--source={source}",
-            f"--root={tmp_path}",
-            "--digest=adapter_config.json=" + "0" * 64,
+            f"--root={root}",
+            f"--digest=adapter_config.json={digest}",
         ],
         capture_output=True,
         text=True,
         check=False,
         timeout=60,
+        env={**os.environ, **env},
     )
-    scheme = source.split(":", maxsplit=1)[0]
+
+
+def test_without_the_staging_extra_the_command_names_it(tmp_path: Path) -> None:
+    done = stage_without("boto3", "s3://bucket/x/", tmp_path, {})
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.endswith(
-        f"Error: staging from {scheme}:// needs {module}: pip install 'pulumi-lora[staging]'\n"
+        "Error: staging from s3:// needs boto3: pip install 'pulumi-lora[staging]'\n"
     )
+
+
+def test_staging_from_the_hub_needs_no_extra(
+    hub: PlayedHub, adapter: Adapter, tmp_path: Path
+) -> None:
+    """hf:// is plain httpx2 GETs (a dependency): huggingface_hub is never imported."""
+    config = adapter.files["adapter_config.json"]
+    commit = hub.publish("acme/no-extra", {"adapter_config.json": config})
+    done = stage_without(
+        "huggingface_hub",
+        f"hf://acme/no-extra@{commit}",
+        tmp_path,
+        {"HF_ENDPOINT": hub.endpoint},
+        digest=adapter.digests["adapter_config.json"],
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["files"]["adapter_config.json"]["bytes"] == len(config)

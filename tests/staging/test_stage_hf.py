@@ -1,4 +1,4 @@
-"""Staging from a played Hugging Face Hub, through the real ``huggingface_hub`` client."""
+"""Staging from a played Hugging Face Hub, as the Hub answers the stager's plain GETs."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from pulumi_lora._staging._errors import AdapterConfigInvalid, AdapterIncompatib
 from pulumi_lora._staging._verify import (
     MANIFEST,
     AdapterConfig,
+    FileFacts,
     ServerLimits,
     check_against_server,
     hash_file,
@@ -19,6 +20,7 @@ from pulumi_lora._staging._verify import (
     parse_adapter_config,
     parse_manifest,
     verify_directory,
+    verify_fetched,
     verify_staged,
 )
 
@@ -79,6 +81,44 @@ def test_a_missing_or_an_undeclared_file_is_a_mismatch(tmp_path: Path) -> None:
     (tmp_path / "a" / "adapter_model.safetensors").unlink()
     with pytest.raises(DigestMismatch, match=r"adapter_model\.safetensors is missing"):
         verify_directory(tmp_path / "a", files=sorted(digests), digests=digests)
+
+
+def fetched_facts(directory: Path) -> dict[str, FileFacts]:
+    """What the writer computed for each file of ``directory`` (here: from its bytes)."""
+    return {path.name: hash_file(path) for path in directory.iterdir()}
+
+
+def test_a_fetched_directory_is_checked_from_its_facts_not_read_again(tmp_path: Path) -> None:
+    """The weights changed on disk after they were written and hashed: not read again, the
+    facts computed while writing are what is checked and recorded."""
+    digests = write_adapter(tmp_path / "a")
+    facts = fetched_facts(tmp_path / "a")
+    (tmp_path / "a" / "adapter_model.safetensors").write_bytes(b"changed after the write")
+    found, config = verify_fetched(tmp_path / "a", facts, files=sorted(digests), digests=digests)
+    assert found == facts and config.rank == 16
+
+
+def test_a_fetched_directory_holds_only_what_was_fetched(tmp_path: Path) -> None:
+    digests = write_adapter(tmp_path / "a")
+    facts = fetched_facts(tmp_path / "a")
+    (tmp_path / "a" / "planted.bin").write_bytes(b"x")
+    with pytest.raises(DigestMismatch) as planted:
+        verify_fetched(tmp_path / "a", facts, files=(), digests=digests)
+    assert planted.value.detail == "planted.bin is in the staged directory but was not fetched"
+    (tmp_path / "a" / "planted.bin").unlink()
+    (tmp_path / "a" / "adapter_model.safetensors").unlink()
+    with pytest.raises(DigestMismatch, match=r"adapter_model\.safetensors is missing"):
+        verify_fetched(tmp_path / "a", facts, files=sorted(digests), digests=digests)
+
+
+def test_the_config_checked_is_the_config_hashed(tmp_path: Path) -> None:
+    digests = write_adapter(tmp_path / "a")
+    facts = fetched_facts(tmp_path / "a")
+    (tmp_path / "a" / "adapter_config.json").write_text(json.dumps({**CONFIG, "r": 4}))
+    with pytest.raises(
+        DigestMismatch, match=r"adapter_config\.json changed in the staged directory"
+    ):
+        verify_fetched(tmp_path / "a", facts, files=sorted(digests), digests=digests)
 
 
 def test_a_symlink_is_refused(tmp_path: Path) -> None:

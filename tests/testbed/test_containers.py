@@ -203,8 +203,8 @@ def test_a_stopped_testbed_leaves_no_container_behind(runtime: None) -> None:
 
 
 def test_the_image_is_its_program_and_nothing_else(runtime: None) -> None:
-    """``FROM scratch`` plus deploy/slim.py's gathering: no shell to run, yet CPython, TLS, the
-    Hub's and S3's clients import, and botocore knows the two services the stager calls."""
+    """``FROM scratch`` plus deploy/slim.py's gathering: no shell to run, yet CPython, TLS and
+    the stager's S3 client import, and botocore knows the two services the stager calls."""
     podman = ["podman", "--runtime", "runc", "run", "--rm", "--network", "none"]
     podman += ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
     shell = subprocess.run(
@@ -213,10 +213,10 @@ def test_the_image_is_its_program_and_nothing_else(runtime: None) -> None:
     )  # fmt: skip
     assert shell.returncode != 0 and "/bin/sh" in shell.stderr, shell.stderr
     code = (
-        "import ssl, hf_xet, huggingface_hub, boto3, botocore.session, pulumi_lora._staging._cli;"
+        "import ssl, boto3, botocore.session, pulumi_lora._staging._cli;"
         "print(sorted(botocore.session.get_session().get_available_services()))"
     )
-    python = subprocess.run(  # HOME as the staging Jobs set it (hf_xet logs under it)
+    python = subprocess.run(  # HOME as the staging Jobs set it
         [*podman, "--env", "HOME=/tmp", "--entrypoint", "/opt/pulumi-lora/bin/python",
          loop_image(), "-c", code],
         capture_output=True, text=True, timeout=120, check=False,
