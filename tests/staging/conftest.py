@@ -70,14 +70,16 @@ def moto() -> Iterator[MotoServer]:
 
 
 @pytest.fixture
-def tiny_volume(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs (root only): a volume that fills up for real."""
+def tiny_volume(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A tmpfs of 1 MiB, or of the MiB an indirect parameter gives (root only): a volume that
+    fills up for real."""
+    mebibytes = int(getattr(request, "param", 1))
     mount = tmp_path / "tiny"
     mount.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
-        missing_real_part("mounting a 1 MiB tmpfs needs root")
+        missing_real_part("mounting a tmpfs needs root")
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={mebibytes}m", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
         check=False,

@@ -91,10 +91,16 @@ def test_a_missing_file_a_403_and_a_closed_port_are_told_apart(
     assert leftovers(root) == []
 
 
-# huggingface_hub warns first (it compares the announced size with the free space), then writes.
-@pytest.mark.filterwarnings("ignore:Not enough free disk space:UserWarning")
-def test_a_full_volume_is_named_and_cleaned_up(hub: PlayedHub, tiny_volume: Path) -> None:
-    adapter = make_adapter(weights_bytes=2 << 20)  # twice the 1 MiB tmpfs
+@pytest.mark.parametrize(
+    ("tiny_volume", "weights"),
+    [(1, 2 << 20), (6, 12 << 20)],
+    ids=["in-the-reader", "in-the-writing-thread"],  # past 4 MiB, a thread writes (_write._Sink)
+    indirect=["tiny_volume"],
+)
+def test_a_full_volume_is_named_and_cleaned_up(
+    hub: PlayedHub, tiny_volume: Path, weights: int
+) -> None:
+    adapter = make_adapter(weights_bytes=weights)  # twice the tmpfs
     commit = hub.publish("acme/big", adapter.files, lfs=frozenset({WEIGHTS}))
     request = parse_source(f"hf://acme/big@{commit}", digests=adapter.digests)
     with pytest.raises(VolumeFull) as full:
