@@ -1,9 +1,9 @@
 """Fixtures of the CLI tests: the user's path, `pulumi` subcommands in a project folder.
 
 A user's Python project has a virtualenv made from its ``requirements.txt``; here that happens once
-per run (the xdist workers share it), in a fresh project that names this repository as a plain
-(non-editable) requirement, the way the README tells a user of the language host built here to do
-it (``python3 -m venv venv``, ``venv/bin/pip install -r requirements.txt``, then ``source
+per run (the xdist workers share it), in a fresh project that names this repository's wheel
+(built once; a user outside the repository gets the same from a registry) as its requirement, the
+way the README tells a user of the language host built here to do it (``python3 -m venv venv``, ``venv/bin/pip install -r requirements.txt``, then ``source
 venv/bin/activate``: that host runs programs in the activated virtualenv, see "Language hosts" in
 docs/development.md). Every other project folder links its ``venv`` to that one and runs with it
 activated, so the language host runs the program, and the engine serves its dynamic resources, with
@@ -49,11 +49,13 @@ class UserVenv:
     project: Path
 
 
-def user_requirements() -> str:
-    """A user's ``requirements.txt``: this repository (built as a wheel, with the kubernetes
-    extra the platform example needs) at the pinned versions."""
+def user_requirements(wheel: Path) -> str:
+    """A user's ``requirements.txt``: this repository's ``wheel`` (what a user outside the
+    repository installs from a registry), with the kubernetes extra the platform example needs,
+    at the pinned versions. A wheel, not the source folder: pip builds a folder again on every
+    install (``pulumi install`` included), a wheel it finds already installed."""
     constraints = ROOT / ".venv" / "constraints.txt"  # written by tools/provision.py
-    return f"-c {constraints}\n{ROOT}[kubernetes]\n"
+    return f"-c {constraints}\n{wheel}[kubernetes]\n"
 
 
 @pytest.fixture(scope="session")
@@ -88,10 +90,15 @@ def build_user_project(project: Path) -> None:
     (project / "Pulumi.yaml").write_text(
         "name: fresh\nruntime:\n  name: python\n  options:\n    virtualenv: venv\n"
     )
-    (project / "requirements.txt").write_text(user_requirements())
     (project / "__main__.py").write_text(
         "import pulumi\nimport pulumi_lora\n\npulumi.export('version', pulumi_lora.__version__)\n"
     )
+    wheels = project / "wheels"
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)]
+    done = subprocess.run(build, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, f"{build}: {done.stdout}{done.stderr}"
+    (wheel,) = wheels.glob("pulumi_lora-*.whl")
+    (project / "requirements.txt").write_text(user_requirements(wheel))
     venv = project / "venv"
     for argv in (
         [sys.executable, "-m", "venv", str(venv)],
