@@ -3,11 +3,12 @@
 A user's Python project has a virtualenv made from its ``requirements.txt``; here that happens once
 per run (the xdist workers share it), in a fresh project that names this repository's wheel
 (built once; a user outside the repository gets the same from a registry) as its requirement, the
-way the README tells a user of the language host built here to do it (``python3 -m venv venv``, ``venv/bin/pip install -r requirements.txt``, then ``source
-venv/bin/activate``: that host runs programs in the activated virtualenv, see "Language hosts" in
-docs/development.md). Every other project folder links its ``venv`` to that one and runs with it
-activated, so the language host runs the program, and the engine serves its dynamic resources, with
-that virtualenv's Python. Plugin acquisition is left on, as a user has it.
+way the README tells a user of the language host built here to do it (``python3 -m venv venv``,
+``venv/bin/pip install -r requirements.txt``, then ``source venv/bin/activate``: that host runs
+programs in the activated virtualenv, see "Language hosts" in docs/development.md). Every other
+project folder links its ``venv`` to that one and runs with it activated, so the language host
+runs the program, and the engine serves its dynamic resources, with that virtualenv's Python.
+Plugin acquisition is left on, as a user has it.
 """
 
 from __future__ import annotations
