@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -54,24 +55,47 @@ class ProcessStartError(RuntimeError):
         )
 
 
+_HANDED_OUT: dict[int, float] = {}
+"""Ports `free_port` handed out, and when (``time.monotonic``): not handed out again for
+`_HOLD_SECONDS`, bound or not."""
+_HANDED_OUT_LOCK = threading.Lock()
+_HOLD_SECONDS = 300.0
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing uses right now, below the ephemeral range.
+    """A TCP port on 127.0.0.1 that nothing uses right now, below the ephemeral range, and that
+    this process has not handed out in the last `_HOLD_SECONDS`.
 
     Client connections take their local ports from the kernel's ephemeral range, so a port
     picked there can be taken by any outgoing connection between this check and the server's
     bind ("Address already in use": a pod that never starts). Below the range only servers bind.
+    A port is free until its server binds it, so two calls before the first bind (etcd's client
+    and peer ports) could be given the same one: each is held for this process once handed out.
     Falls back to a port the kernel picks where the range leaves no room below it.
     """
     low = _ephemeral_range_start()
+    with _HANDED_OUT_LOCK:
+        now = time.monotonic()
+        for port, at in list(_HANDED_OUT.items()):
+            if now - at > _HOLD_SECONDS:
+                del _HANDED_OUT[port]
+        picked = _pick_port(low)
+        _HANDED_OUT[picked] = now
+        return picked
+
+
+def _pick_port(low: int) -> int:
     if low - _LOWEST_PORT >= 1000:
         for _ in range(100):
             port = _LOWEST_PORT + secrets.randbelow(low - _LOWEST_PORT)
-            if _bindable(port):
+            if port not in _HANDED_OUT and _bindable(port):
                 return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        picked: int = sock.getsockname()[1]
-        return picked
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            picked: int = sock.getsockname()[1]
+        if picked not in _HANDED_OUT:
+            return picked
 
 
 def free_loopback_address(port: int) -> str:
