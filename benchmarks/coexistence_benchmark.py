@@ -30,11 +30,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulumi_lora._cluster import get_adapter
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
 from pulumi_lora._provider import LoRAAdapterProvider
-from pulumi_lora._provider_calls import pod_path
+from pulumi_lora._pulumi._calls import pod_path
 from pulumi_lora.deploy import coexistence_policy
 from pulumi_lora.testing.testbed import LLMKubeLoRAController, Testbed
 

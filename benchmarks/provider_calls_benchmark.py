@@ -42,10 +42,10 @@ from typing import Any
 import dill
 from pulumi.runtime import rpc
 
-from pulumi_lora import _provider_calls as calls
 from pulumi_lora._lifecycle import AdapterState, PodReport
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus
 from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora._pulumi import _calls as calls
 from pulumi_lora.testing.engine_probe import ProbeFileProvider
 
 PROVIDER_KEY = "__provider"

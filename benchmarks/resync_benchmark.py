@@ -44,7 +44,8 @@ import httpx2
 from lightkube import KubeConfig
 from lightkube.resources.core_v1 import Pod
 
-from pulumi_lora._cluster import (
+from pulumi_lora._core._reconcile import Desired, PodView, plan, pod_program
+from pulumi_lora._kube._objects import (
     LoRAAdapterResource,
     adapter_manifest,
     apply_adapter,
@@ -53,10 +54,9 @@ from pulumi_lora._cluster import (
     emit_event,
     pod_from_object,
 )
-from pulumi_lora._executor import run_async
-from pulumi_lora._reconcile import Desired, PodView, plan, pod_program
 from pulumi_lora._resync._events import EVENT_SENDERS
 from pulumi_lora._sglang import AsyncSGLangClient
+from pulumi_lora._sglang._executor import run_async
 from pulumi_lora.testing.loop import LoopProcess
 from pulumi_lora.testing.testbed import DEFAULT_EXTRA_ARGS, InferenceServiceHandle, Testbed
 

@@ -1,9 +1,10 @@
-"""Write ``schema.json`` (the schema this plugin serves: ``pulumi_lora._native.schema``) and the
+"""Write ``schema.json`` (the schema this plugin serves: ``_pulumi._native.schema``) and the
 registry-style docs rendered from it, ``docs/registry/_index.md`` and
 ``docs/registry/installation-configuration.md``.
 
 Run ``python provider/write_schema.py`` after changing ``AdapterInputs``, the outputs or
-``pulumi_lora/_schema.py``; ``tests/ops/test_component_provider.py`` fails while ``schema.json``
+``pulumi_lora/_pulumi/_schema.py``;
+``tests/ops/test_component_provider.py`` fails while ``schema.json``
 is stale and ``tests/unit/test_registry_docs.py`` while the docs are. The same schema comes from
 ``pulumi package get-schema provider/pulumi-resource-pulumi-lora``.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pulumi_lora import __version__
-from pulumi_lora._native import schema
+from pulumi_lora._pulumi._native import schema
 
 HERE = Path(__file__).resolve().parent
 SCHEMA_FILE = HERE / "schema.json"

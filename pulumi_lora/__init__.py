@@ -18,15 +18,6 @@ from typing import TYPE_CHECKING, Any
 from pulumi_lora._version import __version__
 
 if TYPE_CHECKING:
-    from pulumi_lora._adapter import (
-        RESOURCE_TYPE,
-        TYPE_TOKEN,
-        ConditionInfo,
-        LoRAAdapter,
-        LoRAAdapterArgs,
-        LoRAAdapterResource,
-        PodStatus,
-    )
     from pulumi_lora._errors import (
         AdapterNotLoaded,
         ClusterError,
@@ -41,15 +32,24 @@ if TYPE_CHECKING:
     )
     from pulumi_lora._models import Policy, Transport
     from pulumi_lora._provider import LoRAAdapterProvider
+    from pulumi_lora._pulumi._resource import (
+        RESOURCE_TYPE,
+        TYPE_TOKEN,
+        ConditionInfo,
+        LoRAAdapter,
+        LoRAAdapterArgs,
+        LoRAAdapterResource,
+        PodStatus,
+    )
 
 _HOMES = {
-    "RESOURCE_TYPE": "_adapter",
-    "TYPE_TOKEN": "_adapter",
-    "ConditionInfo": "_adapter",
-    "LoRAAdapter": "_adapter",
-    "LoRAAdapterArgs": "_adapter",
-    "LoRAAdapterResource": "_adapter",
-    "PodStatus": "_adapter",
+    "RESOURCE_TYPE": "_pulumi._resource",
+    "TYPE_TOKEN": "_pulumi._resource",
+    "ConditionInfo": "_pulumi._resource",
+    "LoRAAdapter": "_pulumi._resource",
+    "LoRAAdapterArgs": "_pulumi._resource",
+    "LoRAAdapterResource": "_pulumi._resource",
+    "PodStatus": "_pulumi._resource",
     "AdapterNotLoaded": "_errors",
     "ClusterError": "_errors",
     "ConfigurationError": "_errors",

@@ -2,7 +2,7 @@
 
 A program that declares a ``LoRAAdapter`` pickles this class by reference into the state (its
 import path is a stable API) and never calls it, so this module imports nothing heavy: the calls'
-work (``_provider_calls``: the models, the lifecycle, Kubernetes and SGLang clients) is loaded by
+work (``_pulumi._calls``: the models, the lifecycle, Kubernetes and SGLang clients) is loaded by
 the provider process at its first call. That keeps a program's start as light as the SDK's (a
 nothing-to-do ``pulumi up`` was 0.4 s slower for that import alone).
 
@@ -25,17 +25,17 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-from pulumi_lora import _host_errors
+from pulumi_lora._pulumi import _host_messages
 
 if TYPE_CHECKING:
-    from pulumi_lora import _provider_calls
     from pulumi_lora._lifecycle import ProviderConfig
+    from pulumi_lora._pulumi import _calls as calls
 
-_host_errors.install()  # in the dynamic-provider host: our errors read as messages
+_host_messages.install()  # in the dynamic-provider host: our errors read as messages
 
 
 @cache
-def _calls() -> _provider_calls.Calls:
+def _calls() -> calls.Calls:
     """The calls' implementation, imported at the first call (see the module docstring).
 
     Every command's first answer waits for this import, so it runs with the cyclic garbage
@@ -46,7 +46,7 @@ def _calls() -> _provider_calls.Calls:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        from pulumi_lora._provider_calls import (  # noqa: PLC0415 - the program never needs it
+        from pulumi_lora._pulumi._calls import (  # noqa: PLC0415 - the program never needs it
             CALLS,
             serves_one_command,
         )

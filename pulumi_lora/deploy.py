@@ -31,8 +31,9 @@ from typing import Any
 
 import pulumi
 
-from pulumi_lora import _admission, _monitoring
-from pulumi_lora._admission import ACCEPT_FOREIGN_ADAPTERS_LABEL, SERVICE_LABEL
+from pulumi_lora import _monitoring
+from pulumi_lora._kube import _admission
+from pulumi_lora._kube._admission import ACCEPT_FOREIGN_ADAPTERS_LABEL, SERVICE_LABEL
 from pulumi_lora._models import GROUP, ISVC_PLURAL, LLMKUBE_CONTROLLER_USER, PLURAL
 from pulumi_lora._resync._settings import DEFAULT_LEASE_NAME, DEFAULT_METRICS_PORT
 
@@ -121,7 +122,7 @@ def admission_policies(
     controlled by an ``apps/v1`` ReplicaSet (and, with ``workload_creators``, only those users
     create such a pod or set the label); a LoRAAdapter's ``pulumi-lora.dev/`` annotations hold
     only the protocol's keys and values. ``namespace_selector`` limits the bindings to the
-    request namespaces it selects. Details: `pulumi_lora._admission.admission_policies`.
+    request namespaces it selects. Details: `pulumi_lora._kube._admission.admission_policies`.
     """
     return _admission.admission_policies(
         name, workload_creators=workload_creators, namespace_selector=namespace_selector
@@ -144,7 +145,7 @@ def coexistence_policy(
     provider made (annotation ``pulumi-lora.dev/managed-by``); ``False`` covers every LoRAAdapter
     in the namespaces ``namespace_selector`` selects. Apply it alone where the provider runs
     without the re-sync loop (``resync_manifests`` renders it by default). Details:
-    `pulumi_lora._admission.coexistence_policy`; why: docs/protocol.md.
+    `pulumi_lora._kube._admission.coexistence_policy`; why: docs/protocol.md.
     """
     return _admission.coexistence_policy(
         name,

@@ -14,8 +14,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from pulumi_lora import _cluster as k8s
+from pulumi_lora._core._reconcile import merge_conditions
 from pulumi_lora._errors import AdapterNotLoaded, Forbidden
+from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._session import Session, now_utc
 from pulumi_lora._lifecycle._state import AdapterState, state_from_cr
 from pulumi_lora._models import (
@@ -26,7 +27,6 @@ from pulumi_lora._models import (
     served_by,
     written_by_llmkube,
 )
-from pulumi_lora._reconcile import merge_conditions
 
 #: Seconds this machine's clock may differ from the loop's before a Lease counts as not renewed.
 CLOCK_SKEW = 5.0

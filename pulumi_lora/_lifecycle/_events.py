@@ -6,17 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pulumi_lora import _cluster as k8s
+from pulumi_lora._core._ownership import UNTRUSTED_EVENT, untrusted_message
+from pulumi_lora._core._reconcile import (
+    PodOutcome,
+)
 from pulumi_lora._errors import (
     SUPPORTED_SGLANG,
     unroutable,
 )
+from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._session import (
     Session,
-)
-from pulumi_lora._ownership import UNTRUSTED_EVENT, untrusted_message
-from pulumi_lora._reconcile import (
-    PodOutcome,
 )
 
 

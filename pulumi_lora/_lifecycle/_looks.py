@@ -7,15 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulumi_lora import _cluster as k8s
+from pulumi_lora._core._caches import OwnWrites, SharedViews
+from pulumi_lora._core._reconcile import (
+    PodView,
+)
+from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._models import (
     Transport,
 )
-from pulumi_lora._reconcile import (
-    PodView,
-)
 from pulumi_lora._settings import ClientTimeouts
-from pulumi_lora._shared_views import OwnWrites, SharedViews
 
 #: One target on one cluster: what a write by this process invalidates.
 Scope = tuple[k8s.KubeSource, str, str]

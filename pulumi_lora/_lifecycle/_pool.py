@@ -11,8 +11,8 @@ from typing import Any
 import httpx2
 from lightkube import Client
 
-from pulumi_lora import _cluster as k8s
-from pulumi_lora._retry import RetryingTransport, RetryPolicy
+from pulumi_lora._http._retry import RetryingTransport, RetryPolicy
+from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient, deadline_transport
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from pulumi_lora import _cluster as k8s
-from pulumi_lora._errors import (
-    ApiserverUnreachable,
-)
-from pulumi_lora._lifecycle._session import (
-    Session,
-)
-from pulumi_lora._reconcile import (
+from pulumi_lora._core._reconcile import (
     PodOutcome,
     plan,
     rollback_plan,
     unsettled,
+)
+from pulumi_lora._errors import (
+    ApiserverUnreachable,
+)
+from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._lifecycle._session import (
+    Session,
 )
 from pulumi_lora._sglang import SGLangClient
 

@@ -13,7 +13,21 @@ from typing import Any, TypeVar
 
 from lightkube import Client
 
-from pulumi_lora import _cluster as k8s
+from pulumi_lora._core._caches import SharedViews
+from pulumi_lora._core._ownership import untrusted_message
+from pulumi_lora._core._reconcile import (
+    Availability,
+    Desired,
+    PodAction,
+    PodOutcome,
+    PodView,
+    build_conditions,
+    plan,
+    pod_program,
+    startup_adapters,
+    summarize,
+    unload_conditions,
+)
 from pulumi_lora._errors import (
     ClusterError,
     Forbidden,
@@ -24,7 +38,8 @@ from pulumi_lora._errors import (
     RuntimeMismatch,
     TransportUnavailable,
 )
-from pulumi_lora._executor import run_sync
+from pulumi_lora._http._retry import PROXY_POLICY
+from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._looks import (
     CR_LISTINGS,
@@ -54,24 +69,9 @@ from pulumi_lora._models import (
     Transport,
     format_time,
 )
-from pulumi_lora._ownership import untrusted_message
-from pulumi_lora._reconcile import (
-    Availability,
-    Desired,
-    PodAction,
-    PodOutcome,
-    PodView,
-    build_conditions,
-    plan,
-    pod_program,
-    startup_adapters,
-    summarize,
-    unload_conditions,
-)
-from pulumi_lora._retry import PROXY_POLICY
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
-from pulumi_lora._shared_views import SharedViews
+from pulumi_lora._sglang._executor import run_sync
 
 #: Field manager for the status this provider writes (the re-sync loop uses its own).
 STATUS_MANAGER = "pulumi-lora-provider"

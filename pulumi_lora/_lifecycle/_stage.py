@@ -16,16 +16,16 @@ import sys
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from pulumi_lora import _cluster as k8s
+from pulumi_lora._core._caches import SharedViews
+from pulumi_lora._core._llmkube import Target
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._looks import LOOK_MAX_AGE_SECONDS
 from pulumi_lora._lifecycle._pool import POOL
 from pulumi_lora._lifecycle._session import Session
 from pulumi_lora._lifecycle._stager import DEADLINE_SECONDS, STAGERS, Stager
-from pulumi_lora._llmkube import Target
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._shared_views import SharedViews
 from pulumi_lora._staging._plan import (
     AdapterMount,
     FetchSettings,

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pulumi_lora._core._reconcile import (
+    PodOutcome,
+)
 from pulumi_lora._models import (
     Condition,
     ConditionKind,
     ConditionStatus,
     LoRAAdapterStatus,
     format_time,
-)
-from pulumi_lora._reconcile import (
-    PodOutcome,
 )
 
 

@@ -14,13 +14,24 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from pulumi_lora import _cluster as k8s
+from pulumi_lora._core._caches import SharedViews
+from pulumi_lora._core._ownership import untrusted_message
+from pulumi_lora._core._reconcile import (
+    Availability,
+    PodOutcome,
+    build_conditions,
+    is_loaded,
+    loaded_message,
+    plan,
+    summarize,
+)
 from pulumi_lora._errors import (
     AdapterNotLoaded,
     ClusterError,
     ConfigurationError,
     PulumiLoRAError,
 )
+from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._delegated import await_delegated, observe_delegated
 from pulumi_lora._lifecycle._events import advice, record_outcomes, record_untrusted
@@ -56,17 +67,6 @@ from pulumi_lora._models import (
     Transport,
     declared_by_cr,
 )
-from pulumi_lora._ownership import untrusted_message
-from pulumi_lora._reconcile import (
-    Availability,
-    PodOutcome,
-    build_conditions,
-    is_loaded,
-    loaded_message,
-    plan,
-    summarize,
-)
-from pulumi_lora._shared_views import SharedViews
 
 # --- the lifecycle ------------------------------------------------------------------------------
 

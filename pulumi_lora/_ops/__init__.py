@@ -5,5 +5,6 @@
 - ``_gather``: the I/O edge that reads the cluster and the pods for both, through the very code
   the provider uses, so the operator sees what ``pulumi refresh`` would.
 
-The commands themselves (options, tables, JSON, exit codes) are ``pulumi_lora._ops_cli``'s.
+The commands themselves (options, tables, JSON, exit codes) are
+``pulumi_lora._commands._operator``'s.
 """

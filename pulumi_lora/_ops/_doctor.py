@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint, container_port, service_port
+from pulumi_lora._core._ownership import untrusted_message
+from pulumi_lora._core._reconcile import extra_arg_value, startup_adapters
 from pulumi_lora._errors import (
     MIN_SGLANG,
     MIN_SGLANG_VERSION,
@@ -23,13 +26,10 @@ from pulumi_lora._errors import (
     UnsupportedServer,
     unroutable,
 )
-from pulumi_lora._llmkube import SERVICE_LABEL, PodEndpoint, container_port, service_port
 from pulumi_lora._models import ANNOTATION_MANAGED_BY, Transport
 from pulumi_lora._ops._checks import Check, CheckStatus
 from pulumi_lora._ops._permissions import Ask, check_permissions
 from pulumi_lora._ops._status import COEXISTENCE_FIX, llmkube_signs
-from pulumi_lora._ownership import untrusted_message
-from pulumi_lora._reconcile import extra_arg_value, startup_adapters
 
 __all__ = [
     "Check",

@@ -24,11 +24,11 @@ from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Service
 from msgspec import ValidationError
 
-from pulumi_lora import _cluster as k8s
-from pulumi_lora._cluster import KubeSource
+from pulumi_lora._core._llmkube import HTTP_PORT_NAME, PodEndpoint, Target, target_from_object
 from pulumi_lora._errors import ClusterError, PulumiLoRAError, UnsupportedServer
+from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube._objects import KubeSource
 from pulumi_lora._lifecycle import POOL, ProviderConfig, Session, observe, parallel
-from pulumi_lora._llmkube import HTTP_PORT_NAME, PodEndpoint, Target, target_from_object
 from pulumi_lora._models import AdapterArgs, Transport
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe, TransportTrial
 from pulumi_lora._ops._permissions import Ask, asks

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pulumi_lora._kube._rbac import provider_rules
 from pulumi_lora._models import Transport
 from pulumi_lora._ops._checks import Check, CheckStatus
-from pulumi_lora._rbac import provider_rules
 
 Ask = tuple[str, str, str]
 """(verb, API group, resource[/subresource]) of one permission."""

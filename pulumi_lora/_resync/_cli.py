@@ -1,6 +1,7 @@
 """``pulumi-lora resync``: the re-sync loop as a click command (:data:`resync_command`).
 
-Mounted on the main CLI by ``pulumi_lora._cli``; ``python -m pulumi_lora._resync`` runs the same
+Mounted on the main CLI by ``pulumi_lora._commands._main``;
+``python -m pulumi_lora._resync`` runs the same
 command stand-alone.
 """
 
@@ -10,8 +11,8 @@ import asyncio
 
 import click
 
-from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._kube._objects import KubeSource
 from pulumi_lora._resync._served import AdapterMetrics
 from pulumi_lora._resync._settings import (
     DEFAULT_LEASE_DURATION,

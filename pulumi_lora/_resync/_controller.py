@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pulumi_lora._core._llmkube import SERVICE_LABEL, target_from_object
+from pulumi_lora._core._ownership import owned_from_object
+from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._errors import ClusterError
-from pulumi_lora._llmkube import SERVICE_LABEL, target_from_object
 from pulumi_lora._models import LLMKUBE_FINALIZER
-from pulumi_lora._ownership import owned_from_object
-from pulumi_lora._reconcile import PodOutcome
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import (
     Permission,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from pulumi_lora._llmkube import PodEndpoint
+from pulumi_lora._core._llmkube import PodEndpoint
 from pulumi_lora._models import parse_time
 
 #: docs/protocol.md rule 2: an operation annotation younger than this means hands off.

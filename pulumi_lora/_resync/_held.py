@@ -35,9 +35,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._llmkube import PodEndpoint
+from pulumi_lora._core._llmkube import PodEndpoint
+from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._models import UNLOAD_FINALIZER
-from pulumi_lora._reconcile import PodOutcome
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import ReloadReason, backoff_delay, lease_left
 from pulumi_lora._resync._kube import Kube, jitter

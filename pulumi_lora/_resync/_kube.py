@@ -21,16 +21,16 @@ from lightkube import ApiError, AsyncClient, Client, operators
 from lightkube.core.generic_client import WatchDriver
 from lightkube.core.selector import build_selector
 
-from pulumi_lora import _cluster as k8s
+from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint
 from pulumi_lora._errors import ClusterError
-from pulumi_lora._kubeauth import use_credentials
-from pulumi_lora._llmkube import SERVICE_LABEL, PodEndpoint
+from pulumi_lora._http._retry import retry_apiserver_answers
+from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube._auth import use_credentials
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import WatchAction, after_watch_error, backoff_delay
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._settings import FIELD_MANAGER
 from pulumi_lora._resync._views import SecretRef
-from pulumi_lora._retry import retry_apiserver_answers
 
 T = TypeVar("T")
 

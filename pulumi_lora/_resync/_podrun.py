@@ -1,8 +1,9 @@
 """One run on one pod: read ``/v1/models``, then drive the core's pod programs, one at a time.
 
-The decision per adapter is the core's (:func:`~pulumi_lora._reconcile.plan` and
-:func:`~pulumi_lora._reconcile.pod_program`, driven by the shared
-:func:`~pulumi_lora._executor.run_async`), exactly as the provider's. What the loop adds is the
+The decision per adapter is the core's (:func:`~pulumi_lora._core._reconcile.plan` and
+:func:`~pulumi_lora._core._reconcile.pod_program`, driven by the shared
+:func:`~pulumi_lora._sglang._executor.run_async`),
+exactly as the provider's. What the loop adds is the
 bookkeeping around it: a :class:`~pulumi_lora._resync._decide.LoadLedger` fed with every reply
 to spot evictions, the time of the first load request, and a re-check of each CR's permission
 right before acting on it (the provider may have started an operation meanwhile).
@@ -16,10 +17,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cache
 
+from pulumi_lora._core._llmkube import PodEndpoint
+from pulumi_lora._core._reconcile import Desired, PodOutcome, PodView, plan, pod_program
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._executor import AsyncLoRAClient, run_async
-from pulumi_lora._llmkube import PodEndpoint
-from pulumi_lora._reconcile import Desired, PodOutcome, PodView, plan, pod_program
 from pulumi_lora._resync._decide import LoadLedger
 from pulumi_lora._resync._status import EVICTED_REASON
 from pulumi_lora._resync._views import SecretRef
@@ -34,6 +34,7 @@ from pulumi_lora._sglang import (
     Unloaded,
     asyncio_transport,
 )
+from pulumi_lora._sglang._executor import AsyncLoRAClient, run_async
 
 #: Failure reason when a CR's API-key Secret can't be read.
 SECRET_REASON = "ApiKeySecretUnavailable"  # noqa: S105 - a condition reason

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from pulumi_lora._core._reconcile import PodOutcome, extra_arg_value
 from pulumi_lora._errors import EvictionImpossible
-from pulumi_lora._reconcile import PodOutcome, extra_arg_value
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import (
     RECOVERY_REASONS,

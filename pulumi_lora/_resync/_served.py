@@ -26,7 +26,8 @@ from enum import StrEnum
 
 from msgspec import ValidationError
 
-from pulumi_lora._llmkube import PodEndpoint
+from pulumi_lora._core._llmkube import PodEndpoint
+from pulumi_lora._core._reconcile import extra_arg_value
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
     ConditionKind,
@@ -34,7 +35,6 @@ from pulumi_lora._models import (
     LoRAAdapterStatus,
     written_by_llmkube,
 )
-from pulumi_lora._reconcile import extra_arg_value
 from pulumi_lora._resync._views import AdapterCR, Key
 from pulumi_lora._resync._world import PodRecord, World
 

@@ -1,7 +1,8 @@
 """One CR's status from the pods' outcomes: the core's conditions plus ``OverCapacity``
 and ``ResyncLoop``.
 
-Pure. Conditions come from :func:`~pulumi_lora._reconcile.build_conditions` (the provider's own,
+Pure. Conditions come from :func:`~pulumi_lora._core._reconcile.build_conditions`
+(the provider's own,
 so both actors write the same vocabulary); the loop adds ``OverCapacity`` once a server evicted
 adapters it manages, and keeps writing it (``False`` when resolved) so the condition never goes
 stale. Everything stays within LLMKube's closed schema: conditions, ``loadedPath``,
@@ -16,6 +17,13 @@ from typing import Any
 
 from msgspec import ValidationError
 
+from pulumi_lora._core._reconcile import (
+    Availability,
+    PodOutcome,
+    build_conditions,
+    merge_conditions,
+    summarize,
+)
 from pulumi_lora._errors import EvictionImpossible
 from pulumi_lora._models import (
     Condition,
@@ -24,13 +32,6 @@ from pulumi_lora._models import (
     LoRAAdapterStatus,
     Policy,
     served_by_message,
-)
-from pulumi_lora._reconcile import (
-    Availability,
-    PodOutcome,
-    build_conditions,
-    merge_conditions,
-    summarize,
 )
 
 #: ``OverCapacity`` reason when LRU eviction pushed managed adapters out.

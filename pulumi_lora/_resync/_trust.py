@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from pulumi_lora._ownership import UNTRUSTED_EVENT, awaits_owner, untrusted_message
+from pulumi_lora._core._ownership import UNTRUSTED_EVENT, awaits_owner, untrusted_message
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._events import EventRecorder
 from pulumi_lora._resync._views import Key

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pulumi_lora._core._reconcile import Desired
 from pulumi_lora._models import Policy, read_annotations
-from pulumi_lora._reconcile import Desired
 
 #: ``(namespace, name)`` of a namespaced object.
 Key = tuple[str, str]

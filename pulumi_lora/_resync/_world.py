@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pulumi_lora import _ownership
+from pulumi_lora._core import _ownership
+from pulumi_lora._core._llmkube import PodEndpoint, Target
+from pulumi_lora._core._ownership import Owned, controller_chain, untrusted_message
+from pulumi_lora._core._reconcile import Availability, PodOutcome, extra_arg_value, startup_adapters
 from pulumi_lora._errors import NameCollision
-from pulumi_lora._llmkube import PodEndpoint, Target
-from pulumi_lora._ownership import Owned, controller_chain, untrusted_message
-from pulumi_lora._reconcile import Availability, PodOutcome, extra_arg_value, startup_adapters
 from pulumi_lora._resync._decide import (
     RECOVERY_REASONS,
     CapacityNote,

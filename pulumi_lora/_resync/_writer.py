@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
-from pulumi_lora._reconcile import extra_arg_value
+from pulumi_lora._core._reconcile import extra_arg_value
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import Permission, capacity_message, permission
 from pulumi_lora._resync._kube import Kube

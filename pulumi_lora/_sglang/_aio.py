@@ -27,7 +27,7 @@ from typing import Any
 import httpcore2
 import httpx2
 
-from pulumi_lora._wire import RECENT, WRITE_BUFFER
+from pulumi_lora._http._send import RECENT, WRITE_BUFFER
 
 __all__ = ["AsyncioBackend", "asyncio_transport"]
 

@@ -35,6 +35,7 @@ from pulumi_lora._errors import (
     SGLangProtocolError,
     SGLangTimeout,
 )
+from pulumi_lora._http._send import HeldWritesBackend, HeldWritesStream, WrappingBackend
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import _protocol as protocol
 from pulumi_lora._sglang._aio import asyncio_transport
@@ -48,7 +49,6 @@ from pulumi_lora._sglang._protocol import (
     ServerInfo,
     UnloadOutcome,
 )
-from pulumi_lora._wire import HeldWritesBackend, HeldWritesStream, WrappingBackend
 
 __all__ = ["AsyncSGLangClient", "SGLangClient", "deadline_transport"]
 
@@ -364,7 +364,8 @@ def deadline_transport(*, verify: ssl.SSLContext | bool = True) -> httpx2.HTTPTr
     included) waits at most what is left of the request's deadline, so a server dripping its
     status line, headers or body fails at the deadline, not one per-read timeout after it.
 
-    Under the deadlines, a request's headers and body leave in one write (`pulumi_lora._wire`).
+    Under the deadlines, a request's headers and body leave in one write
+    (`pulumi_lora._http._send`).
     httpx2 builds its connection pool itself; the network backend is swapped in after (httpcore2's
     ``ConnectionPool`` takes one, httpx2 offers no argument for it).
     ``tests/unit/test_sglang_client.py`` checks the wiring against the installed httpx2.

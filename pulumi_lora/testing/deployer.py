@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from pulumi_lora._kube._rbac import parse_subject, provider_rbac
 from pulumi_lora._models import Transport
-from pulumi_lora._rbac import parse_subject, provider_rbac
 from pulumi_lora.testing.testbed import Testbed
 
 

@@ -241,7 +241,7 @@ def test_the_old_provider_is_the_component_plugin() -> None:
     ``_component.LoRAAdapter``, started by the same kind of executable as ``provider/``'s."""
     main = (OLD_PROVIDER / "__main__.py").read_text()
     assert "component_provider_host(COMPONENTS" in main
-    assert "from pulumi_lora._component import LoRAAdapter" in main
+    assert "from pulumi_lora._pulumi._component import LoRAAdapter" in main
     entry = (OLD_PROVIDER / "pulumi-resource-pulumi-lora").read_text()
     assert entry.splitlines()[-1] == 'exec "$python" -u "$here" "$@"'
     assert (

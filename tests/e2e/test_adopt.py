@@ -20,8 +20,8 @@ import pytest
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter
-from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import AdapterNotLoaded, ClusterError
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from pulumi_lora import AdapterNotLoaded, ClusterError
-from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import ApiserverUnreachable
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.loop import wait_until

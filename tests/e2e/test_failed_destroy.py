@@ -22,7 +22,7 @@ import httpx2
 import pytest
 from click.testing import CliRunner
 
-from pulumi_lora._cli import cli
+from pulumi_lora._commands._main import cli
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_FINALIZER, UNLOAD_FINALIZER

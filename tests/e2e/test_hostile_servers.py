@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pulumi_lora import AdapterNotLoaded
-from pulumi_lora._cluster import get_adapter
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._settings import ClientTimeouts

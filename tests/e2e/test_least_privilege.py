@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pulumi_lora._cli import cli
+from pulumi_lora._commands._main import cli
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._lifecycle import STAGERS, ProviderConfig
 from pulumi_lora._models import Transport

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pulumi_lora._cli import cli
+from pulumi_lora._commands._main import cli
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -174,7 +174,7 @@ class Flips:
         self._thread.join()
 
     def _run(self) -> None:
-        from pulumi_lora._cluster import get_adapter  # noqa: PLC0415 - the test's own reads
+        from pulumi_lora._kube._objects import get_adapter  # noqa: PLC0415 - the test's own reads
 
         while not self._stop.wait(0.02):
             cr = get_adapter(self.client, self.namespace, self.name)

@@ -15,9 +15,9 @@ import pulumi
 from pulumi import automation as auto
 
 from pulumi_lora import RESOURCE_TYPE, TYPE_TOKEN, LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora._adapter import DYNAMIC_TYPE
-from pulumi_lora._cluster import get_adapter
-from pulumi_lora._component import LoRAAdapter as LoRAAdapterComponent
+from pulumi_lora._kube._objects import get_adapter
+from pulumi_lora._pulumi._component import LoRAAdapter as LoRAAdapterComponent
+from pulumi_lora._pulumi._resource import DYNAMIC_TYPE
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.engine_probe import ProbeFile
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed

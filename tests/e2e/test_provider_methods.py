@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from pulumi_lora import AdapterNotLoaded, InferenceServiceNotFound, NoReadyPods, RuntimeMismatch
-from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import ClusterError, NameCollision
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_FINALIZER
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed

@@ -22,8 +22,8 @@ from lightkube.resources.core_v1 import Event
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora._cluster import get_adapter
 from pulumi_lora._errors import ClusterError
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig, create
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora.testing.engine import LocalEngine

@@ -17,7 +17,7 @@ import pytest
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora._cluster import get_adapter
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import drift_report, keyed_service, served

@@ -14,7 +14,7 @@ import secrets
 
 import pytest
 
-from pulumi_lora._cluster import get_adapter
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.impostor import Impostor
 from pulumi_lora.testing.testbed import Testbed

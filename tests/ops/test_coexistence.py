@@ -10,7 +10,9 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
-from pulumi_lora._cli import cli
+from pulumi_lora._commands._main import cli
+from pulumi_lora._commands._operator import _status_table
+from pulumi_lora._core._reconcile import Availability
 from pulumi_lora._lifecycle import PodReport, observed_conditions
 from pulumi_lora._models import (
     LLMKUBE_CONTROLLER_USER,
@@ -21,8 +23,6 @@ from pulumi_lora._models import (
 )
 from pulumi_lora._ops._doctor import CheckStatus, check_llmkube
 from pulumi_lora._ops._status import AdapterVerdict, StatusReport, adapter_line
-from pulumi_lora._ops_cli import _status_table
-from pulumi_lora._reconcile import Availability
 from pulumi_lora.deploy import RELEASE_RULE, coexistence_policy, resync_manifests
 
 NOW = datetime(2026, 12, 4, 15, 0, tzinfo=UTC)

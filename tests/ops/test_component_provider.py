@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from pulumi_lora import TYPE_TOKEN, ConditionInfo, PodStatus
-from pulumi_lora._adapter import AdapterInputs
-from pulumi_lora._component import COMPONENT_OUTPUTS
-from pulumi_lora._properties import INPUT_KEYS, OUTPUT_KEYS
+from pulumi_lora._pulumi._component import COMPONENT_OUTPUTS
+from pulumi_lora._pulumi._properties import INPUT_KEYS, OUTPUT_KEYS
+from pulumi_lora._pulumi._resource import AdapterInputs
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER = ROOT / "provider"

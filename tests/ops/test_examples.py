@@ -23,8 +23,8 @@ import yaml
 from click.testing import CliRunner
 from pulumi import automation as auto
 
-from pulumi_lora._cluster import get_adapter
-from pulumi_lora._ops_cli import status_command
+from pulumi_lora._commands._operator import status_command
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 

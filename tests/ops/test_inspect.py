@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from msgspec import ValidationError
 
+from pulumi_lora._core._llmkube import PodEndpoint, container_port, service_port
 from pulumi_lora._errors import Unauthorized, UnsupportedServer
 from pulumi_lora._lifecycle import PodReport
-from pulumi_lora._llmkube import PodEndpoint, container_port, service_port
 from pulumi_lora._models import Transport
 from pulumi_lora._ops._doctor import (
     CheckStatus,

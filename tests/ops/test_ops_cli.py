@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pulumi_lora._cluster import KubeSource
+from pulumi_lora._commands._operator import doctor_command, render_table, status_command
+from pulumi_lora._kube._objects import KubeSource
 from pulumi_lora._lifecycle import PodReport
 from pulumi_lora._models import Transport
 from pulumi_lora._ops import _gather
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe
 from pulumi_lora._ops._status import StatusReport, adapter_line
-from pulumi_lora._ops_cli import doctor_command, render_table, status_command
 
 
 def cr(name: str, path: str = "/adapters/x") -> dict[str, Any]:

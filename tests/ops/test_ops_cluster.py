@@ -17,10 +17,10 @@ from click.testing import CliRunner, Result
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
-from pulumi_lora._cluster import adapter_manifest, apply_adapter
+from pulumi_lora._commands._operator import doctor_command, status_command
+from pulumi_lora._kube._objects import adapter_manifest, apply_adapter
 from pulumi_lora._lifecycle import ProviderConfig, create
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._ops_cli import doctor_command, status_command
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 pytestmark = pytest.mark.full

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx2
 
-from pulumi_lora._cluster import adapter_manifest, apply_adapter, get_adapter
+from pulumi_lora._kube._objects import adapter_manifest, apply_adapter, get_adapter
 from pulumi_lora.testing.loop import LoopProcess, wait_until
 
 __all__ = [

@@ -25,6 +25,9 @@ def test_a_restarted_pod_reloads_a_staged_adapter_without_staging(
     provider = LoRAAdapterProvider()
     provider._config = ProviderConfig(kubeconfig=str(cluster.tb.kubeconfig_path))
     loop = loops(cluster.namespace)
+    # Leading before the restart, or the restart is its first sync's news (reason "verify"): the
+    # shared Lease can still be an earlier test's loop's for a few seconds.
+    loop.wait_event("caches_synced")
     with PlayedHub() as hub:
         hub.publish("acme/sql-lora", files, commit=COMMIT)
         cluster.tb.expose_to_pods(hub.port)

@@ -20,7 +20,7 @@ import pytest
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora._cluster import get_adapter
+from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.fixtures import require_real_sglang_pods
 from pulumi_lora.testing.loop import LoopProcess

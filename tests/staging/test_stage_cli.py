@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pulumi_lora._cli import cli
+from pulumi_lora._commands._main import cli
 from pulumi_lora._staging._cli import termination_message
 from pulumi_lora.testing.hub import PlayedHub
 
@@ -231,7 +231,7 @@ def stage_without(
     """``pulumi-lora stage --source=SOURCE`` in a Python where ``module`` cannot be imported."""
     program = (
         f"import sys; sys.modules[{module!r}] = None; "
-        "from pulumi_lora._cli import main; sys.argv[0] = 'pulumi-lora'; main()"
+        "from pulumi_lora._commands._main import main; sys.argv[0] = 'pulumi-lora'; main()"
     )
     return subprocess.run(
         [

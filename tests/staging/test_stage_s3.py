@@ -11,7 +11,7 @@ import boto3
 import pytest
 from click.testing import CliRunner
 
-from pulumi_lora._cli import cli
+from pulumi_lora._commands._main import cli
 from pulumi_lora._staging._errors import DigestMismatch, SourceFileMissing, SourceTooLarge
 from pulumi_lora._staging._fetch import stage
 from pulumi_lora._staging._source import parse_source

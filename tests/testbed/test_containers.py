@@ -143,7 +143,8 @@ def test_the_loop_image_as_pid_one_ends_on_sigterm(runtime: None) -> None:
     stop while it still imports goes at once instead of sitting out its grace period."""
     name = f"pulumi-lora-pid-one-{os.getpid()}"
     code = (
-        "import time; from pulumi_lora._cli import _die_on_sigterm_as_pid_one as arm; arm(); "
+        "import time; "
+        "from pulumi_lora._commands._main import _die_on_sigterm_as_pid_one as arm; arm(); "
         "print('armed', flush=True); time.sleep(60)"
     )
     argv = [

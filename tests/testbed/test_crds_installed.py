@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from _schema_walk import differences
 
-from pulumi_lora import _crd
+from pulumi_lora._kube import _crd
 from pulumi_lora.testing.testbed import ApiRequestError, Testbed
 
 LORA = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/loraadapters"
@@ -237,7 +237,7 @@ def test_inference_service_full_spec_and_scale(testbed: Testbed, namespace: str)
 
 @pytest.mark.parametrize("manifest", sorted(_crd.MANIFEST_FILES.values()))
 def test_committed_manifests_apply_with_kubectl(testbed: Testbed, manifest: str) -> None:
-    path = Path(_crd.__file__).parent / "crds" / manifest
+    path = Path(_crd.__file__).parents[1] / "crds" / manifest
     out = testbed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
     assert out.returncode == 0, out.stderr
     assert "serverside-applied" in out.stdout

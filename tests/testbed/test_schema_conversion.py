@@ -9,9 +9,9 @@ import pytest
 import yaml
 from _schema_walk import differences, walk
 
-from pulumi_lora import _crd
+from pulumi_lora._kube import _crd
 
-CRDS_DIR = Path(_crd.__file__).parent / "crds"
+CRDS_DIR = Path(_crd.__file__).parents[1] / "crds"
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def test_inference_service_crd_fields() -> None:
 def test_committed_manifest_is_current(crd: dict) -> None:
     path = CRDS_DIR / _crd.MANIFEST_FILES[crd["metadata"]["name"]]
     text = path.read_text(encoding="utf-8")
-    assert text == _crd.render_manifest(crd), "regenerate with: python -m pulumi_lora._crd"
+    assert text == _crd.render_manifest(crd), "regenerate with: python -m pulumi_lora._kube._crd"
     assert yaml.safe_load(text) == crd
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._errors import AdapterNotLoaded
 from pulumi_lora._lifecycle import advice as _advice
-from pulumi_lora._reconcile import PodOutcome
 
 
 def failed(reason: str, error: str = "it failed", pod: str = "llama-0") -> PodOutcome:

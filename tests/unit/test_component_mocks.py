@@ -19,8 +19,8 @@ from pulumi_lora import (
     LoRAAdapterArgs,
     LoRAAdapterProvider,
 )
-from pulumi_lora._adapter import DYNAMIC_TYPE
-from pulumi_lora._component import LoRAAdapter as LoRAAdapterComponent
+from pulumi_lora._pulumi._component import LoRAAdapter as LoRAAdapterComponent
+from pulumi_lora._pulumi._resource import DYNAMIC_TYPE
 
 
 class Recorder(pulumi.runtime.Mocks):
@@ -134,7 +134,7 @@ def test_a_long_lived_process_can_make_any_number_of_dynamic_children(recorder: 
     """
     from pulumi.dynamic.dynamic import serialize_provider  # noqa: PLC0415
 
-    from pulumi_lora._adapter import unwrap_sorted_batch_setitems  # noqa: PLC0415
+    from pulumi_lora._pulumi._resource import unwrap_sorted_batch_setitems  # noqa: PLC0415
 
     provider = LoRAAdapterProvider()
     first = serialize_provider(provider)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from pulumi_lora._core._reconcile import Availability, PodOutcome
 from pulumi_lora._lifecycle._delegated import CLOCK_SKEW, STALE_REASON, doubted, loop_doubt
 from pulumi_lora._models import (
     Condition,
@@ -13,8 +14,7 @@ from pulumi_lora._models import (
     served_by,
     served_by_message,
 )
-from pulumi_lora._provider_calls import drift_words
-from pulumi_lora._reconcile import Availability, PodOutcome
+from pulumi_lora._pulumi._calls import drift_words
 from pulumi_lora._resync._status import adapter_status
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)

@@ -13,7 +13,6 @@ import httpx2
 import pytest
 from lightkube import ApiError
 
-from pulumi_lora import _cluster
 from pulumi_lora._errors import (
     AdapterNotLoaded,
     ApiserverUnreachable,
@@ -21,6 +20,7 @@ from pulumi_lora._errors import (
     InferenceServiceNotFound,
     RuntimeMismatch,
 )
+from pulumi_lora._kube import _objects
 from pulumi_lora._lifecycle import ProviderConfig, _steps
 from pulumi_lora._models import UNLOAD_FINALIZER, AdapterArgs
 
@@ -58,9 +58,9 @@ class FakeSession:
 def session(monkeypatch: pytest.MonkeyPatch) -> type[FakeSession]:
     FakeSession.deleted = []
     monkeypatch.setattr(_steps, "Session", FakeSession)
-    monkeypatch.setattr(_cluster, "get_adapter", lambda *_: CR)
-    monkeypatch.setattr(_cluster, "begin_delete", lambda *_: None)
-    monkeypatch.setattr(_cluster, "release_finalizer", lambda *_: True)
+    monkeypatch.setattr(_objects, "get_adapter", lambda *_: CR)
+    monkeypatch.setattr(_objects, "begin_delete", lambda *_: None)
+    monkeypatch.setattr(_objects, "release_finalizer", lambda *_: True)
     return FakeSession
 
 
@@ -129,7 +129,7 @@ class _Obj:
 def test_a_refused_finalizer_release_is_waited_on_not_spun() -> None:
     client = RefusingClient()
     with pytest.raises(ClusterError) as held:
-        _cluster.delete_adapter(
+        _objects.delete_adapter(
             client,  # type: ignore[arg-type]
             "models",
             "a",

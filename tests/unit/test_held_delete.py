@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from pulumi_lora._core._llmkube import PodEndpoint, adapter_manifest
+from pulumi_lora._core._reconcile import PodOutcome, unload_conditions
 from pulumi_lora._errors import ConfigurationError
 from pulumi_lora._lifecycle._steps import deletion_refusal, split_id
-from pulumi_lora._llmkube import PodEndpoint, adapter_manifest
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
@@ -19,7 +20,6 @@ from pulumi_lora._models import (
     ConditionStatus,
     format_time,
 )
-from pulumi_lora._reconcile import PodOutcome, unload_conditions
 from pulumi_lora._resync._decide import lease_left
 from pulumi_lora._resync._held import is_held, may_serve
 

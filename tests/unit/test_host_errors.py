@@ -6,7 +6,7 @@ from __future__ import annotations
 import traceback
 
 from pulumi_lora._errors import AdapterNotLoaded
-from pulumi_lora._host_errors import HostTraceback, install
+from pulumi_lora._pulumi._host_messages import HostTraceback, install
 
 
 def test_our_errors_read_as_their_message_and_others_keep_their_traceback() -> None:

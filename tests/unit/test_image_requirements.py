@@ -55,7 +55,7 @@ def test_what_the_image_runs_never_imports_the_pulumi_sdk() -> None:
 
         sys.meta_path.insert(0, Absent())
         from click.testing import CliRunner
-        from pulumi_lora._cli import cli
+        from pulumi_lora._commands._main import cli
         for command in ("resync", "stage", "stage-serve", "unstage", "verify-staged"):
             done = CliRunner().invoke(cli, [command, "--help"])
             assert done.exit_code == 0, (command, done.output, done.exception)

@@ -21,9 +21,8 @@ from lightkube import AsyncClient, Client
 from lightkube.config.models import NameValue, UserExec
 from lightkube.resources.core_v1 import Pod
 
-from pulumi_lora._cluster import KubeSource, make_client, proxy_access, resolve
 from pulumi_lora._errors import ClusterError
-from pulumi_lora._kubeauth import (
+from pulumi_lora._kube._auth import (
     ExecCredentials,
     HttpxAuth,
     LightkubeAuth,
@@ -33,6 +32,7 @@ from pulumi_lora._kubeauth import (
     plugin_credentials,
     use_credentials,
 )
+from pulumi_lora._kube._objects import KubeSource, make_client, proxy_access, resolve
 
 V1, V1BETA1 = "client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import ClusterError
-from pulumi_lora._kubeconfigs import kubeconfig_files, load_merged, merge
+from pulumi_lora._kube._kubeconfigs import kubeconfig_files, load_merged, merge
+from pulumi_lora._kube._objects import KubeSource
 
 
 def cluster(name: str, server: str, **more: str) -> dict[str, object]:

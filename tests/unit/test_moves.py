@@ -10,8 +10,8 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from pulumi_lora._cli import cli
-from pulumi_lora._moves import CHILD, TOKEN, commands, plan
+from pulumi_lora._commands._main import cli
+from pulumi_lora._pulumi._migration import CHILD, TOKEN, commands, plan
 
 STACK = "urn:pulumi:dev::lora-yaml::pulumi:pulumi:Stack::lora-yaml-dev"
 PYTHON = "urn:pulumi:dev::lora-yaml::pulumi:providers:pulumi-python::default"

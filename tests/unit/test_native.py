@@ -1,4 +1,4 @@
-"""The provider ``provider/`` serves (``pulumi_lora._native``): the translation between the
+"""The provider ``provider/`` serves (``pulumi_lora._pulumi._native``): the translation between the
 engine's camelCase property values and ``LoRAAdapterProvider``'s plain dicts, and what an
 import reads off a CR. No cluster: the operations themselves are tested elsewhere; the real
 engine runs this provider in ``tests/cli/``."""
@@ -12,9 +12,9 @@ import pytest
 from pulumi.provider.experimental import provider as rpc
 from pulumi.provider.experimental.property_value import Computed, PropertyValue
 
-from pulumi_lora import _native
 from pulumi_lora._models import declared_by_cr
-from pulumi_lora._properties import UNKNOWN
+from pulumi_lora._pulumi import _native
+from pulumi_lora._pulumi._properties import UNKNOWN
 
 
 def value(plain: Any, secret: bool = False) -> PropertyValue:

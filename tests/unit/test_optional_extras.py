@@ -8,7 +8,7 @@ import sys
 #: ``pulumi-lora`` as ``pip install pulumi-lora`` (no extras) leaves it: prometheus-client absent.
 WITHOUT_METRICS = (
     "import sys; sys.modules['prometheus_client'] = None; "
-    "from pulumi_lora._cli import main; sys.argv[0] = 'pulumi-lora'; main()"
+    "from pulumi_lora._commands._main import main; sys.argv[0] = 'pulumi-lora'; main()"
 )
 
 

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from pulumi_lora._cluster import PodEndpoint, Target, split_pods
-from pulumi_lora._ownership import (
+from pulumi_lora._core._ownership import (
     ControllerRef,
     Owned,
     by_uid,
@@ -16,6 +15,7 @@ from pulumi_lora._ownership import (
     owned_from_object,
     untrusted_message,
 )
+from pulumi_lora._kube._objects import PodEndpoint, Target, split_pods
 
 NS = "models"
 ISVC_UID = "isvc-uid"

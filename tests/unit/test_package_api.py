@@ -81,7 +81,7 @@ def test_a_program_declaring_adapters_loads_none_of_the_providers_work() -> None
     loaded = printed_words(code)
     assert "pulumi_lora._provider" in loaded
     heavy = ("pydantic", "lightkube", "httpx2", "httpcore2", "pulumi_lora._lifecycle")
-    heavy += ("pulumi_lora._provider_calls", "pulumi_lora._models", "pulumi_lora._cluster")
+    heavy += ("pulumi_lora._pulumi._calls", "pulumi_lora._models", "pulumi_lora._kube._objects")
     assert [m for m in loaded if m.startswith(heavy)] == []
 
 
@@ -90,7 +90,7 @@ def test_the_provider_process_loads_no_pydantic() -> None:
     was ~90 ms of the 217 ms that cost (issue 38); the models are msgspec structs."""
     code = (
         "import sys, pulumi.dynamic\n"
-        "import pulumi_lora._provider_calls, pulumi_lora._native\n"
+        "import pulumi_lora._pulumi._calls, pulumi_lora._pulumi._native\n"
         "print(' '.join(sorted(sys.modules)))"
     )
     loaded = printed_words(code)

@@ -12,7 +12,7 @@ from lightkube.config.models import Cluster, User
 from lightkube.core.resource_registry import resource_registry
 from lightkube.resources.core_v1 import Pod
 
-from pulumi_lora._cluster import (
+from pulumi_lora._kube._objects import (
     SERVICE_LABEL,
     DeploymentResource,
     PodResource,

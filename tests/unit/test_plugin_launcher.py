@@ -1,7 +1,8 @@
 """The plugin archive's launcher (``tools/release_files/pulumi-resource-pulumi-lora``), run for
 real on a plugin folder unpacked from an archive that ``tools/release.py`` makes.
 
-The archive's wheel is a stand-in ``pulumi-lora`` whose ``pulumi_lora._plugin`` prints one line
+The archive's wheel is a stand-in ``pulumi-lora`` whose
+``pulumi_lora._pulumi._plugin`` prints one line
 (as the real plugin prints its port) naming where it was imported from; pip installs it offline
 (``PIP_NO_INDEX``, no dependencies), so each virtualenv the launcher makes costs a few seconds
 (pip's own install into it) and no network. The fast tier makes one (a venv whose Python is
@@ -34,10 +35,10 @@ SHADOW = "print('shadowed: a pulumi_lora outside the venv ran', flush=True)\n"
 
 
 def stand_in_wheel(folder: Path) -> Path:
-    """A minimal ``pulumi-lora`` wheel: ``pulumi_lora/__init__.py`` and ``_plugin.py``."""
+    """A minimal ``pulumi-lora`` wheel: ``pulumi_lora/__init__.py`` and ``_pulumi/_plugin.py``."""
     files = {
         "pulumi_lora/__init__.py": b"",
-        "pulumi_lora/_plugin.py": PLUGIN.encode(),
+        "pulumi_lora/_pulumi/_plugin.py": PLUGIN.encode(),
         "pulumi_lora-9.9.9.dist-info/METADATA": (
             b"Metadata-Version: 2.1\nName: pulumi-lora\nVersion: 9.9.9\n"
         ),
@@ -116,7 +117,8 @@ def shadow_package(folder: Path) -> Path:
     package = folder / "pulumi_lora"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "_plugin.py").write_text(SHADOW)
+    (package / "_pulumi").mkdir()
+    (package / "_pulumi" / "_plugin.py").write_text(SHADOW)
     return folder
 
 
@@ -128,7 +130,8 @@ def installed_by_hand(folder: Path) -> None:
     package = folder / "venv.222" / "lib" / python / "site-packages" / "pulumi_lora"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "_plugin.py").write_text(PLUGIN)
+    (package / "_pulumi").mkdir()
+    (package / "_pulumi" / "_plugin.py").write_text(PLUGIN)
     (folder / "venv").symlink_to("venv.222")
 
 

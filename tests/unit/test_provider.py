@@ -12,15 +12,15 @@ from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import ClusterError, ConfigurationError
 from pulumi_lora._lifecycle import AdapterState, PodReport, ProviderConfig
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
-from pulumi_lora._properties import UNKNOWN
 from pulumi_lora._provider import LoRAAdapterProvider
-from pulumi_lora._provider_calls import (
+from pulumi_lora._pulumi._calls import (
     DriftReporter,
     drift_words,
     live_drift,
     outputs,
     refreshed_inputs,
 )
+from pulumi_lora._pulumi._properties import UNKNOWN
 from pulumi_lora._settings import ClientTimeouts
 
 GOOD = {

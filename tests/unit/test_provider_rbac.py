@@ -9,11 +9,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from pulumi_lora._cli import cli
+from pulumi_lora._commands._main import cli
+from pulumi_lora._kube._rbac import parse_subject, provider_rules
 from pulumi_lora._models import Transport
 from pulumi_lora._ops._checks import CheckStatus
 from pulumi_lora._ops._permissions import asks, check_permissions
-from pulumi_lora._rbac import parse_subject, provider_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {

@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pulumi_lora._models import Condition, ConditionStatus, Policy
-from pulumi_lora._reconcile import (
+from pulumi_lora._core._reconcile import (
     ActionKind,
     Availability,
     Call,
@@ -32,6 +31,7 @@ from pulumi_lora._reconcile import (
     summarize,
     unsettled,
 )
+from pulumi_lora._models import Condition, ConditionStatus, Policy
 
 SQL = Desired("sql", "/adapters/sql")
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

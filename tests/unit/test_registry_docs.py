@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pulumi_lora._adapter import TYPE_TOKEN
-from pulumi_lora._schema import markdown
+from pulumi_lora._pulumi._resource import TYPE_TOKEN
+from pulumi_lora._pulumi._schema import markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 

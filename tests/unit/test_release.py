@@ -128,7 +128,7 @@ def test_the_launcher_is_posix_sh_and_keeps_stdout_for_the_port() -> None:
     assert subprocess.run(["sh", "-n", str(launcher)], check=False).returncode == 0
     text = launcher.read_text()
     assert text.startswith("#!/bin/sh\n")
-    assert 'exec "$venv/bin/python" -I -u -m pulumi_lora._plugin "$@"' in text
+    assert 'exec "$venv/bin/python" -I -u -m pulumi_lora._pulumi._plugin "$@"' in text
     assert "} >&2; then" in text  # venv and pip say nothing on stdout
 
 
@@ -162,7 +162,7 @@ def test_a_release_never_empties_a_folder_it_did_not_fill(tmp_path: Path) -> Non
 
 WITHOUT_RIG = (
     "import sys; sys.modules['pulumi_lora.testing'] = None; "
-    "from pulumi_lora._cli import main; sys.argv[0] = 'pulumi-lora'; main()"
+    "from pulumi_lora._commands._main import main; sys.argv[0] = 'pulumi-lora'; main()"
 )
 
 

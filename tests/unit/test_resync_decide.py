@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pulumi_lora._llmkube import PodEndpoint
+from pulumi_lora._core._llmkube import PodEndpoint
 from pulumi_lora._resync._decide import (
     CapacityNote,
     LeaseMove,

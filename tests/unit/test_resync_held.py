@@ -14,9 +14,9 @@ from typing import Any, cast
 import httpx2
 import pytest
 
-from pulumi_lora._llmkube import PodEndpoint, Target
+from pulumi_lora._core._llmkube import PodEndpoint, Target
+from pulumi_lora._core._ownership import ControllerRef, Owned
 from pulumi_lora._models import UNLOAD_FINALIZER
-from pulumi_lora._ownership import ControllerRef, Owned
 from pulumi_lora._resync import _held
 from pulumi_lora._resync._decide import ReloadReason
 from pulumi_lora._resync._held import HeldDeletes

@@ -10,8 +10,8 @@ from typing import Any
 import httpx2
 import pytest
 
+from pulumi_lora._core._llmkube import PodEndpoint
 from pulumi_lora._errors import ClusterError
-from pulumi_lora._llmkube import PodEndpoint
 from pulumi_lora._resync._podrun import PodRun, run_pod
 from pulumi_lora._resync._views import SecretRef
 from pulumi_lora._resync._world import AdapterTask, PodWork, Unload

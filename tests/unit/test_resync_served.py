@@ -9,8 +9,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from test_resync_world import NOW, TARGET, cr, pod, world
 
+from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._models import LLMKUBE_FINALIZER
-from pulumi_lora._reconcile import PodOutcome
 from pulumi_lora._resync._decide import CapacityNote
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._served import AdapterMetrics, FleetState, NotServedClock, fleet_state

@@ -6,10 +6,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._llmkube import PodEndpoint, Target
+from pulumi_lora._core._llmkube import PodEndpoint, Target
+from pulumi_lora._core._ownership import ControllerRef, Owned
+from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._models import ANNOTATION_OPERATION, ANNOTATION_PINNED
-from pulumi_lora._ownership import ControllerRef, Owned
-from pulumi_lora._reconcile import PodOutcome
 from pulumi_lora._resync._decide import CapacityNote, ReloadReason
 from pulumi_lora._resync._views import AdapterCR, SecretRef, adapter_from_object
 from pulumi_lora._resync._world import World

@@ -1,5 +1,5 @@
 """What a busy apiserver sheds (429, 503) is sent again after its Retry-After, within a bound;
-every other answer reaches the caller at once (``pulumi_lora._retry``)."""
+every other answer reaches the caller at once (``pulumi_lora._http._retry``)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from lightkube import ApiError, AsyncClient, Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
 
-from pulumi_lora import _cluster as k8s
-from pulumi_lora._lifecycle._pool import ClientPool
-from pulumi_lora._retry import (
+from pulumi_lora._http._retry import (
     PROXY_POLICY,
     AsyncRetryingTransport,
     RetryingTransport,
     RetryPolicy,
     retry_apiserver_answers,
 )
+from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._lifecycle._pool import ClientPool
 from pulumi_lora._settings import ClientTimeouts
 
 SHED = {"kind": "Status", "status": "Failure", "reason": "TooManyRequests", "code": 429}

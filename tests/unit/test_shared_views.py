@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from pulumi_lora import _cluster as k8s
 from pulumi_lora import _lifecycle as lifecycle
+from pulumi_lora._core._caches import OwnWrites, SharedViews
 from pulumi_lora._errors import ClusterError
+from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._shared_views import OwnWrites, SharedViews
 
 
 class Clock:

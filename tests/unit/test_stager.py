@@ -8,8 +8,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from pulumi_lora._cluster import ProxyAccess
 from pulumi_lora._errors import Forbidden
+from pulumi_lora._kube._objects import ProxyAccess
 from pulumi_lora._lifecycle import _stager
 from pulumi_lora._lifecycle._stager import Stager, StagerLost, Stagers
 from pulumi_lora._staging._errors import StagingError

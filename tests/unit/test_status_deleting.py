@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pulumi_lora._commands._operator import _status_table
 from pulumi_lora._models import LLMKUBE_FINALIZER, UNLOAD_FINALIZER
 from pulumi_lora._ops._status import AdapterVerdict, ServedState, StatusReport, adapter_line
-from pulumi_lora._ops_cli import _status_table
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pulumi_lora._commands._operator import _status_table
 from pulumi_lora._ops._status import AdapterVerdict, StatusReport, adapter_line, loop_verdicts
-from pulumi_lora._ops_cli import _status_table
 
 
 def cr(*conditions: dict[str, Any], generation: int = 2) -> dict[str, Any]:

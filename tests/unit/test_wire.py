@@ -1,4 +1,4 @@
-"""Held writes (``pulumi_lora._wire``): one write per request, the idle check, and the wiring
+"""Held writes (``pulumi_lora._http._send``): one write per request, the idle check, and the wiring
 into the blocking SGLang client's and lightkube's connection pools."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from lightkube import Client, KubeConfig
 
-from pulumi_lora import _wire
-from pulumi_lora._cluster import held_writes
+from pulumi_lora._http import _send
+from pulumi_lora._http._send import WRITE_BUFFER, HeldWritesBackend, HeldWritesStream
+from pulumi_lora._kube._objects import held_writes
 from pulumi_lora._sglang import deadline_transport
-from pulumi_lora._wire import WRITE_BUFFER, HeldWritesBackend, HeldWritesStream
 
 
 class Recorded:
@@ -83,13 +83,13 @@ def test_the_idle_check_polls_only_a_connection_quiet_for_a_while(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr(_wire.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(_send.time, "monotonic", lambda: now[0])
     inner = Recorded()
     stream = HeldWritesStream(inner)
     stream.read(10)
     assert stream.get_extra_info("is_readable") is False  # data just now: no poll
     assert ("extra", "is_readable") not in inner.calls
-    now[0] += _wire.RECENT + 0.1
+    now[0] += _send.RECENT + 0.1
     assert stream.get_extra_info("is_readable") is True  # asked the socket
     assert stream.get_extra_info("ssl_object") is True  # everything else passes through
     assert inner.calls[-2:] == [("extra", "is_readable"), ("extra", "ssl_object")]

@@ -26,10 +26,10 @@ import httpx2
 import yaml
 from pulumi import automation as auto
 
-from pulumi_lora._adapter import DYNAMIC_TYPE, RESOURCE_TYPE, LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora._cluster import apiserver_errors, list_adapters
 from pulumi_lora._errors import ClusterError
-from pulumi_lora._provider_calls import pod_path
+from pulumi_lora._kube._objects import apiserver_errors, list_adapters
+from pulumi_lora._pulumi._calls import pod_path
+from pulumi_lora._pulumi._resource import DYNAMIC_TYPE, RESOURCE_TYPE, LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.chaos._invariants import (
     CRView,

@@ -6,7 +6,13 @@ import logging
 import time
 from typing import Any
 
-from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, LORA_ADAPTER_PLURAL, VERSION, all_crds
+from pulumi_lora._kube._crd import (
+    GROUP,
+    INFERENCE_SERVICE_PLURAL,
+    LORA_ADAPTER_PLURAL,
+    VERSION,
+    all_crds,
+)
 from pulumi_lora.testing.testbed._rest import KubeRest
 
 __all__ = ["CrdNotEstablishedError", "install_crds"]
@@ -30,7 +36,7 @@ def _condition(crd: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def install_crds(rest: KubeRest, timeout: float = 30.0) -> list[str]:
-    """Server-side apply every CRD of :func:`pulumi_lora._crd.all_crds`; wait for Established.
+    """Server-side apply every CRD of :func:`pulumi_lora._kube._crd.all_crds`; wait for Established.
 
     Returns the CRD names. Raises :class:`CrdNotEstablishedError` naming the CRD and its last
     conditions when one is not served within ``timeout`` seconds.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx2
 
-from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
+from pulumi_lora._kube._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed._kubelet import (
     Network,
     PodRuntime,

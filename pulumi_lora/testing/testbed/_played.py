@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx2
 
-from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
+from pulumi_lora._kube._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed._informer import Informer, object_key
 from pulumi_lora.testing.testbed._kubelet import KubeletContext, PodRuntime, delete_now
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest

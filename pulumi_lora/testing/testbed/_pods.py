@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pulumi_lora._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
+from pulumi_lora._kube._crd import GROUP, INFERENCE_SERVICE_PLURAL, VERSION
 from pulumi_lora.testing.testbed import _incluster
 from pulumi_lora.testing.testbed._containers import ContainerRefusedError, start_container
 from pulumi_lora.testing.testbed._handles import (

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from pulumi_lora._crd import GROUP, VERSION
+from pulumi_lora._kube._crd import GROUP, VERSION
 
 __all__ = [
     "ANNOTATION_EMULATOR_ARGS",

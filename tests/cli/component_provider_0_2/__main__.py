@@ -15,7 +15,7 @@ import pulumi
 from pulumi.provider.experimental import component_provider_host
 
 from pulumi_lora import __version__
-from pulumi_lora._component import LoRAAdapter
+from pulumi_lora._pulumi._component import LoRAAdapter
 
 NAME = "pulumi-lora"
 """The schema's package name: the first part of the type token ``pulumi-lora:index:LoRAAdapter``."""

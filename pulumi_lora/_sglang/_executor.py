@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pulumi_lora._errors import PulumiLoRAError, SGLangError
-from pulumi_lora._reconcile import (
+from pulumi_lora._core._reconcile import (
     Call,
     ListCall,
     LoadCall,
@@ -19,6 +18,7 @@ from pulumi_lora._reconcile import (
     ReplyKind,
     UnloadCall,
 )
+from pulumi_lora._errors import PulumiLoRAError, SGLangError
 from pulumi_lora._sglang import AlreadyLoaded, Loaded, ModelList, NotLoaded, Unloaded
 
 Outcome = Loaded | AlreadyLoaded | Unloaded | NotLoaded | ModelList

@@ -18,8 +18,8 @@ from typing import NoReturn
 import click
 import yaml
 
-from pulumi_lora._cluster import KubeSource
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._kube._objects import KubeSource
 from pulumi_lora._lifecycle import POOL
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, Transport
 from pulumi_lora._ops import _doctor, _gather, _status
@@ -226,7 +226,7 @@ def rbac_command(  # noqa: PLR0917 - one parameter per click option
 
         pulumi-lora rbac -n models --subject user:ci-deployer | kubectl apply -f -
     """
-    from pulumi_lora._rbac import parse_subject, provider_rbac  # noqa: PLC0415
+    from pulumi_lora._kube._rbac import parse_subject, provider_rbac  # noqa: PLC0415
 
     try:
         bound = parse_subject(subject) if subject else None

@@ -39,13 +39,13 @@ from pulumi.provider.experimental.server import ProviderServicer
 from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
 from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc, provider_pb2_grpc
 
-from pulumi_lora._adapter import TYPE_TOKEN, AdapterInputs, AdapterOutputs
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._models import AdapterArgs
-from pulumi_lora._properties import CREATE_KEYS, INPUT_KEYS, OUTPUT_KEYS, UNKNOWN
 from pulumi_lora._provider import LoRAAdapterProvider
-from pulumi_lora._provider_calls import effective_inputs, report_drift
-from pulumi_lora._schema import SECRET_PROPERTIES, document
+from pulumi_lora._pulumi._calls import effective_inputs, report_drift
+from pulumi_lora._pulumi._properties import CREATE_KEYS, INPUT_KEYS, OUTPUT_KEYS, UNKNOWN
+from pulumi_lora._pulumi._resource import TYPE_TOKEN, AdapterInputs, AdapterOutputs
+from pulumi_lora._pulumi._schema import SECRET_PROPERTIES, document
 
 DEFAULT_READY_TIMEOUT = float(AdapterArgs.defaults()["ready_timeout_seconds"])
 """How long a resource waits for Ready pods unless it says otherwise (``AdapterArgs``)."""

@@ -14,7 +14,7 @@ from lightkube import ApiError, Client
 from lightkube.generic_resource import GenericNamespacedResource, create_api_info
 from lightkube.types import CascadeType
 
-from pulumi_lora._cluster import PodResource, as_dict, cluster_error
+from pulumi_lora._kube._objects import PodResource, as_dict, cluster_error
 
 __all__ = ["JOB_NAME_LABEL", "JobResource", "create_job", "delete_job", "get_job", "job_pods"]
 

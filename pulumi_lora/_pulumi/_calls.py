@@ -38,7 +38,7 @@ from pulumi.dynamic.config import Config
 from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._models import PATH_OR_SOURCE, AdapterArgs, Condition, ConditionKind, Transport
-from pulumi_lora._properties import (
+from pulumi_lora._pulumi._properties import (
     ECHOED,
     INPUT_KEYS,
     OUTPUT_KEYS,

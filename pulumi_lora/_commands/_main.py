@@ -48,12 +48,12 @@ class LazyGroup(click.Group):
 
 _SUBCOMMANDS = {
     "testbed": "pulumi_lora.testing.testbed._cli:testbed_group",
-    "status": "pulumi_lora._ops_cli:status_command",
-    "doctor": "pulumi_lora._ops_cli:doctor_command",
-    "coexistence-policy": "pulumi_lora._ops_cli:policy_command",
-    "rbac": "pulumi_lora._ops_cli:rbac_command",
-    "finish-delete": "pulumi_lora._finish:finish_delete_command",
-    "component-moves": "pulumi_lora._moves:moves_command",
+    "status": "pulumi_lora._commands._operator:status_command",
+    "doctor": "pulumi_lora._commands._operator:doctor_command",
+    "coexistence-policy": "pulumi_lora._commands._operator:policy_command",
+    "rbac": "pulumi_lora._commands._operator:rbac_command",
+    "finish-delete": "pulumi_lora._commands._finish_delete:finish_delete_command",
+    "component-moves": "pulumi_lora._pulumi._migration:moves_command",
     "resync": "pulumi_lora._resync._cli:resync_command",
     "stage": "pulumi_lora._staging._cli:stage_command",
     "stage-serve": "pulumi_lora._staging._cli:stage_serve_command",

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pulumi_lora._core._ownership import ControllerRef, by_uid, controller_chain, controller_of
 from pulumi_lora._models import API_VERSION, KIND
-from pulumi_lora._ownership import ControllerRef, by_uid, controller_chain, controller_of
 
 __all__ = [
     "DEFAULT_SERVICE_PORT",

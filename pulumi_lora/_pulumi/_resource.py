@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, NotRequired, Optional, TypedDict, Union, 
 import pulumi
 from pulumi.dynamic import Resource
 
-from pulumi_lora._properties import ECHOED, INPUT_KEYS, OUTPUT_KEYS
 from pulumi_lora._provider import LoRAAdapterProvider
+from pulumi_lora._pulumi._properties import ECHOED, INPUT_KEYS, OUTPUT_KEYS
 
 TYPE_TOKEN = "pulumi-lora:index:LoRAAdapter"  # noqa: S105 - a type token, not a password
 """The type other languages declare (``provider/``'s custom resource; the component's, up to

@@ -1,7 +1,7 @@
-"""The provider plugin's entry point: ``python -m pulumi_lora._plugin <engine address>``.
+"""The provider plugin's entry point: ``python -m pulumi_lora._pulumi._plugin <engine address>``.
 
 The release's plugin archive (``tools/release.py``) runs this from the virtualenv its launcher
-makes: it serves ``pulumi-lora:index:LoRAAdapter`` (:mod:`pulumi_lora._native`) and prints the
+makes: it serves ``pulumi-lora:index:LoRAAdapter`` (:mod:`._native`) and prints the
 port as its first line, so nothing here may print at import. ``provider/__main__.py`` does the
 same from a checkout.
 """
@@ -9,7 +9,7 @@ same from a checkout.
 import sys
 from collections.abc import Sequence
 
-from pulumi_lora._native import NativeProvider, engine_address, serve
+from pulumi_lora._pulumi._native import NativeProvider, engine_address, serve
 from pulumi_lora._version import __version__
 
 

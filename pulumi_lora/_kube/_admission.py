@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pulumi_lora._llmkube import SERVICE_LABEL
+from pulumi_lora._core._llmkube import SERVICE_LABEL
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
     ANNOTATION_MANAGED_BY,

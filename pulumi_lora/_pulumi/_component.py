@@ -13,8 +13,13 @@ from typing import Optional
 
 import pulumi
 
-from pulumi_lora._adapter import TYPE_TOKEN, AdapterInputs, AdapterOutputs, LoRAAdapterResource
-from pulumi_lora._properties import INPUT_KEYS
+from pulumi_lora._pulumi._properties import INPUT_KEYS
+from pulumi_lora._pulumi._resource import (
+    TYPE_TOKEN,
+    AdapterInputs,
+    AdapterOutputs,
+    LoRAAdapterResource,
+)
 
 COMPONENT_OUTPUTS = tuple(inspect.get_annotations(AdapterOutputs))
 """The dynamic child's outputs the component re-exposes (``AdapterOutputs``' annotations)."""

@@ -36,16 +36,8 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Secret
 from lightkube.types import PatchType
 
-from pulumi_lora import _ownership
-from pulumi_lora._errors import (
-    ApiserverUnreachable,
-    ClusterError,
-    Forbidden,
-    InferenceServiceNotFound,
-)
-from pulumi_lora._kubeauth import Credentials, HttpxAuth, plugin_credentials, use_credentials
-from pulumi_lora._kubeconfigs import load_merged
-from pulumi_lora._llmkube import (
+from pulumi_lora._core import _ownership
+from pulumi_lora._core._llmkube import (
     DEFAULT_SGLANG_PORT,
     HTTP_PORT_NAME,
     SERVICE_LABEL,
@@ -58,9 +50,17 @@ from pulumi_lora._llmkube import (
     split_pods,
     target_from_object,
 )
+from pulumi_lora._errors import (
+    ApiserverUnreachable,
+    ClusterError,
+    Forbidden,
+    InferenceServiceNotFound,
+)
+from pulumi_lora._http._retry import retried, retry_apiserver_answers
+from pulumi_lora._http._send import hold_writes
+from pulumi_lora._kube._auth import Credentials, HttpxAuth, plugin_credentials, use_credentials
+from pulumi_lora._kube._kubeconfigs import load_merged
 from pulumi_lora._models import API_VERSION, GROUP, ISVC_KIND, ISVC_PLURAL, KIND, PLURAL, VERSION
-from pulumi_lora._retry import retried, retry_apiserver_answers
-from pulumi_lora._wire import hold_writes
 
 #: LLMKube's vocabulary (``_llmkube``: DEFAULT_SGLANG_PORT, HTTP_PORT_NAME, SERVICE_LABEL,
 #: PodEndpoint, PodListing, Target, adapter_manifest, all_ready, pod_from_object, split_pods,
@@ -247,7 +247,7 @@ def resolve(source: KubeSource) -> tuple[SingleConfig, Credentials | None]:
 
 
 def held_writes(client: Client) -> Client:
-    """``client``, its requests sent in one write each (`pulumi_lora._wire`): half the TLS
+    """``client``, its requests sent in one write each (`pulumi_lora._http._send`): half the TLS
     records and system calls of a status write or an Event."""
     generic: Any = client._client  # lightkube's GenericSyncClient: its httpx2 client is _client
     hold_writes(generic._client)

@@ -1,0 +1,1 @@
+"""The ``pulumi-lora`` command: every subcommand, and the options they share."""

@@ -1,0 +1,1 @@
+"""The pure core: decisions on pods, adapters and conditions; no I/O library."""

@@ -1,0 +1,1 @@
+"""HTTP plumbing shared by the clients: one send per request, and when to send again."""

@@ -1,0 +1,1 @@
+"""Kubernetes: the kubeconfig and its credentials, the calls on objects, the manifests we write."""

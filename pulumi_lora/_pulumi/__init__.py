@@ -1,0 +1,1 @@
+"""The Pulumi side: resource classes, the dynamic provider's calls, the plugin, the schema."""
