@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pulumi_lora._kube._objects import get_adapter
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -234,7 +235,7 @@ def main() -> int:
         bed.deploy_inference_service(ns, "llama", replicas=2, endpoint_port=30000).wait_ready(30)
         names = [f"bench-{i}" for i in range(opts.adapters)]
         bench = Bench(bed, bed.llmkube, ns, names)
-        bench.provider._config = ProviderConfig(kubeconfig=str(bed.kubeconfig_path))
+        bench.provider._config = ProviderConfig(kube=KubeSource(str(bed.kubeconfig_path)))
         for name in names:
             bench.paths[name] = [bed.make_adapter(f"{name}-v1"), bed.make_adapter(f"{name}-v2")]
             bench.current[name] = 0

@@ -44,15 +44,14 @@ import httpx2
 from lightkube import KubeConfig
 from lightkube.resources.core_v1 import Pod
 
+from pulumi_lora._core._llmkube import adapter_manifest, pod_from_object
 from pulumi_lora._core._reconcile import Desired, PodView, plan, pod_program
 from pulumi_lora._kube._objects import (
     LoRAAdapterResource,
-    adapter_manifest,
     apply_adapter,
     apply_adapter_status,
     as_dict,
     emit_event,
-    pod_from_object,
 )
 from pulumi_lora._resync._events import EVENT_SENDERS
 from pulumi_lora._sglang import AsyncSGLangClient

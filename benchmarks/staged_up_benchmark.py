@@ -40,6 +40,7 @@ import pulumi
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import STAGERS, ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.engine import LocalEngine
@@ -153,7 +154,7 @@ def stage_for_replicas(testbed: Testbed, hub: PlayedHub, work: Path) -> None:
     plain = floor(hub, sha, work)
     before = len([r for r in hub.requests if r.path.startswith("/cdn/")])
     provider = LoRAAdapterProvider()
-    provider._config = ProviderConfig(kubeconfig=str(testbed.kubeconfig_path))
+    provider._config = ProviderConfig(kube=KubeSource(str(testbed.kubeconfig_path)))
     claim = testbed.claim_directory(namespace, "adapters")
     wall, first, outputs = create_staged(provider, "big", commits["big"], hub, namespace)
     fetches = len([r for r in hub.requests if r.path.startswith("/cdn/")]) - before

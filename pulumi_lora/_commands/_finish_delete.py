@@ -11,27 +11,19 @@ from __future__ import annotations
 
 import click
 
+from pulumi_lora._commands._options import COMMAND_SETTINGS, kube_source, transport
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig, finish_delete
 from pulumi_lora._models import Transport
 
 __all__ = ["finish_delete_command"]
 
 
-@click.command("finish-delete", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("finish-delete", context_settings=COMMAND_SETTINGS)
 @click.argument("adapter", metavar="NAMESPACE/NAME")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(exists=True, dir_okay=False),
-    help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, then the in-cluster account)",
-)
-@click.option("--context", help="kubeconfig context (default: its current context)")
-@click.option(
-    "--transport",
-    type=click.Choice([Transport.DIRECT.value, Transport.PROXY.value]),
-    default=None,
-    help="how to reach the pods (default: the transport the CR records)",
-)
+@kube_source()
+@transport("how to reach the pods (default: the transport the CR records)")
 @click.option(
     "--force",
     is_flag=True,
@@ -39,13 +31,12 @@ __all__ = ["finish_delete_command"]
     "namespace being deleted whose pods are already gone",
 )
 def finish_delete_command(
-    adapter: str, kubeconfig: str | None, context: str | None, transport: str | None, force: bool
+    adapter: str, kube: KubeSource, transport: Transport | None, force: bool
 ) -> None:
     """Unload the adapter of a LoRAAdapter whose deletion a failed `pulumi destroy` left from
     every Ready pod, then let the CR go (exit 1 when a pod still refuses)."""
-    config = ProviderConfig(kubeconfig=kubeconfig, context=context)
-    chosen = Transport(transport) if transport else None
+    config = ProviderConfig(kube=kube)
     try:
-        click.echo(finish_delete(adapter, config, chosen, force=force))
+        click.echo(finish_delete(adapter, config, transport, force=force))
     except PulumiLoRAError as exc:
         raise click.ClickException(str(exc)) from exc

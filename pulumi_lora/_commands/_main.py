@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from pulumi_lora._commands._options import COMMAND_SETTINGS
 from pulumi_lora._version import __version__
 
 
@@ -53,12 +54,12 @@ _SUBCOMMANDS = {
     "coexistence-policy": "pulumi_lora._commands._operator:policy_command",
     "rbac": "pulumi_lora._commands._operator:rbac_command",
     "finish-delete": "pulumi_lora._commands._finish_delete:finish_delete_command",
-    "component-moves": "pulumi_lora._pulumi._migration:moves_command",
-    "resync": "pulumi_lora._resync._cli:resync_command",
-    "stage": "pulumi_lora._staging._cli:stage_command",
-    "stage-serve": "pulumi_lora._staging._cli:stage_serve_command",
-    "unstage": "pulumi_lora._staging._cli:unstage_command",
-    "verify-staged": "pulumi_lora._staging._cli:verify_command",
+    "component-moves": "pulumi_lora._commands._component_moves:moves_command",
+    "resync": "pulumi_lora._commands._resync:resync_command",
+    "stage": "pulumi_lora._commands._stage:stage_command",
+    "stage-serve": "pulumi_lora._commands._stage:stage_serve_command",
+    "unstage": "pulumi_lora._commands._stage:unstage_command",
+    "verify-staged": "pulumi_lora._commands._stage:verify_command",
 }
 
 
@@ -91,7 +92,7 @@ def _needs_rig(name: str) -> click.Command:
 @click.group(
     cls=LazyGroup,
     lazy=_SUBCOMMANDS,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=COMMAND_SETTINGS,
 )
 @click.version_option(__version__, prog_name="pulumi-lora")
 def cli() -> None:

@@ -18,8 +18,9 @@ from typing import NoReturn
 import click
 import yaml
 
+from pulumi_lora._commands._options import COMMAND_SETTINGS, kube_source, output, transport
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._kube._objects import KubeSource
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import POOL
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, Transport
 from pulumi_lora._ops import _doctor, _gather, _status
@@ -31,43 +32,23 @@ EXIT_UNUSABLE = 2
 #: Longest error text in a table cell (``--output json`` always has the whole text).
 MAX_CELL = 160
 
-_kubeconfig = click.option(
-    "--kubeconfig",
-    type=click.Path(exists=True, dir_okay=False),
-    help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, then the in-cluster account)",
-)
-_context = click.option("--context", help="kubeconfig context (default: its current context)")
-_output = click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people, json (stable keys, docs/operations.md) for scripts",
-)
 
-
-@click.command("status", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("status", context_settings=COMMAND_SETTINGS)
 @click.option("-n", "--namespace", help="namespace of the LoRAAdapters (default: the context's)")
 @click.option("-A", "--all-namespaces", is_flag=True, help="LoRAAdapters of every namespace")
-@_kubeconfig
-@_context
-@click.option(
-    "--transport",
-    type=click.Choice([Transport.DIRECT.value, Transport.PROXY.value]),
-    default=None,
-    help="how to reach the pods (default: each CR's recorded transport; delegated CRs are "
-    "then judged by their Loaded condition)",
+@kube_source()
+@transport(
+    "how to reach the pods (default: each CR's recorded transport; delegated CRs are "
+    "then judged by their Loaded condition)"
 )
-@_output
+@output
 @click.pass_context
 def status_command(  # noqa: PLR0917 - one parameter per click option
     ctx: click.Context,
     namespace: str | None,
     all_namespaces: bool,
-    kubeconfig: str | None,
-    context: str | None,
-    transport: str | None,
+    kube: KubeSource,
+    transport: Transport | None,
     output: str,
 ) -> None:
     """Show every LoRAAdapter and whether each Ready pod of its target serves it.
@@ -79,10 +60,9 @@ def status_command(  # noqa: PLR0917 - one parameter per click option
     """
     if namespace and all_namespaces:
         raise click.UsageError("give either --namespace or --all-namespaces, not both")
-    source = KubeSource(kubeconfig=kubeconfig, context=context)
     try:
-        scope = None if all_namespaces else (namespace or POOL.kube(source).namespace)
-        report = _gather.gather_status(source, scope, Transport(transport) if transport else None)
+        scope = None if all_namespaces else (namespace or POOL.kube(kube).namespace)
+        report = _gather.gather_status(kube, scope, transport)
     except PulumiLoRAError as exc:
         _fail(ctx, str(exc))
     if output == "json":
@@ -92,18 +72,14 @@ def status_command(  # noqa: PLR0917 - one parameter per click option
     ctx.exit(report.exit_code)
 
 
-@click.command("doctor", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("doctor", context_settings=COMMAND_SETTINGS)
 @click.argument("inference_service")
 @click.option("-n", "--namespace", help="the InferenceService's namespace (default: the context's)")
-@_kubeconfig
-@_context
-@click.option(
-    "--transport",
-    type=click.Choice([Transport.DIRECT.value, Transport.PROXY.value]),
-    default=None,
-    help="how to reach the pods: their IPs (in-cluster or a routed pod network) or the "
+@kube_source()
+@transport(
+    "how to reach the pods: their IPs (in-cluster or a routed pod network) or the "
     "apiserver's pod proxy (anywhere; unkeyed servers only); default: try direct, then proxy, "
-    "and say which works",
+    "and say which works"
 )
 @click.option(
     "--api-key-secret",
@@ -111,15 +87,14 @@ def status_command(  # noqa: PLR0917 - one parameter per click option
     help="Secret (in the InferenceService's namespace) holding the SGLang API key; KEY "
     "defaults to api-key",
 )
-@_output
+@output
 @click.pass_context
 def doctor_command(  # noqa: PLR0917 - one parameter per click option
     ctx: click.Context,
     inference_service: str,
     namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    transport: str | None,
+    kube: KubeSource,
+    transport: Transport | None,
     api_key_secret: str | None,
     output: str,
 ) -> None:
@@ -131,14 +106,13 @@ def doctor_command(  # noqa: PLR0917 - one parameter per click option
     2: usage or cluster access error.
     """
     secret = _parse_secret(api_key_secret)
-    source = KubeSource(kubeconfig=kubeconfig, context=context)
     try:
-        where = namespace or POOL.kube(source).namespace
+        where = namespace or POOL.kube(kube).namespace
         facts = _gather.gather_doctor(
-            source,
+            kube,
             where,
             inference_service,
-            transport=Transport(transport) if transport else None,
+            transport=transport,
             api_key_secret=secret,
         )
     except PulumiLoRAError as exc:
@@ -151,7 +125,7 @@ def doctor_command(  # noqa: PLR0917 - one parameter per click option
     ctx.exit(report.exit_code)
 
 
-@click.command("coexistence-policy", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("coexistence-policy", context_settings=COMMAND_SETTINGS)
 @click.option(
     "--llmkube-user",
     default=LLMKUBE_CONTROLLER_USER,
@@ -186,7 +160,7 @@ def policy_command(llmkube_user: str, all_adapters: bool, name: str) -> None:
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 
-@click.command("rbac", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("rbac", context_settings=COMMAND_SETTINGS)
 @click.option(
     "--transport",
     type=click.Choice([t.value for t in Transport]),

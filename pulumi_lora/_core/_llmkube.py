@@ -3,7 +3,7 @@
 What LLMKube's operator puts on the objects it makes (the pod label naming the InferenceService,
 the ``sglang`` container and its port named ``http``) and how this project reads those objects
 into small frozen values (:class:`Target`, :class:`PodEndpoint`, :class:`PodListing`). The
-provider (through ``_cluster``, which makes the API calls), the re-sync loop and the operator
+provider (through ``_kube._objects``, which makes the API calls), the re-sync loop and the operator
 commands all read pods and targets through these functions, so they agree on what "Ready" and
 "the http port" mean. Plain dicts in, frozen values out: no I/O, no HTTP or Kubernetes client.
 """
@@ -193,7 +193,7 @@ def describe_pod_state(status: Mapping[str, Any], terminating: bool) -> str:
 @dataclass(frozen=True)
 class PodListing:
     """The pods of a target: those its controller chain vouches for, and the labelled others
-    (name → why not, see ``_ownership.controller_chain``), which get no request at all."""
+    (name → why not, see ``_core._ownership.controller_chain``), which get no request at all."""
 
     pods: tuple[PodEndpoint, ...] = ()
     untrusted: Mapping[str, str] = field(default_factory=dict)

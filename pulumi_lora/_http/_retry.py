@@ -119,7 +119,7 @@ class RetryingTransport:
     def __exit__(self, *exc: object) -> None:
         self._inner.__exit__(*exc)
 
-    def __getattr__(self, name: str) -> Any:  # the pool (`_wire.hold_writes`) and the rest
+    def __getattr__(self, name: str) -> Any:  # the pool (`_http._send.hold_writes`) and the rest
         return getattr(self._inner, name)
 
 

@@ -3,7 +3,7 @@
 The Pulumi provider (``_provider``, and ``provider/``'s plugin) is a thin translation of these
 steps, and the operator commands (``_ops``) observe as a refresh does. Each step follows the
 reconcile pattern: look (target, pods, what each pod serves), ask the pure core
-(``_reconcile``) for a plan, execute it on every pod in parallel (each SGLang serializes its
+(``_core._reconcile``) for a plan, execute it on every pod in parallel (each SGLang serializes its
 own loads), record the result in the CR's status and in Events, and return an
 :class:`AdapterState` that becomes the resource's outputs.
 

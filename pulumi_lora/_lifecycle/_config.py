@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 from pulumi_lora._errors import (
     ConfigurationError,
 )
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._settings import ClientTimeouts
 
 
@@ -16,12 +18,12 @@ from pulumi_lora._settings import ClientTimeouts
 class ProviderConfig:
     """Provider-wide settings from Pulumi config (``pulumi-lora:*``), plaintext in memory only.
 
-    ``kubeconfig`` (content or path) and ``context`` are defaults for resources that set neither;
+    ``kube`` (``pulumi-lora:kubeconfig``, content or path, and ``:context``) is where the
+    credentials of resources that set neither come from (``KubeSource.for_resource``);
     ``api_key`` is the SGLang API key when no Secret reference is given.
     """
 
-    kubeconfig: str | None = None
-    context: str | None = None
+    kube: KubeSource = field(default_factory=KubeSource)
     api_key: str | None = None
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
     image: str | None = None  # the project's image, for the stager's Job (``_stage.DEFAULT_IMAGE``)
@@ -42,17 +44,29 @@ class ProviderConfig:
             if (text := get(key)) is not None:
                 seconds[attribute] = _positive_seconds(f"pulumi-lora:{key}", text)
         return cls(
-            get("kubeconfig"),
-            get("context"),
+            KubeSource(get("kubeconfig"), get("context")),
             get("sglangApiKey"),
             ClientTimeouts(**seconds),
             get("image"),
         )
 
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        """Take a config as a stack's state holds it, pickled with the provider by the version
+        that last wrote it: 0.3.0 and earlier kept ``kubeconfig`` and ``context`` apart, and a
+        field newer than the pickle takes its default."""
+        values = dict(state)
+        if "kube" not in values:
+            values["kube"] = KubeSource(values.pop("kubeconfig", None), values.pop("context", None))
+        for known in fields(self):
+            if known.name not in values and known.default_factory is not MISSING:
+                values[known.name] = known.default_factory()
+            elif known.name not in values:
+                values[known.name] = known.default
+        self.__dict__.update(values)
+
     def __repr__(self) -> str:
         return (
-            f"ProviderConfig(kubeconfig={'set' if self.kubeconfig else None}, "
-            f"context={self.context!r}, api_key={'set' if self.api_key else None}, "
+            f"ProviderConfig(kube={self.kube!r}, api_key={'set' if self.api_key else None}, "
             f"timeouts={self.timeouts!r}, image={self.image!r})"
         )
 

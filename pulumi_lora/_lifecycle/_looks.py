@@ -8,17 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pulumi_lora._core._caches import OwnWrites, SharedViews
+from pulumi_lora._core._llmkube import PodEndpoint, PodListing, Target
 from pulumi_lora._core._reconcile import (
     PodView,
 )
-from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._models import (
     Transport,
 )
 from pulumi_lora._settings import ClientTimeouts
 
 #: One target on one cluster: what a write by this process invalidates.
-Scope = tuple[k8s.KubeSource, str, str]
+Scope = tuple[KubeSource, str, str]
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,14 @@ class TargetPods:
     """The InferenceService (None when it can't be used) and its pods, as listed (those its
     controller chain vouches for; the other labelled ones by name, with why)."""
 
-    target: k8s.Target | None
-    pods: tuple[k8s.PodEndpoint, ...] = ()
+    target: Target | None
+    pods: tuple[PodEndpoint, ...] = ()
     untrusted: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def listing(self) -> k8s.PodListing:
-        """The pods as ``k8s.PodListing``."""
-        return k8s.PodListing(self.pods, self.untrusted)
+    def listing(self) -> PodListing:
+        """The pods as ``PodListing``."""
+        return PodListing(self.pods, self.untrusted)
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,13 @@ class TargetLook:
     """One look at a target: the InferenceService (None when it can't be used), its pods, and
     what each Ready pod serves (a pod whose ``/v1/models`` failed has its error beside)."""
 
-    target: k8s.Target | None
+    target: Target | None
     pods: tuple[PodView, ...] = ()
     errors: Mapping[str, str] = field(default_factory=dict)
     untrusted: Mapping[str, str] = field(default_factory=dict)
 
 
-#: How long the provider's diffs and reads share one look at a target (see ``_shared_views``):
+#: How long the provider's diffs and reads share one look at a target (see ``_core._caches``):
 #: short, so an out-of-band change is seen within it even by a long-lived caller.
 LOOK_MAX_AGE_SECONDS = 2.0
 #: The looks shared by this process's diffs and reads; writes through ``Session.execute``
@@ -78,14 +79,12 @@ class CrListing:
 
 #: Cluster-wide CR listings shared by this process's collision checks: N creates would
 #: otherwise list every CR N times (quadratic in the fleet).
-CR_LISTINGS: SharedViews[k8s.KubeSource, CrListing] = SharedViews(
+CR_LISTINGS: SharedViews[KubeSource, CrListing] = SharedViews(
     LOOK_MAX_AGE_SECONDS, scope_of=lambda source: source
 )
 #: The CRs this process applied or deleted (source, namespace, name), laid over those listings
 #: so its own concurrent creates see each other's claims.
-OWN_CRS: OwnWrites[tuple[k8s.KubeSource, str, str], Mapping[str, Any]] = OwnWrites(
-    LOOK_MAX_AGE_SECONDS
-)
+OWN_CRS: OwnWrites[tuple[KubeSource, str, str], Mapping[str, Any]] = OwnWrites(LOOK_MAX_AGE_SECONDS)
 #: The listings of targets and their pods shared by this process's operations (its own loads
 #: change neither, so nothing here invalidates them; their age alone bounds them).
 LISTINGS: SharedViews[Scope, TargetPods] = SharedViews(

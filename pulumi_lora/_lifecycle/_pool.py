@@ -12,7 +12,7 @@ import httpx2
 from lightkube import Client
 
 from pulumi_lora._http._retry import RetryingTransport, RetryPolicy
-from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube._source import KubeSource, ProxyAccess, make_client, proxy_access
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient, deadline_transport
 
@@ -28,23 +28,23 @@ class ClientPool:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kube: dict[k8s.KubeSource, Client] = {}
-        self._proxy: dict[k8s.KubeSource, k8s.ProxyAccess] = {}
+        self._kube: dict[KubeSource, Client] = {}
+        self._proxy: dict[KubeSource, ProxyAccess] = {}
         self._sglang: dict[tuple[object, ...], SGLangClient] = {}
         self._default_tls: ssl.SSLContext | None = None
 
-    def kube(self, source: k8s.KubeSource) -> Client:
+    def kube(self, source: KubeSource) -> Client:
         """The lightkube client for ``source``."""
         with self._lock:
             if source not in self._kube:
-                self._kube[source] = k8s.make_client(source)
+                self._kube[source] = make_client(source)
             return self._kube[source]
 
-    def proxy(self, source: k8s.KubeSource) -> k8s.ProxyAccess:
+    def proxy(self, source: KubeSource) -> ProxyAccess:
         """Access through the apiserver's pod proxy for ``source``."""
         with self._lock:
             if source not in self._proxy:
-                self._proxy[source] = k8s.proxy_access(source)
+                self._proxy[source] = proxy_access(source)
             return self._proxy[source]
 
     def sglang(
@@ -64,7 +64,7 @@ class ClientPool:
         ``tls`` is the context to verify the server with (the cluster CA for the pod proxy);
         None means the system's default trust store, built once per process. ``auth`` carries a
         kubeconfig credential plugin's renewed tokens to the apiserver's pod proxy; ``retry``
-        says which of its answers to send again (``_retry.PROXY_POLICY``).
+        says which of its answers to send again (``_http._retry.PROXY_POLICY``).
         """
         key = (
             url,

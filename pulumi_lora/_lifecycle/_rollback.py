@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from pulumi_lora._core._llmkube import PodEndpoint, Target
 from pulumi_lora._core._reconcile import (
     PodOutcome,
     plan,
@@ -46,8 +47,8 @@ def remove_cr_patiently(session: Session, patience: float = 30.0) -> None:
 
 def rollback(
     session: Session,
-    target: k8s.Target,
-    pods: Sequence[k8s.PodEndpoint],
+    target: Target,
+    pods: Sequence[PodEndpoint],
     outcomes: Sequence[PodOutcome],
 ) -> None:
     """Unload from exactly the pods this create loaded or may have loaded (best effort; the error
@@ -70,7 +71,7 @@ SETTLE_MAX_SECONDS = 30.0
 
 
 def settle(
-    session: Session, pods: Sequence[k8s.PodEndpoint], clients: Mapping[str, SGLangClient]
+    session: Session, pods: Sequence[PodEndpoint], clients: Mapping[str, SGLangClient]
 ) -> None:
     """Watch pods whose timed-out load may still land, unloading it when it does.
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from lightkube import Client
 
 from pulumi_lora._core._caches import SharedViews
+from pulumi_lora._core._llmkube import PodEndpoint, PodListing, Target, adapter_manifest, all_ready
 from pulumi_lora._core._ownership import untrusted_message
 from pulumi_lora._core._reconcile import (
     Availability,
@@ -40,6 +41,7 @@ from pulumi_lora._errors import (
 )
 from pulumi_lora._http._retry import PROXY_POLICY
 from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._looks import (
     CR_LISTINGS,
@@ -94,11 +96,10 @@ class Session:
     _kube: Client | None = None
 
     @property
-    def source(self) -> k8s.KubeSource:
+    def source(self) -> KubeSource:
         """Cluster credentials: the resource's own, else the provider's, else the defaults."""
-        return k8s.KubeSource(
-            kubeconfig=self.args.kubeconfig or self.args.kubeconfig_path or self.config.kubeconfig,
-            context=self.args.kube_context or self.config.context,
+        return self.config.kube.for_resource(
+            self.args.kubeconfig or self.args.kubeconfig_path, self.args.kube_context
         )
 
     @property
@@ -120,14 +121,14 @@ class Session:
 
     # --- observation ----------------------------------------------------------------------------
 
-    def resolve_target(self) -> k8s.Target:
+    def resolve_target(self) -> Target:
         """The InferenceService; raises NotFound, or RuntimeMismatch when it isn't sglang."""
         target = k8s.get_target(self.kube, self.args.target_namespace, self.args.inference_service)
         if target.runtime != "sglang":
             raise RuntimeMismatch(target.namespace, target.name, target.runtime)
         return target
 
-    def check_collisions(self, target: k8s.Target, own_uid: str | None) -> None:
+    def check_collisions(self, target: Target, own_uid: str | None) -> None:
         """Refuse a name another CR claims on this target, or a startup adapter's other path.
 
         The CRs come from the listing shared with this process's other operations (at most
@@ -152,7 +153,7 @@ class Session:
             )
 
     def claims(
-        self, target: k8s.Target, own_uid: str | None, *, shared: bool = False
+        self, target: Target, own_uid: str | None, *, shared: bool = False
     ) -> list[Mapping[str, Any]]:
         """Other LoRAAdapter CRs declaring the same adapter name on the same target (listed now,
         or ``shared``: see ``adapters``)."""
@@ -253,7 +254,7 @@ class Session:
         key = LookKey(self.scope, args.transport, secret, self.config.api_key, self.timeouts)
         return looks.get(key, lambda: self.look(self.shared_listing()))
 
-    def api_key(self, target: k8s.Target) -> str | None:
+    def api_key(self, target: Target) -> str | None:
         """The SGLang API key: from the referenced Secret (target's namespace), else config."""
         if self.args.api_key_secret_name:
             return k8s.read_secret_value(
@@ -264,9 +265,7 @@ class Session:
             )
         return self.config.api_key
 
-    def clients(
-        self, pods: Sequence[k8s.PodEndpoint], api_key: str | None
-    ) -> dict[str, SGLangClient]:
+    def clients(self, pods: Sequence[PodEndpoint], api_key: str | None) -> dict[str, SGLangClient]:
         """One SGLang client per reachable pod, for the chosen transport."""
         ensure_reachable(self.args, api_key)
         if self.args.transport is Transport.PROXY:
@@ -298,11 +297,11 @@ class Session:
         }
 
     def views(
-        self, pods: Sequence[k8s.PodEndpoint], clients: Mapping[str, SGLangClient]
+        self, pods: Sequence[PodEndpoint], clients: Mapping[str, SGLangClient]
     ) -> tuple[list[PodView], dict[str, str]]:
         """Read ``/v1/models`` on every Ready pod in parallel; errors per pod, not raised."""
 
-        def read(pod: k8s.PodEndpoint) -> tuple[PodView, str]:
+        def read(pod: PodEndpoint) -> tuple[PodView, str]:
             client = clients.get(pod.name)
             if not pod.ready or client is None:
                 return PodView(pod.name, pod.ready and client is not None, pod.state, pod.uid), ""
@@ -419,7 +418,7 @@ class Session:
         notes = self.args.annotations()
         if operation:  # omitted otherwise: server-side apply then removes it
             notes[ANNOTATION_OPERATION] = f"{operation}@{format_time(now_utc())}"
-        manifest = k8s.adapter_manifest(
+        manifest = adapter_manifest(
             self.args.namespace,
             self.args.cr_name,
             self.args.spec().wire(),
@@ -461,16 +460,16 @@ class Session:
     def load_everywhere(
         self,
         cr: Mapping[str, Any],
-        target: k8s.Target,
+        target: Target,
         *,
         observe: bool,
-        seen: k8s.PodListing | None = None,
-    ) -> tuple[list[PodOutcome], k8s.PodListing]:
+        seen: PodListing | None = None,
+    ) -> tuple[list[PodOutcome], PodListing]:
         """Wait for the pods (``seen``, listed moments ago, when they are all Ready), then load
         (or swap) on every Ready one its controller chain vouches for."""
         listing = (
             seen
-            if seen is not None and k8s.all_ready(target, seen.pods)
+            if seen is not None and all_ready(target, seen.pods)
             else k8s.wait_for_pods(self.kube, target, self.args.ready_timeout_seconds)
         )
         pods = list(listing.pods)

@@ -26,7 +26,7 @@ from lightkube import Client
 from pulumi_lora._errors import ClusterError, Forbidden, PulumiLoRAError
 from pulumi_lora._http._retry import PROXY_POLICY, RetryingTransport
 from pulumi_lora._kube import _jobs
-from pulumi_lora._kube._objects import ProxyAccess
+from pulumi_lora._kube._source import ProxyAccess
 from pulumi_lora._staging._errors import StagingError
 from pulumi_lora._staging._plan import FetchSettings, checked_document, job_document, server_job
 from pulumi_lora._staging._serve import KEEPALIVE_SECONDS, PORT, TOKEN_HEADER, token_digest

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from pulumi_lora._core._caches import SharedViews
+from pulumi_lora._core._llmkube import PodEndpoint
 from pulumi_lora._core._ownership import untrusted_message
 from pulumi_lora._core._reconcile import (
     Availability,
@@ -86,7 +87,7 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     session.check_collisions(target, own_uid=(existing or {}).get("metadata", {}).get("uid"))
     ensure_reachable(args, session.api_key(target))
     cr = session.apply_cr()
-    loads: tuple[Sequence[k8s.PodEndpoint], Sequence[PodOutcome]] | None = None
+    loads: tuple[Sequence[PodEndpoint], Sequence[PodOutcome]] | None = None
     try:
         if adopted:
             session.release_llmkube(cr)
@@ -362,7 +363,7 @@ def finish_delete(
     namespace being deleted, its pods already gone). Returns what happened, in words.
     """
     namespace, name = split_id(resource_id, "finish the deletion of")
-    kube = POOL.kube(k8s.KubeSource(kubeconfig=config.kubeconfig, context=config.context))
+    kube = POOL.kube(config.kube)
     cr = k8s.get_adapter(kube, namespace, name)
     where = f"LoRAAdapter {namespace}/{name}"
     if cr is None:
@@ -480,6 +481,6 @@ def declared_at(resource_id: str, config: ProviderConfig) -> dict[str, Any] | No
     """``pulumi import``: the arguments the CR ``NAMESPACE/NAME`` declares (``declared_by_cr``),
     read with the provider's cluster credentials; None when there is no such CR. Reads only."""
     namespace, name = split_id(resource_id, "import")
-    kube = POOL.kube(k8s.KubeSource(kubeconfig=config.kubeconfig, context=config.context))
+    kube = POOL.kube(config.kube)
     cr = k8s.get_adapter(kube, namespace, name)
     return None if cr is None else declared_by_cr(cr)

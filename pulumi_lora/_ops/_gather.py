@@ -27,7 +27,7 @@ from msgspec import ValidationError
 from pulumi_lora._core._llmkube import HTTP_PORT_NAME, PodEndpoint, Target, target_from_object
 from pulumi_lora._errors import ClusterError, PulumiLoRAError, UnsupportedServer
 from pulumi_lora._kube import _objects as k8s
-from pulumi_lora._kube._objects import KubeSource
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import POOL, ProviderConfig, Session, observe, parallel
 from pulumi_lora._models import AdapterArgs, Transport
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe, TransportTrial
@@ -52,7 +52,7 @@ def gather_status(
         k8s.list_adapters(kube, namespace),
         key=lambda cr: (cr["metadata"].get("namespace", ""), cr["metadata"].get("name", "")),
     )
-    config = ProviderConfig(kubeconfig=source.kubeconfig, context=source.context)
+    config = ProviderConfig(kube=source)
     return StatusReport(tuple(parallel(lambda cr: _observe_cr(cr, config, transport), crs)))
 
 
@@ -103,7 +103,7 @@ def gather_doctor(
         raise _api_error(f"reading InferenceService {namespace}/{name}", exc) from exc
     listing = k8s.list_target_pods(kube, target_from_object(obj))
     pods = listing.pods
-    config = ProviderConfig(kubeconfig=source.kubeconfig, context=source.context)
+    config = ProviderConfig(kube=source)
     trials: list[TransportTrial] = []
     candidates = [transport] if transport else [Transport.DIRECT, Transport.PROXY]
     for candidate in candidates:

@@ -462,7 +462,7 @@ class DriftReporter:
     put words there (its diff can name only changed inputs). One line per drift, prefixed with
     the CR, each said once by this provider process (the engine starts one per command).
     ``write`` is where the lines go: stderr, or, in ``provider/``'s plugin, whose stderr the
-    engine hides, the engine's own log (``_native``).
+    engine hides, the engine's own log (``_pulumi._native``).
     """
 
     def __init__(self, write: Callable[[str], None] = _to_stderr) -> None:

@@ -1,4 +1,4 @@
-"""``pulumi-lora component-moves``: the commands that move a stack made by 0.2's component.
+"""The plan that moves a stack made by 0.2's component to the custom resource (pure).
 
 Up to 0.2, ``provider/`` served ``pulumi-lora:index:LoRAAdapter`` to YAML and TypeScript as a
 component with one dynamic child; from 0.3 it is one custom resource with the component's URN.
@@ -8,19 +8,16 @@ is a state edit instead: remove the components, their children and the dynamic p
 the state (nothing happens in the cluster), then ``pulumi import`` each adapter by its CR.
 
 :func:`plan` reads ``pulumi stack export`` and returns those commands and the import file; pure,
-so the command runs nothing: the user reads the lines, then runs them (docs/migration.md).
+so ``pulumi-lora component-moves`` runs nothing: the user reads the lines, then runs them
+(docs/migration.md).
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import click
 
 TOKEN = "pulumi-lora:index:LoRAAdapter"  # noqa: S105 - a type token, not a password
 """The component's type, and the custom resource's."""
@@ -105,39 +102,3 @@ def commands(moves: Moves, import_file: str) -> list[str]:
         " --generate-code=false",
         "pulumi preview --expect-no-changes",
     ]
-
-
-@click.command("component-moves", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--import-file",
-    default="lora-imports.json",
-    show_default=True,
-    type=click.Path(dir_okay=False, writable=True),
-    help="Where to write the file `pulumi import --file` reads.",
-)
-@click.argument("export", type=click.File("r"), default="-")
-def moves_command(import_file: str, export: Any) -> None:
-    """Print the commands that move a stack made by 0.2's LoRAAdapter component (YAML,
-    TypeScript) to the custom resource, from `pulumi stack export` (a file, or stdin).
-
-    Runs nothing: `pulumi stack export | pulumi-lora component-moves`, read the lines, run
-    them in the project's folder. Nothing is loaded, unloaded or written to the cluster.
-    """
-    try:
-        exported = json.load(export)
-    except json.JSONDecodeError as exc:
-        raise click.UsageError(f"not the JSON of `pulumi stack export`: {exc}") from exc
-    moves = plan(exported)
-    if not moves.adapters:
-        click.echo("nothing to move: no LoRAAdapter component with its dynamic child in this state")
-        return
-    if moves.blockers:
-        raise click.ClickException(
-            "these resources have a LoRAAdapter component as their parent; give them another "
-            "parent first (the component leaves the state):\n  " + "\n  ".join(moves.blockers)
-        )
-    Path(import_file).write_text(json.dumps(moves.imports, indent=2) + "\n", encoding="utf-8")
-    click.echo(f"# {moves.adapters} LoRAAdapter component(s) to move; {import_file} written.")
-    click.echo("# Run in the project's folder, with this release's provider/ in place:")
-    for line in commands(moves, import_file):
-        click.echo(line)

@@ -7,12 +7,12 @@ checkpoint of the state, which made an ``up`` of 300 adapters take twice as long
 docs/performance.md). Stacks made by the component move to this resource with no load, no
 replacement and no CR write: an alias names the old child, and the engine drops the empty
 component. Other languages get one custom resource of type ``TYPE_TOKEN`` from ``provider/``,
-run by the same provider (``_native``).
+run by the same provider (``_pulumi._native``).
 
-No ``from __future__ import annotations`` here: the Pulumi SDK's schema analyzer reads the
-argument and output types below at run time to infer the schema ``provider/`` serves to other
-languages (``_native.schema``), and it supports neither string annotations nor Unions. Output
-keys inside lists are single words, so they survive the camelCase mapping unchanged.
+No ``from __future__ import annotations`` here: the Pulumi SDK's schema analyzer reads the argument
+and output types below at run time to infer the schema ``provider/`` serves to other languages
+(``_pulumi._native.schema``), and it supports neither string annotations nor Unions. Output keys
+inside lists are single words, so they survive the camelCase mapping unchanged.
 """
 
 import pickle
@@ -173,7 +173,7 @@ class PodStatus(TypedDict):
 class LoRAAdapterResource(Resource):
     """One LoRAAdapter CR as a plain dynamic resource, its inputs as a dict (``INPUT_KEYS``).
 
-    The component's child (``_component``), and the base of ``LoRAAdapter``.
+    The component's child (``_pulumi._component``), and the base of ``LoRAAdapter``.
     """
 
     def __init__(
@@ -212,8 +212,8 @@ def unwrap_sorted_batch_setitems() -> None:
 class AdapterOutputs:
     """The outputs both shapes of ``LoRAAdapter`` expose, as annotations only.
 
-    The schema analyzer reads them through the base classes of ``_native``'s declaration (and of
-    0.2's component) to build the schema. The Pulumi SDK reads a custom resource's own
+    The schema analyzer reads them through the base classes of ``_pulumi._native``'s declaration
+    (and of 0.2's component) to build the schema. The Pulumi SDK reads a custom resource's own
     annotations only (and would convert the outputs to them: it cannot make a TypedDict), so on
     ``LoRAAdapter`` they serve type checkers alone.
     """

@@ -1,7 +1,7 @@
 """The Pulumi package schema as the reference users read: what the analyzer infers, completed.
 
-The SDK's analyzer (``_native.schema``) infers the resource's shape from ``AdapterInputs`` and
-the outputs' annotations, with their docstrings as descriptions in reStructuredText, indented as
+The SDK's analyzer (``_pulumi._native.schema``) infers the resource's shape from ``AdapterInputs``
+and the outputs' annotations, with their docstrings as descriptions in reStructuredText, indented as
 in the source. The registry and every generated SDK render descriptions as Markdown, so
 :func:`document` rewrites them (``markdown``), describes every output, turns ``transport`` and
 ``readinessPolicy`` into described enums, states each input's default (read from the

@@ -1,7 +1,7 @@
 """The loop's cluster edge: list-then-watch with resumption, status, Events and Secrets.
 
 Watches use lightkube's ``AsyncClient`` (long-lived streams belong on the event loop). Status
-writes, Events and Secret reads reuse the provider's blocking helpers from ``_cluster``
+writes, Events and Secret reads reuse the provider's blocking helpers from ``_kube._objects``
 (``apply_adapter_status``, ``emit_event``, ``read_secret_value``) on a small thread pool, so the
 loop and the provider write the CR through the very same code.
 """
@@ -21,11 +21,12 @@ from lightkube import ApiError, AsyncClient, Client, operators
 from lightkube.core.generic_client import WatchDriver
 from lightkube.core.selector import build_selector
 
-from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint
+from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint, pod_from_object
 from pulumi_lora._errors import ClusterError
 from pulumi_lora._http._retry import retry_apiserver_answers
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._kube._auth import use_credentials
+from pulumi_lora._kube._source import KubeSource, held_writes, resolve
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import WatchAction, after_watch_error, backoff_delay
 from pulumi_lora._resync._metrics import Metrics
@@ -51,12 +52,12 @@ def jitter() -> float:
 def labelled_pod(obj: Mapping[str, Any]) -> PodEndpoint | None:
     """A pod as the loop tracks it (the provider's own ``pod_from_object``); None without the
     ``inference.llmkube.dev/service`` label."""
-    pod = k8s.pod_from_object(obj)
+    pod = pod_from_object(obj)
     return pod if pod.service else None
 
 
 #: The resources the loop watches, with the selector that narrows each. ReplicaSets and
-#: Deployments are the links of the pods' controller chain (``_ownership``): the Deployment
+#: Deployments are the links of the pods' controller chain (``_core._ownership``): the Deployment
 #: controller copies the pod template's labels to its ReplicaSets, and LLMKube labels its
 #: Deployment as it labels the pods.
 WATCHED: dict[str, tuple[Any, dict[str, Any] | None]] = {
@@ -131,14 +132,14 @@ async def event_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 class Kube:
     """API access for one run of the loop (one namespace, or all of them)."""
 
-    def __init__(self, source: k8s.KubeSource, namespace: str | None, threads: int = 8) -> None:
-        config, credentials = k8s.resolve(source)  # a credential plugin's, renewed on expiry
+    def __init__(self, source: KubeSource, namespace: str | None, threads: int = 8) -> None:
+        config, credentials = resolve(source)  # a credential plugin's, renewed on expiry
         self.namespace = namespace
         self.client = retry_apiserver_answers(
             use_credentials(AsyncClient(config=config, field_manager=FIELD_MANAGER), credentials)
         )
         sync = Client(config=config, field_manager=FIELD_MANAGER)
-        self._sync = retry_apiserver_answers(k8s.held_writes(use_credentials(sync, credentials)))
+        self._sync = retry_apiserver_answers(held_writes(use_credentials(sync, credentials)))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="resync-kube")
 
     async def close(self) -> None:

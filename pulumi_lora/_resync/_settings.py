@@ -11,7 +11,7 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 
-from pulumi_lora._kube._objects import KubeSource
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._resync._served import AdapterMetrics
 from pulumi_lora._settings import ClientTimeouts
 

@@ -1,7 +1,7 @@
 """The loop's trust review: which labelled pods their target's controller chain vouches for.
 
 A pod carrying ``inference.llmkube.dev/service=NAME`` gets adapters only when its chain of
-controllers reaches that InferenceService (``_ownership.controller_chain``, asked through
+controllers reaches that InferenceService (``_core._ownership.controller_chain``, asked through
 ``World.trust``). :class:`TrustReview` judges a target's labelled pods again whenever a link of
 the chain or a pod changes, and reports the pods outside it: a Warning Event on each CR of the
 target and ``Available``'s message (``World.untrusted``). A pod whose ReplicaSet or Deployment

@@ -1,5 +1,5 @@
 """Small frozen views of the API objects the loop reacts to: LoRAAdapter CRs (pods and targets are
-``_llmkube``'s :class:`PodEndpoint` and :class:`Target`, as the provider reads them).
+``_core._llmkube``'s :class:`PodEndpoint` and :class:`Target`, as the provider reads them).
 
 Pure, and free of any I/O library even transitively (the pods are parsed at the edge, in
 ``_kube``, with the provider's own ``pod_from_object``, so both actors agree on what "Ready" and

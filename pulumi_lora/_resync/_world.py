@@ -306,7 +306,7 @@ class World:
 
     def trust(self, facts: PodEndpoint) -> str | None:
         """None when the pod's controller chain ends at its target InferenceService (or the
-        chain is not required); else why not (``_ownership.controller_chain``)."""
+        chain is not required); else why not (``_core._ownership.controller_chain``)."""
         if not _ownership.REQUIRE_CONTROLLER_CHAIN:
             return None
         target = self.targets.get(facts.target)

@@ -184,7 +184,7 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
     def _is_readable(self) -> bool:
         """Whether the idle connection has something to read: the server closed it (or sent
         what nobody asked for). What the event loop already delivered answers without a system
-        call, and so does a connection that had data within `RECENT` seconds (as in `_wire`);
+        call, and so does a connection that had data within `RECENT` seconds (as in `_http._send`);
         otherwise the socket is polled, as httpcore2's own backends do."""
         connection = self._connection
         if connection.received or connection.eof or self._transport.is_closing():

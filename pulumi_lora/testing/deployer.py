@@ -2,8 +2,8 @@
 
 Tests of least privilege run the provider as this identity: a ServiceAccount of its own namespace
 whose token goes into a kubeconfig, so whatever the Role lacks is refused by the apiserver. The
-manifests are the command's (``_rbac.provider_rbac``, dumped as it dumps them; that the command
-prints the same is tests/unit/test_provider_rbac.py's).
+manifests are the command's (``_kube._rbac.provider_rbac``, dumped as it dumps them; that the
+command prints the same is tests/unit/test_provider_rbac.py's).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pulumi.dynamic import (
 __all__ = ["ADAPTER_OUTPUTS", "ProbeFile", "ProbeFileProvider"]
 
 #: What a LoRAAdapter served by 4 pods records beyond its inputs, in shape and size (as
-#: ``_provider_calls.outputs`` writes them): a ``ProbeFile(shape="adapter")`` records these too,
+#: ``_pulumi._calls.outputs`` writes them): a ``ProbeFile(shape="adapter")`` records these too,
 #: so the engine and the SDK handle as much for it as for an adapter, and only the provider's own
 #: work is left between the two (``benchmarks/up_benchmark.py``).
 ADAPTER_OUTPUTS: dict[str, Any] = {

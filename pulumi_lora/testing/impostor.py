@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx2
 
-from pulumi_lora._kube._objects import SERVICE_LABEL
+from pulumi_lora._core._llmkube import SERVICE_LABEL
 from pulumi_lora.testing.emulator import EmulatorConfig, EmulatorServer
 from pulumi_lora.testing.testbed import Testbed
 

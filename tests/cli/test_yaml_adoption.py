@@ -238,7 +238,8 @@ def test_a_stack_made_by_the_component_moves_to_the_custom_resource(
 
 def test_the_old_provider_is_the_component_plugin() -> None:
     """The fixture is the plugin of 0.1.0 to 0.2.0: the component host serving
-    ``_component.LoRAAdapter``, started by the same kind of executable as ``provider/``'s."""
+    ``_pulumi._component.LoRAAdapter``, started by the same kind of executable as
+    ``provider/``'s."""
     main = (OLD_PROVIDER / "__main__.py").read_text()
     assert "component_provider_host(COMPONENTS" in main
     assert "from pulumi_lora._pulumi._component import LoRAAdapter" in main

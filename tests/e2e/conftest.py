@@ -14,6 +14,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 from pulumi import automation as auto
 
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -23,7 +24,7 @@ from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 @pytest.fixture
 def config(testbed: Testbed) -> ProviderConfig:
     """Provider config pointing at the testbed (a kubeconfig path, as a user would set it)."""
-    return ProviderConfig(kubeconfig=str(testbed.kubeconfig_path))
+    return ProviderConfig(kube=KubeSource(str(testbed.kubeconfig_path)))
 
 
 @pytest.fixture

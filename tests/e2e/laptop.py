@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora.testing.testbed import Testbed
 from pulumi_lora.testing.testbed._relay import Relay, listen_in_netns
 
@@ -175,7 +176,7 @@ def provider_across_expiry(kubeconfig: str, admin: str, namespace: str, path: st
     from pulumi_lora._provider import LoRAAdapterProvider  # noqa: PLC0415
 
     provider = LoRAAdapterProvider()
-    provider._config = ProviderConfig(kubeconfig=kubeconfig)
+    provider._config = ProviderConfig(kube=KubeSource(kubeconfig))
     props = {
         "adapter_name": "laptop-lora",
         "path": path,

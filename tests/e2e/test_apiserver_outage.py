@@ -14,6 +14,7 @@ import pytest
 from pulumi_lora import AdapterNotLoaded, ClusterError
 from pulumi_lora._errors import ApiserverUnreachable
 from pulumi_lora._kube._objects import get_adapter
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.loop import wait_until
@@ -37,7 +38,7 @@ def pods(own: Testbed) -> InferenceServiceHandle:
 
 def provider_for(own: Testbed) -> LoRAAdapterProvider:
     provider = LoRAAdapterProvider()
-    provider._config = ProviderConfig(kubeconfig=str(own.kubeconfig_path))
+    provider._config = ProviderConfig(kube=KubeSource(str(own.kubeconfig_path)))
     return provider
 
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lightkube import ApiError, Client
 
-from pulumi_lora._kube._objects import SPEC_MANAGER, LoRAAdapterResource
+from pulumi_lora._kube._objects import LoRAAdapterResource
+from pulumi_lora._kube._source import SPEC_MANAGER
 from pulumi_lora._models import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, PATH_PATTERN
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.testbed import Testbed

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from pulumi_lora._commands._main import cli
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_FINALIZER, UNLOAD_FINALIZER
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -98,7 +99,7 @@ def fail_once(
     ``late``: LLMKube's controller reaches the deletion only after the destroy failed (busy or
     backing off, as on a loaded cluster), the order in which its status could land last.
     """
-    provider = provider_for(ProviderConfig(kubeconfig=str(bed.kubeconfig_path)))
+    provider = provider_for(ProviderConfig(kube=KubeSource(str(bed.kubeconfig_path))))
     path = bed.make_adapter("held")
     outs = provider.create(adapter_props(namespace, path)).outs
     assert outs["loaded"]

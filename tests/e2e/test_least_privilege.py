@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from pulumi_lora._commands._main import cli
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import STAGERS, ProviderConfig
 from pulumi_lora._models import Transport
 from pulumi_lora.testing.deployer import bound_identity
@@ -26,7 +27,7 @@ def test_the_printed_role_is_enough_for_create_refresh_swap_and_delete(
     testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, tmp_path: Path
 ) -> None:
     kubeconfig = bound_identity(testbed, namespace, tmp_path)
-    provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
+    provider = provider_for(ProviderConfig(kube=KubeSource(str(kubeconfig))))
     first, second = testbed.make_adapter("least-v1"), testbed.make_adapter("least-v2")
     props = adapter_props(namespace, first, "least")
     made = provider.create(props)
@@ -49,7 +50,7 @@ def test_without_the_role_the_identity_is_refused_by_name(
     error says which permission the apiserver refused."""
     elsewhere = testbed.create_namespace("elsewhere")
     kubeconfig = bound_identity(testbed, elsewhere, tmp_path)
-    provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
+    provider = provider_for(ProviderConfig(kube=KubeSource(str(kubeconfig))))
     props = adapter_props(namespace, testbed.make_adapter("refused"), "refused")
     with pytest.raises(PulumiLoRAError, match=r"(?i)forbidden|403"):
         provider.create(props)
@@ -90,7 +91,7 @@ def test_the_staging_role_is_enough_to_stage_load_and_clean_up(
     write_adapter(tmp_path / "weights", seed="least-staged")
     files = {p.name: p.read_bytes() for p in (tmp_path / "weights").iterdir()}
     kubeconfig = bound_identity(testbed, namespace, tmp_path, staging=True)
-    provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
+    provider = provider_for(ProviderConfig(kube=KubeSource(str(kubeconfig))))
     with PlayedHub() as hub:
         commit = hub.publish("acme/least", files, lfs=frozenset({"adapter_model.safetensors"}))
         testbed.expose_to_pods(hub.port)
@@ -122,7 +123,7 @@ def test_the_proxy_role_is_enough_through_the_apiservers_pod_proxy(
     handle = testbed.deploy_inference_service(namespace, "llama", replicas=2, network="netns")
     handle.wait_ready(timeout=60)
     kubeconfig = bound_identity(testbed, namespace, tmp_path, Transport.PROXY)
-    provider = provider_for(ProviderConfig(kubeconfig=str(kubeconfig)))
+    provider = provider_for(ProviderConfig(kube=KubeSource(str(kubeconfig))))
     path = testbed.make_adapter("least-proxy")
     props = adapter_props(namespace, path, "least-proxy", transport="proxy")
     made = provider.create(props)

@@ -27,6 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from pulumi_lora._commands._main import cli
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -108,7 +109,7 @@ def wait_for(
 
 
 def provider(bed: Testbed) -> LoRAAdapterProvider:
-    return provider_for(ProviderConfig(kubeconfig=str(bed.kubeconfig_path)))
+    return provider_for(ProviderConfig(kube=KubeSource(str(bed.kubeconfig_path))))
 
 
 props = adapter_props

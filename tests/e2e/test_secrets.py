@@ -24,6 +24,7 @@ from pulumi import automation as auto
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora._errors import ClusterError
 from pulumi_lora._kube._objects import get_adapter
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig, create
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora.testing.engine import LocalEngine
@@ -206,7 +207,7 @@ def test_a_malformed_kubeconfig_content_is_not_quoted_in_the_error(
         }
     )
     with pytest.raises(ClusterError) as caught:
-        create(args, ProviderConfig(kubeconfig=broken))
+        create(args, ProviderConfig(kube=KubeSource(broken)))
     # What the dynamic provider host sends to the engine: the whole formatted chain.
     reported = "".join(traceback.format_exception(caught.value))
     assert "cannot load cluster credentials from the given kubeconfig" in reported

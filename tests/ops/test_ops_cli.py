@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pulumi_lora._commands._operator import doctor_command, render_table, status_command
-from pulumi_lora._kube._objects import KubeSource
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import PodReport
 from pulumi_lora._models import Transport
 from pulumi_lora._ops import _gather

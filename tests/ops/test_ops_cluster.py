@@ -18,7 +18,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
 from pulumi_lora._commands._operator import doctor_command, status_command
-from pulumi_lora._kube._objects import adapter_manifest, apply_adapter
+from pulumi_lora._core._llmkube import adapter_manifest
+from pulumi_lora._kube._objects import apply_adapter
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig, create
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
@@ -42,7 +44,7 @@ def declare(testbed: Testbed, namespace: str, adapter: str, isvc: str, **kw: Any
         {"adapter_name": adapter, "path": path, "inference_service": isvc, "namespace": namespace}
         | kw
     )
-    create(args, ProviderConfig(kubeconfig=str(testbed.kubeconfig_path)))
+    create(args, ProviderConfig(kube=KubeSource(str(testbed.kubeconfig_path))))
     return path
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx2
 
-from pulumi_lora._kube._objects import adapter_manifest, apply_adapter, get_adapter
+from pulumi_lora._core._llmkube import adapter_manifest
+from pulumi_lora._kube._objects import apply_adapter, get_adapter
 from pulumi_lora.testing.loop import LoopProcess, wait_until
 
 __all__ = [

@@ -14,6 +14,7 @@ from typing import Any
 from _resync_harness import PROBE, Cluster, everywhere, served, wait_until
 from conftest import Identity, LoopFactory
 
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig, now_utc
 from pulumi_lora._models import ANNOTATION_OPERATION, Transport, format_time
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -22,7 +23,7 @@ from pulumi_lora.testing.deployer import bound_identity
 
 def _provider(cluster: Cluster) -> LoRAAdapterProvider:
     provider = LoRAAdapterProvider()
-    provider._config = ProviderConfig(kubeconfig=str(cluster.tb.kubeconfig_path))
+    provider._config = ProviderConfig(kube=KubeSource(str(cluster.tb.kubeconfig_path)))
     return provider
 
 
@@ -129,7 +130,7 @@ def test_a_refresh_says_when_the_loop_is_gone(
         loop_namespace=resync_identity.namespace,
     )
     provider = LoRAAdapterProvider()
-    provider._config = ProviderConfig(kubeconfig=str(kubeconfig))
+    provider._config = ProviderConfig(kube=KubeSource(str(kubeconfig)))
     props = {
         "adapter_name": "gone-loop",
         "path": path,

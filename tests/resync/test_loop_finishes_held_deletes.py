@@ -16,6 +16,7 @@ from _resync_harness import Cluster, served, wait_until
 from conftest import LoopFactory
 
 from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig, now_utc
 from pulumi_lora._models import ANNOTATION_OPERATION, UNLOAD_FINALIZER, format_time
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -27,7 +28,7 @@ def test_the_loop_finishes_a_delete_a_failed_destroy_left(
     handle = cluster.deploy(replicas=2)
     path = cluster.tb.make_adapter("held")
     provider = LoRAAdapterProvider()
-    provider._config = ProviderConfig(kubeconfig=str(cluster.tb.kubeconfig_path))
+    provider._config = ProviderConfig(kube=KubeSource(str(cluster.tb.kubeconfig_path)))
     props = {
         "adapter_name": "sql-lora",
         "path": path,

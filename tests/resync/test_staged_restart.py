@@ -8,6 +8,7 @@ from pathlib import Path
 from _resync_harness import Cluster, served, wait_until
 from conftest import LoopFactory
 
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import STAGERS, ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.testing.hub import PlayedHub
@@ -23,7 +24,7 @@ def test_a_restarted_pod_reloads_a_staged_adapter_without_staging(
     write_adapter(tmp_path / "sql", seed="sql")
     files = {p.name: p.read_bytes() for p in (tmp_path / "sql").iterdir()}
     provider = LoRAAdapterProvider()
-    provider._config = ProviderConfig(kubeconfig=str(cluster.tb.kubeconfig_path))
+    provider._config = ProviderConfig(kube=KubeSource(str(cluster.tb.kubeconfig_path)))
     loop = loops(cluster.namespace)
     # Leading before the restart, or the restart is its first sync's news (reason "verify"): the
     # shared Lease can still be an earlier test's loop's for a few seconds.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pulumi_lora._kube._objects import KubeSource, adapter_manifest, apply_adapter
+from pulumi_lora._core._llmkube import adapter_manifest
+from pulumi_lora._kube._objects import apply_adapter
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._resync._kube import Kube
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora.testing.testbed import Testbed

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pulumi_lora._commands._stage import unstage_command
 from pulumi_lora._staging._claim import unstage, verify_keys
-from pulumi_lora._staging._cli import unstage_command
 from pulumi_lora._staging._errors import SourceRefused
 from pulumi_lora._staging._fetch import stage
 from pulumi_lora._staging._source import parse_source

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from pulumi_lora._commands._main import cli
-from pulumi_lora._staging._cli import termination_message
+from pulumi_lora._commands._stage import termination_message
 from pulumi_lora.testing.hub import PlayedHub
 
 from .conftest import TOKEN, Adapter

@@ -214,7 +214,7 @@ def test_the_image_is_its_program_and_nothing_else(runtime: None) -> None:
     )  # fmt: skip
     assert shell.returncode != 0 and "/bin/sh" in shell.stderr, shell.stderr
     code = (
-        "import ssl, boto3, botocore.session, pulumi_lora._staging._cli;"
+        "import ssl, boto3, botocore.session, pulumi_lora._commands._stage;"
         "print(sorted(botocore.session.get_session().get_available_services()))"
     )
     python = subprocess.run(  # HOME as the staging Jobs set it

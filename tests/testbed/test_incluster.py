@@ -24,7 +24,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from pulumi_lora._kube._objects import adapter_manifest, apply_adapter
+from pulumi_lora._core._llmkube import adapter_manifest
+from pulumi_lora._kube._objects import apply_adapter
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.loop import wait_until
 from pulumi_lora.testing.testbed import Testbed

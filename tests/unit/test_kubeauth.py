@@ -32,7 +32,7 @@ from pulumi_lora._kube._auth import (
     plugin_credentials,
     use_credentials,
 )
-from pulumi_lora._kube._objects import KubeSource, make_client, proxy_access, resolve
+from pulumi_lora._kube._source import KubeSource, make_client, proxy_access, resolve
 
 V1, V1BETA1 = "client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -7,7 +7,7 @@ import traceback
 import pytest
 
 from pulumi_lora._errors import ClusterError
-from pulumi_lora._kube._objects import KubeSource, proxy_access
+from pulumi_lora._kube._source import KubeSource, proxy_access
 
 TOKEN = "tok-0123456789abcdef0123456789"
 

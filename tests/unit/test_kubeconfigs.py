@@ -10,7 +10,7 @@ import yaml
 
 from pulumi_lora._errors import ClusterError
 from pulumi_lora._kube._kubeconfigs import kubeconfig_files, load_merged, merge
-from pulumi_lora._kube._objects import KubeSource
+from pulumi_lora._kube._source import KubeSource
 
 
 def cluster(name: str, server: str, **more: str) -> dict[str, object]:

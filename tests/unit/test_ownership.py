@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from pulumi_lora._core._llmkube import PodEndpoint, Target, split_pods
 from pulumi_lora._core._ownership import (
     ControllerRef,
     Owned,
@@ -15,7 +16,6 @@ from pulumi_lora._core._ownership import (
     owned_from_object,
     untrusted_message,
 )
-from pulumi_lora._kube._objects import PodEndpoint, Target, split_pods
 
 NS = "models"
 ISVC_UID = "isvc-uid"

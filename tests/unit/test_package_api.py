@@ -116,11 +116,21 @@ def test_a_provider_pickled_by_an_older_version_still_runs() -> None:
     takes the defaults, or what ``configure`` gives."""
     import dill  # noqa: PLC0415 - what pulumi.dynamic pickles with
 
+    from pulumi_lora._kube._source import KubeSource  # noqa: PLC0415
     from pulumi_lora._lifecycle import ProviderConfig  # noqa: PLC0415
+    from pulumi_lora._settings import ClientTimeouts  # noqa: PLC0415
 
     old = pulumi_lora.LoRAAdapterProvider()
-    old._config = ProviderConfig(context="prod")
-    assert dill.loads(dill.dumps(old)).config.context == "prod"
+    old._config = ProviderConfig(kube=KubeSource(context="prod"))
+    assert dill.loads(dill.dumps(old)).config.kube.context == "prod"
+    # As 0.3.0 and earlier pickled it: the kubeconfig and its context apart, no image yet.
+    older = object.__new__(ProviderConfig)
+    older.__dict__.update(
+        kubeconfig="/kube/config", context="prod", api_key=None, timeouts=ClientTimeouts()
+    )
+    old._config = older
+    config = dill.loads(dill.dumps(old)).config
+    assert config == ProviderConfig(kube=KubeSource("/kube/config", "prod"))
     fresh = dill.loads(dill.dumps(pulumi_lora.LoRAAdapterProvider()))
     assert fresh.config == ProviderConfig()
     checked = fresh.check({}, {"adapter_name": "a", "path": "/adapters/a"})

@@ -1,5 +1,5 @@
-"""Pods, ReplicaSets and Deployments are read as plain dicts (``_cluster.PodResource``...), by the
-apiserver paths of Kubernetes' own resources, without touching lightkube's registry."""
+"""Pods, ReplicaSets and Deployments are read as plain dicts (``_kube._objects.PodResource``...), by
+the apiserver paths of Kubernetes' own resources, without touching lightkube's registry."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from lightkube.config.models import Cluster, User
 from lightkube.core.resource_registry import resource_registry
 from lightkube.resources.core_v1 import Pod
 
+from pulumi_lora._core._llmkube import SERVICE_LABEL
 from pulumi_lora._kube._objects import (
-    SERVICE_LABEL,
     DeploymentResource,
     PodResource,
     ReplicaSetResource,

@@ -113,7 +113,8 @@ def venv_copies(folder: Path) -> list[str]:
 
 
 def shadow_package(folder: Path) -> Path:
-    """A folder holding a ``pulumi_lora`` package whose ``_plugin`` prints :data:`SHADOW`."""
+    """A folder holding a ``pulumi_lora`` package whose ``_pulumi._plugin`` prints
+    :data:`SHADOW`."""
     package = folder / "pulumi_lora"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")

@@ -372,7 +372,7 @@ class TestConfigure:
                 "pulumi-lora:connectTimeoutSeconds": 2,  # a YAML number
             }
         )
-        assert config.context == "prod"
+        assert config.kube.context == "prod"
         assert config.timeouts == ClientTimeouts(connect=2.0, load=12.5)
         assert lifecycle.Session(AdapterArgs(**GOOD), config).timeouts.load == 12.5
 

@@ -22,6 +22,7 @@ from pulumi_lora._http._retry import (
     retry_apiserver_answers,
 )
 from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube._source import KubeSource, make_client
 from pulumi_lora._lifecycle._pool import ClientPool
 from pulumi_lora._settings import ClientTimeouts
 
@@ -125,8 +126,8 @@ def test_wrapping_twice_wraps_once() -> None:
 
 def test_the_providers_clients_retry() -> None:
     """Every client the provider and the CLI build (``make_client``) sends shed requests again."""
-    source = k8s.KubeSource(kubeconfig=_KUBECONFIG)
-    transport = k8s.make_client(source)._client._client._transport  # type: ignore[attr-defined]
+    source = KubeSource(kubeconfig=_KUBECONFIG)
+    transport = make_client(source)._client._client._transport  # type: ignore[attr-defined]
     assert isinstance(transport, RetryingTransport)
 
 

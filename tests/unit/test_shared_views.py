@@ -12,8 +12,10 @@ import pytest
 
 from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._core._caches import OwnWrites, SharedViews
+from pulumi_lora._core._llmkube import Target
 from pulumi_lora._errors import ClusterError
 from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._models import AdapterArgs
 
 
@@ -160,7 +162,7 @@ class TestSingleFlight:
 class TestOperationsInvalidateTheirTarget:
     def test_execute_retires_the_shared_looks_at_its_target(self) -> None:
         args = AdapterArgs(adapter_name="sql-lora", path="/adapters/sql", inference_service="llama")
-        session = lifecycle.Session(args, lifecycle.ProviderConfig(kubeconfig="/nowhere"))
+        session = lifecycle.Session(args, lifecycle.ProviderConfig(kube=KubeSource("/nowhere")))
         key = lifecycle.LookKey(session.scope, args.transport, None, None, session.timeouts)
         other = lifecycle.LookKey(
             (session.source, "default", "mistral"), args.transport, None, None, session.timeouts
@@ -224,7 +226,7 @@ def session(adapter: str, name: str, kubeconfig: str = "/bench") -> lifecycle.Se
         namespace="models",
         resource_name=name,
     )
-    return lifecycle.Session(args, lifecycle.ProviderConfig(kubeconfig=kubeconfig))
+    return lifecycle.Session(args, lifecycle.ProviderConfig(kube=KubeSource(kubeconfig)))
 
 
 class TestCollisionChecksShareOneListing:
@@ -233,7 +235,7 @@ class TestCollisionChecksShareOneListing:
     def test_one_listing_serves_many_checks_and_own_writes_are_seen(
         self, listed: list[list[dict[str, Any]]]
     ) -> None:
-        target = k8s.Target("models", "llama", "sglang", 1)
+        target = Target("models", "llama", "sglang", 1)
         first = session("sql-lora", "first", kubeconfig="/own-writes")
         assert first.claims(target, None, shared=True) == []
         lifecycle.OWN_CRS.record(
@@ -249,7 +251,7 @@ class TestCollisionChecksShareOneListing:
     def test_own_writes_on_another_cluster_are_not_laid_over(
         self, listed: list[list[dict[str, Any]]]
     ) -> None:
-        target = k8s.Target("models", "llama", "sglang", 1)
+        target = Target("models", "llama", "sglang", 1)
         elsewhere = session("sql-lora", "first", kubeconfig="/elsewhere")
         lifecycle.OWN_CRS.record(
             (elsewhere.source, "models", "first"), cr("models", "first", "sql-lora")
@@ -258,7 +260,7 @@ class TestCollisionChecksShareOneListing:
         assert here.claims(target, None, shared=True) == []
 
     def test_a_fresh_check_lists_every_time(self, listed: list[list[dict[str, Any]]]) -> None:
-        target = k8s.Target("models", "llama", "sglang", 1)
+        target = Target("models", "llama", "sglang", 1)
         fresh = session("chat-lora", "mine", kubeconfig="/fresh")
         assert len(fresh.claims(target, None)) == 1
         assert len(fresh.claims(target, None)) == 1

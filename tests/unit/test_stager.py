@@ -9,7 +9,7 @@ import httpx2
 import pytest
 
 from pulumi_lora._errors import Forbidden
-from pulumi_lora._kube._objects import ProxyAccess
+from pulumi_lora._kube._source import ProxyAccess
 from pulumi_lora._lifecycle import _stager
 from pulumi_lora._lifecycle._stager import Stager, StagerLost, Stagers
 from pulumi_lora._staging._errors import StagingError

@@ -10,7 +10,7 @@ from lightkube import Client, KubeConfig
 
 from pulumi_lora._http import _send
 from pulumi_lora._http._send import WRITE_BUFFER, HeldWritesBackend, HeldWritesStream
-from pulumi_lora._kube._objects import held_writes
+from pulumi_lora._kube._source import held_writes
 from pulumi_lora._sglang import deadline_transport
 
 

@@ -1,9 +1,9 @@
 """DNS and kube-proxy for the testbed's Services: ``http://<svc>.<ns>.svc:<port>`` reaches one
 Ready pod behind the Service, as a cluster's would.
 
-Only LLMKube's LoRA controller (``_llmkube.py``) sends through a Service here: it loads "through
-the Service", into whichever pod kube-proxy picks. ``<svc>.<ns>.svc:<port>`` reaches one Ready
-pod selected by the Service's selector, chosen at random, at the Service's numeric
+Only LLMKube's LoRA controller (``_core/_llmkube.py``) sends through a Service here: it loads
+"through the Service", into whichever pod kube-proxy picks. ``<svc>.<ns>.svc:<port>`` reaches one
+Ready pod selected by the Service's selector, chosen at random, at the Service's numeric
 ``targetPort``; a port nothing listens on refuses the connection.
 """
 

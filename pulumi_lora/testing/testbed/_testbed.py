@@ -130,7 +130,7 @@ class Testbed(PodHelpers):
         ``default_network`` is how pods of InferenceServices that carry no
         ``testbed.pulumi-lora.dev/network`` annotation are reached (created by kubectl, ...).
         ``llmkube_lora_controller`` runs LLMKube's own LoRA controller, played from its source
-        (``_llmkube.py``), as every LLMKube install runs it; ``False`` leaves it out.
+        (``_core/_llmkube.py``), as every LLMKube install runs it; ``False`` leaves it out.
         ``llmkube_time_scale`` shrinks its clocks (30 s requeues, 2 minute skip window).
         ``container_runtime`` is how the kubelet runs the re-sync loop's pods: ``podman`` runs
         their image as real containers (``_containers.py``), ``process`` runs the container's

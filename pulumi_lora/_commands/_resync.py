@@ -11,8 +11,9 @@ import asyncio
 
 import click
 
+from pulumi_lora._commands._options import COMMAND_SETTINGS, kube_source
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._kube._objects import KubeSource
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._resync._served import AdapterMetrics
 from pulumi_lora._resync._settings import (
     DEFAULT_LEASE_DURATION,
@@ -40,14 +41,9 @@ _DEFAULTS = ClientTimeouts()
 
 @click.command(
     "resync",
-    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+    context_settings={**COMMAND_SETTINGS, "show_default": True},
 )
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False),
-    help="Kubeconfig file  [default: KUBECONFIG, ~/.kube/config, the in-cluster account]",
-)
-@click.option("--context", help="Kubeconfig context to use.")
+@kube_source(checked=False)
 @click.option("--namespace", "-n", help="Watch this namespace only (default: all namespaces).")
 @click.option(
     "--verify-interval",
@@ -165,8 +161,7 @@ _DEFAULTS = ClientTimeouts()
 )
 def resync_command(
     *,
-    kubeconfig: str | None,
-    context: str | None,
+    kube: KubeSource,
     namespace: str | None,
     verify_interval: float,
     concurrency: int,
@@ -211,7 +206,7 @@ def resync_command(
         )
     logs.configure(log_level)
     settings = ResyncSettings(
-        kube=KubeSource(kubeconfig=kubeconfig, context=context),
+        kube=kube,
         namespace=namespace,
         verify_interval=verify_interval,
         concurrency=concurrency,

@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from pulumi_lora._commands._options import COMMAND_SETTINGS
 from pulumi_lora._staging._errors import as_staging_error
 from pulumi_lora._staging._serve import PORT
 from pulumi_lora._staging._source import StagingRequest, parse_digest, parse_source
@@ -242,7 +243,7 @@ def _server_limits(max_lora_rank: int | None, lora_target_modules: Sequence[str]
     return ServerLimits(max_lora_rank=max_lora_rank, target_modules=modules or None)
 
 
-_SETTINGS = {"help_option_names": ["-h", "--help"], "show_default": True}
+_SETTINGS = {**COMMAND_SETTINGS, "show_default": True}
 
 
 @click.command("stage", cls=_StageCommand, context_settings=_SETTINGS)
