@@ -35,7 +35,7 @@ from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, LLMKUBE_FINALIZER
 from pulumi_lora._provider import LoRAAdapterProvider
-from pulumi_lora._pulumi._calls import pod_path
+from pulumi_lora._pulumi._outputs import pod_path
 from pulumi_lora.deploy import coexistence_policy
 from pulumi_lora.testing.testbed import LLMKubeLoRAController, Testbed
 

@@ -46,6 +46,7 @@ from pulumi_lora._lifecycle import AdapterState, PodReport
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._pulumi import _calls as calls
+from pulumi_lora._pulumi import _outputs
 from pulumi_lora.testing.engine_probe import ProbeFileProvider
 
 PROVIDER_KEY = "__provider"
@@ -172,7 +173,7 @@ def main() -> None:
     state = recorded_state()
     calls.lifecycle.observe = lambda *_a, **_k: state  # type: ignore[assignment]
     calls.lifecycle.target_generation = lambda *_a, **_k: 0  # type: ignore[assignment]
-    olds = calls.outputs(AdapterArgs.parse(INPUTS), state)
+    olds = _outputs.outputs(AdapterArgs.parse(INPUTS), state)
     ours = per_resource(LoRAAdapterProvider(), INPUTS, olds, args.calls)
     probe = per_resource(ProbeFileProvider(), PROBE, PROBE, args.calls)
 

@@ -1,13 +1,8 @@
 """pulumi-lora: LLMKube LoRAAdapter custom resources as Pulumi infrastructure.
 
-``LoRAAdapter`` declares one adapter on one InferenceService: the CR, and the adapter loaded on
-every Ready SGLang pod of the target, with conditions and per-pod status as outputs and drift
-visible to ``pulumi refresh``. The SGLang emulator and the local testbed live in
-``pulumi_lora.testing``.
-
-The names below load on first use (PEP 562): importing the Pulumi SDK takes most of a second,
-and processes that never touch it (the SGLang emulator of every testbed pod, the re-sync
-loop) import this package too.
+``LoRAAdapter`` declares one adapter on one InferenceService. The names below load on first use
+(PEP 562): the SGLang emulator and the re-sync loop import this package and must not pay for
+importing the Pulumi SDK.
 """
 
 from __future__ import annotations

@@ -1,36 +1,8 @@
-"""The one exception tree of pulumi-lora.
+"""The one exception tree of pulumi-lora: every failure it raises is a `PulumiLoRAError`.
 
-Every failure pulumi-lora raises is a `PulumiLoRAError`. The branches say what a caller should do,
-and every class also says it as data, so callers need no ``isinstance`` chains:
-
-* ``retryable`` -- ``True``: the same request may succeed later, retry with backoff;
-  ``False``: only a change of spec, server flags, credentials or code helps.
-* ``reason`` -- the CamelCase Kubernetes condition reason to report.
-
-::
-
-    PulumiLoRAError
-    ├── SGLangError                   an SGLang server answered "no", or gave no usable answer
-    │   ├── TransientSGLangError      retryable
-    │   │   ├── ServerStarting        503: starting up or shutting down
-    │   │   ├── SGLangTimeout         no complete answer within the route's timeout
-    │   │   ├── SGLangConnectionError no connection: refused, reset, DNS, proxy
-    │   │   ├── SGLangProtocolError   an answer outside the contract: bad JSON, wrong types, too big
-    │   │   └── SGLangServerError     5xx other than 503 (and a failed server-side unload)
-    │   └── PermanentSGLangError      not retryable
-    │       ├── LoRADisabled, InvalidAdapterPath, IncompatibleAdapter, PinStarvation,
-    │       ├── EvictionImpossible, IncompleteUnload, Unauthorized, BadRequest
-    │       └── UnsupportedServer
-    ├── ClusterError                  Kubernetes: the target or its pods can't be used
-    │   ├── InferenceServiceNotFound, RuntimeMismatch, TransportUnavailable, NameCollision,
-    │   ├── NoReadyPods               retryable
-    │   ├── Forbidden                 the apiserver refused the identity (RBAC)
-    │   └── ApiserverUnreachable      retryable: no usable answer from the apiserver
-    ├── ConfigurationError            misuse of pulumi-lora's API or settings
-    └── AdapterNotLoaded              a whole operation fell short of the readiness policy
-
-Errors carry context for humans (which pod, which route, the HTTP status, a truncated excerpt of
-the body) but never request headers: an API key can't reach a log through an exception.
+Each class says what a caller should do as data: ``retryable`` and ``reason`` (the condition
+reason to report). Errors carry context for humans but never request headers, so an API key
+cannot reach a log through an exception.
 """
 
 # The names say what happened (`Unauthorized`, `NoReadyPods`), as in httpx2 and kopf; an "Error"

@@ -1,12 +1,8 @@
 """The Pulumi dynamic provider: the class the engine runs, and the only part programs load.
 
-A program that declares a ``LoRAAdapter`` pickles this class by reference into the state (its
-import path is a stable API) and never calls it, so this module imports nothing heavy: the calls'
-work (``_pulumi._calls``: the models, the lifecycle, Kubernetes and SGLang clients) is loaded by
-the provider process at its first call. That keeps a program's start as light as the SDK's (a
-nothing-to-do ``pulumi up`` was 0.4 s slower for that import alone).
-
-The instance carries no state that can't be pickled; config arrives through ``configure``.
+Programs pickle this class by reference (its import path is a stable API), so this module
+imports nothing heavy; the provider process loads ``_pulumi._calls`` at its first call. The
+instance holds nothing unpicklable; config arrives through ``configure``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``pulumi-lora component-moves``: print the commands that move a stack made by 0.2's component.
 
-The plan is :mod:`pulumi_lora._pulumi._migration`'s (pure); this command reads the export,
-writes the import file and prints the lines. It runs nothing (docs/migration.md).
+The plan is ``_pulumi._migration``'s; this command writes the import file, prints the lines and
+runs nothing (docs/migration.md).
 """
 
 from __future__ import annotations

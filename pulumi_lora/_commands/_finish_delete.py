@@ -1,10 +1,7 @@
 """``pulumi-lora finish-delete``: finish a deletion that a failed ``pulumi destroy`` left.
 
-A destroy that fails on a pod leaves its CR being deleted, held by pulumi-lora's finalizer
-(``pulumi-lora.dev/unload``), so nothing forgets the adapter that pod still serves
-(docs/protocol.md rule 4). A retried ``pulumi destroy`` finishes it; this command does it
-without Pulumi (an abandoned stack, a namespace being deleted). Thin: the work is
-``_lifecycle.finish_delete``.
+Releases a CR held by pulumi-lora's finalizer without Pulumi (docs/protocol.md rule 4). Thin:
+the work is ``_lifecycle.finish_delete``.
 """
 
 from __future__ import annotations

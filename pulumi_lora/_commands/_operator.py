@@ -1,12 +1,7 @@
-"""The operator commands ``pulumi-lora status``, ``doctor`` and ``coexistence-policy`` (click).
+"""The operator commands ``status``, ``doctor``, ``coexistence-policy`` and ``rbac`` (click).
 
-Thin: parse the options, gather the facts (``_ops._gather``), judge them (the pure ``_ops._status``
-and ``_ops._doctor``), print a table or JSON, exit with a code a script can use. The lead mounts
-``status_command``, ``doctor_command`` and ``policy_command`` on the main ``pulumi-lora`` group.
-
-Exit codes, both commands: 0 all good; 1 something to fix was found (drift or errors for
-``status``, a failed check for ``doctor``); 2 the command could not run (a usage error, or the
-cluster could not be reached: bad kubeconfig, unknown context, no permission to list).
+Thin: gather (``_ops._gather``), judge (``_ops._status``, ``_ops._doctor``), print. ``status``
+and ``doctor`` exit 0 when all is good, 1 when something needs fixing, 2 when they could not run.
 """
 
 from __future__ import annotations

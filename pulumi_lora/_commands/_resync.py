@@ -1,8 +1,6 @@
 """``pulumi-lora resync``: the re-sync loop as a click command (:data:`resync_command`).
 
-Mounted on the main CLI by ``pulumi_lora._commands._main``;
-``python -m pulumi_lora._resync`` runs the same
-command stand-alone.
+Mounted on the main CLI by ``_commands._main``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""``pulumi-lora stage`` and ``stage-serve``: the stager's commands, by hand and in its Job.
+"""``pulumi-lora stage``, ``stage-serve``, ``unstage`` and ``verify-staged``: the stager's commands.
 
-``stage`` stages one source at ``<root>/<content key>``, prints one JSON result line on stdout and
-writes the same JSON to ``/dev/termination-log`` when that file exists (Kubernetes hands it to
-whoever reads the Job's pod: the provider). Progress and events are JSON lines on stderr. Any
-failure, a staging error or not, exits non-zero (1; a usage error 2) with the message on stderr
-and in the termination log as ``{"error", "reason", "file"}``, never a traceback; the
-termination message is always one JSON document within Kubernetes' 4096 bytes
-(`termination_message`).
+``stage`` prints one JSON result line, also written to ``/dev/termination-log`` when it exists.
+A failure exits non-zero with ``{"error", "reason", "file"}``, never a traceback, and the
+termination message always fits Kubernetes' 4096 bytes (`termination_message`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """Looks at the cluster shared by the concurrent operations of one provider process.
 
-The engine runs every dynamic-provider operation of one ``pulumi`` command in one long-lived
-``python -m pulumi.dynamic`` process, several at a time on threads. Without sharing, a refresh
-or a preview of N adapters on one InferenceService asks the apiserver for the same pods N times
-and every pod for the same ``/v1/models`` N times. :class:`SharedViews` lets those operations
-share one look per key, under three rules that keep drift detection exact:
-
-* **Bounded age.** A look is reused for at most ``max_age`` seconds after it *started*, so it
-  never hides an out-of-band change older than that. The process lives for one engine run, so
-  a look is also never older than the command that uses it.
-* **Own writes invalidate.** ``invalidate(scope)`` (called after this process loads or unloads
-  on a target) retires every look of that scope, including one still being taken: a look that
-  started before the write is neither stored nor joined by later callers.
-* **Single flight.** Callers asking for the same key while a look is being taken wait for it
-  instead of taking their own; a failed look raises in every caller that waited for it and is
-  not kept.
-
-Only the standard library: what a look is and how it is taken belong to the caller.
+:class:`SharedViews` shares one look per key under rules that keep drift detection exact: a look
+is reused for at most ``max_age`` seconds from its start, this process's own writes retire it
+(``invalidate``), and concurrent callers join the look in flight. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """LLMKube's vocabulary, pure: the InferenceService and pod facts this project reads, its labels.
 
-What LLMKube's operator puts on the objects it makes (the pod label naming the InferenceService,
-the ``sglang`` container and its port named ``http``) and how this project reads those objects
-into small frozen values (:class:`Target`, :class:`PodEndpoint`, :class:`PodListing`). The
-provider (through ``_kube._objects``, which makes the API calls), the re-sync loop and the operator
-commands all read pods and targets through these functions, so they agree on what "Ready" and
-"the http port" mean. Plain dicts in, frozen values out: no I/O, no HTTP or Kubernetes client.
+Plain dicts in, frozen values out; no I/O, no HTTP or Kubernetes client. The provider, the
+re-sync loop and the operator commands all read pods and targets through these functions, so
+they agree on what "Ready" and "the http port" mean.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Whose pod is it: the controller chain from a pod up to its InferenceService.
 
-A pod carrying ``inference.llmkube.dev/service=NAME`` is only *labelled* as the
-InferenceService's: anyone who may create pods in the namespace can put that label on one. What
-makes a pod the InferenceService's is who controls it. LLMKube's operator keeps a Deployment
-controlled by the InferenceService (``SetControllerReference``), the Deployment controller a
-ReplicaSet controlled by that Deployment, and the ReplicaSet controller the pods. Both the
-provider and the re-sync loop act only on pods whose chain of ``controller: true``
-ownerReferences, followed by UID, reaches the target InferenceService:
-
-    Pod → ReplicaSet (apps) → Deployment (apps) → InferenceService (inference.llmkube.dev, by UID)
-
-:func:`controller_chain` is that decision, pure and shared by both. Only the standard library.
+The service label proves nothing: anyone who may create pods can set it. Both the provider and
+the loop act only on pods whose ``controller: true`` ownerReferences, followed by UID, reach the
+target (Pod → ReplicaSet → Deployment → InferenceService). No I/O library.
 """
 
 from __future__ import annotations

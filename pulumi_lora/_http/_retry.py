@@ -1,13 +1,8 @@
 """Send again what a busy apiserver sheds: 429 and 503 answers, after their ``Retry-After``.
 
-API Priority and Fairness (on by default on every managed cluster) answers a request it cannot
-queue with ``429 Too Many Requests`` and ``Retry-After``; an apiserver that is starting, or a
-webhook or aggregated API that is not, answers 503. Neither answer did anything, so every
-request, a write included, may be sent again. client-go does so for every call (up to 10
-times, waiting what ``Retry-After`` says); `RetryingTransport` and `AsyncRetryingTransport` do
-the same under lightkube's clients (the provider's, the CLI's and the loop's) and, for 429
-only, under the SGLang clients that go through the apiserver's pod proxy, within a bound of
-waiting per request, so a shedding apiserver delays a step instead of failing it.
+Neither answer did anything, so any request, a write included, may be sent again (as client-go
+does). Used under lightkube's clients and, for 429 only, under the SGLang clients that go
+through the pod proxy, with a bound on waiting per request.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """One ``send`` per request for blocking HTTP clients built on httpcore2 (ours and lightkube's).
 
-httpcore2 writes a request's headers and its body in two socket writes, and before reusing an
-idle kept-alive connection it polls the socket to see whether the server closed it. On TLS
-each write is a record of its own and a system call; on this project's hot paths (the
-provider's SGLang client, and the status writes and Events of the re-sync loop and the
-provider) those calls were most of a request's CPU. `HeldWritesStream` holds a request's writes
-until its first read and sends them as one; it answers the idle check without a poll while the
-connection had data within `RECENT` seconds. `hold_writes` puts it under a connection pool.
-
-Duck-typed on the stream interface httpcore2 defines (``read``, ``write``, ``close``,
-``start_tls``, ``get_extra_info``).
-The async client has its own backend (``_sglang._aio``).
+`HeldWritesStream` holds a request's writes until its first read and sends them as one, and
+answers the idle check without a poll on a recently active connection. `hold_writes` installs
+it under a pool. The async client has its own backend (``_sglang._aio``).
 """
 
 from __future__ import annotations

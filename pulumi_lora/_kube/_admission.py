@@ -1,8 +1,7 @@
 """ValidatingAdmissionPolicies that close what RBAC cannot say about pulumi-lora's objects.
 
-Pure: plain dicts, rendered by `pulumi_lora.deploy.admission_policies` (and by
-``resync_manifests(admission_policies=True)``). docs/threat-model.md says what each closes and
-what admission cannot see; ``tests/resync/test_admission.py`` applies them to a real apiserver.
+Pure: plain dicts, rendered by ``pulumi_lora.deploy.admission_policies``. docs/threat-model.md
+says what each policy closes.
 """
 
 from __future__ import annotations

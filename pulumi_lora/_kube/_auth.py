@@ -1,27 +1,8 @@
 """Kubeconfig users whose credentials expire: exec plugins and the oidc auth-provider.
 
-Managed clusters (EKS, GKE, AKS) write kubeconfig users that run a credential plugin
-(``users[].user.exec``), which prints an ``ExecCredential`` holding a short-lived token and,
-usually, its ``expirationTimestamp``. This module turns such a user into :class:`Credentials`
-(a thread-safe token cache that re-runs the plugin before the token expires and after a 401)
-and into auth flows for both HTTP libraries in the process: ``httpx2`` under lightkube (every
-apiserver call of the provider, the CLI and the loop) and ``httpx2`` under the SGLang client
-(the ``proxy`` transport's requests through the apiserver's pod proxy). Both share one cache.
-
-Why not lightkube's own ``ExecAuth``: lightkube 1.0.1 knows only
-``client.authentication.k8s.io/v1alpha1`` and ``v1beta1`` (``v1``, the GA version, fails every
-request), ignores ``expirationTimestamp`` and re-runs the plugin only after a 401, so a token is
-used past its expiry. **The fix belongs upstream** (lightkube's ``config/client_adapter.py``);
-it is carried here, in one small module, until a lightkube release has it.
-
-The rules follow client-go's exec authenticator: the plugin's environment is the process's plus
-the user's ``env`` plus ``KUBERNETES_EXEC_INFO`` (an ``ExecCredential`` with
-``spec.interactive: false``); a credential without an expiry is kept until a 401; a command
-with a ``/`` but not absolute is relative to the kubeconfig's folder. Tokens never reach a log
-or an error message (``Token``'s ``repr`` hides the value, the plugin's stdout is never quoted).
-
-Not covered: plugins that answer with a client certificate instead of a token, interactive
-plugins (stdin is closed), and ``provideClusterInfo`` (lightkube's kubeconfig model drops it).
+:class:`Credentials` caches a token (thread-safe), re-running the plugin before it expires and
+after a 401; lightkube and the SGLang proxy client share it. lightkube's own ``ExecAuth`` lacks
+``v1`` and ignores expiry. Tokens never reach a log or an error message.
 """
 
 from __future__ import annotations

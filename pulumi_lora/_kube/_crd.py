@@ -1,25 +1,8 @@
 """LLMKube's CustomResourceDefinitions, as plain manifests built from the seed schema.
 
-Users install these CRDs into their clusters (``kubectl apply -f pulumi_lora/crds/``) and the
-testbed installs the very same objects into its apiserver, so this module is not part of the
-testing kit: it is pure data plus pure functions, and imports no I/O library.
-
-The LoRAAdapter schema is *converted* from the seed (``crds/loraadapter.schema.json``), never
-hand-copied. The seed is a JSON-Schema rendering of LLMKube's Go types, which is not a structural
-schema as the apiserver demands (see "Specifying a structural schema" in the Kubernetes docs):
-
-- ``"type": ["string", "null"]`` becomes ``type: string`` plus ``nullable: true``;
-- ``additionalProperties: false`` is refused by the apiserver and is dropped; the apiserver prunes
-  unknown fields instead, which closes the schema the same way for stored objects;
-- ``metadata`` becomes ``type: object`` only (the apiserver owns ObjectMeta's schema);
-- everything else (patterns, lengths, enums, formats, minimums, required lists, descriptions and the
-  ``x-kubernetes-*`` list annotations) is kept verbatim.
-
-The InferenceService schema is hand-written: LLMKube's full schema is large and only the fields this
-project reads or writes are needed (``crds/inferenceservice.yaml``); unknown fields are pruned.
-
-Regenerate the committed YAML with ``python -m pulumi_lora._kube._crd``;
-a test checks it is current.
+Pure data and functions, no I/O library. The LoRAAdapter schema is converted from
+``crds/loraadapter.schema.json`` to a structural schema, never hand-copied. Regenerate the YAML
+with ``python -m pulumi_lora._kube._crd``; a test checks it is current.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Kubernetes Jobs, the calls the staging step makes: create (or find), read, their pods, delete.
 
-Objects travel as plain dicts (``_kube._objects``'s rule: no typed decoder per process). Errors
-become ``ClusterError`` naming the Job, like every other apiserver call; retries of a busy
-apiserver's 429/503 happen below, in the client's transport (``_http._retry``).
+Objects travel as plain dicts. Errors become ``ClusterError`` naming the Job; 429 and 503 are
+retried below, in the client's transport (``_http._retry``).
 """
 
 from __future__ import annotations

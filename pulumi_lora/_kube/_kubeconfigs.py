@@ -1,10 +1,8 @@
 """``KUBECONFIG``'s files merged as kubectl merges them.
 
-``KUBECONFIG`` may list several files (``:``-separated; ``;`` on Windows). kubectl reads them all
-and merges: a cluster, user or context keeps the first definition of its name, and the first
-file that sets ``current-context`` decides it; a listed file that does not exist is skipped.
-A relative path inside a file (a certificate, a key, a token file, an exec plugin's command with
-a ``/``) is relative to that file's folder, so it is made absolute while merging.
+The first definition of each cluster, user and context wins, and the first ``current-context``;
+missing files are skipped. A relative path inside a file is made absolute against that file's
+folder.
 """
 
 from __future__ import annotations

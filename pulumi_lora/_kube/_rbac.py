@@ -1,10 +1,7 @@
 """The least privilege of whoever runs ``pulumi`` with LoRAAdapters: RBAC as plain manifests.
 
-What the provider calls, by transport (``pulumi-lora rbac`` prints it; ``deploy/rbac/`` holds
-the same, rendered): the CRs (server-side apply, status, finalizers, deletion), the target's
-InferenceService, pods and workloads, Events on the CR; the pods' ``proxy`` subresource for
-``proxy`` and for the stager; a Secret's ``get`` only for keyed servers; Jobs only for staged
-adapters; the re-sync loop's Lease for ``delegated``. Pure.
+Pure. The rules depend on the transport, API keys, staging and ``delegated``.
+``pulumi-lora rbac`` prints them; ``deploy/rbac/`` holds them rendered.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""What an operation says: one line of advice for failed loads, and the Events it records on
-the CR."""
+"""What an operation says: advice for failed loads, and the Events it records on the CR."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Shared looks at a target's pods and at the CRs: taken once, reused by concurrent operations,
-invalidated by this process's own writes."""
+"""Shared looks at a target's pods and at the CRs.
+
+Taken once, reused by concurrent operations, invalidated by this process's own writes.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The process-wide client pool: one Kubernetes client per kubeconfig source, one SGLang client
-per pod, shared by every operation of a provider process."""
+"""The process-wide client pool, shared by every operation of a provider process.
+
+One Kubernetes client per kubeconfig source, one SGLang client per pod.
+"""
 
 from __future__ import annotations
 

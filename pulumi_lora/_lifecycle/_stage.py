@@ -1,13 +1,8 @@
 """A staged adapter's weights onto the claim its target mounts, before anything is loaded.
 
-``staged(args)`` turns an adapter declared by ``source`` into one with a ``path``: it finds the
-claim the InferenceService mounts in its SGLang container and has this process's stager server
-on that claim (``_stager``: one Job per claim and credential set, whatever the number of
-adapters) stage it there; adapters of the same content share one directory. A failure raises
-the stager's own error (naming the file or the cause and what to do); no pod has been touched
-yet, and the stager never leaves a partial directory at a final path (docs/staging.md). A
-refresh's check of a staged directory and the removal of one nothing names go through the same
-server.
+``staged(args)`` turns a ``source`` into a ``path``: this process's stager server on the claim
+(``_stager``) stages it, one directory per content. A failure raises the stager's error before
+any pod is touched. Refresh checks and removals go through the same server.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The provider's side of the stager server (``_staging._serve``): one per claim and credentials.
 
-The first staging, verification or removal a process needs on a claim starts a Job running
-``pulumi-lora stage-serve`` (``_staging._plan.server_job``), with a fresh token whose sha256
-alone goes into the Job; every later one of the same claim and credential set is a call to it
-through the apiserver's pod proxy, so a command pays one pod start per claim rather than one per
-few adapters. A thread holds ``/hold`` open while the process lives: when the engine kills the
-provider at the end of the command, the connection drops and the server ends, and its Job goes
-(``ttlSecondsAfterFinished: 0``). A server that stops answering (its pod evicted, past its
-deadline) is replaced once, and the call sent again: every call is idempotent.
+The first call on a claim starts a ``stage-serve`` Job with a fresh token (only its sha256 goes
+in the Job); later calls go through the pod proxy. A thread holds ``/hold`` open so the server
+ends with the process. A server that stops answering is replaced once: every call is idempotent.
 """
 
 from __future__ import annotations

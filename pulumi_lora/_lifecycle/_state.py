@@ -1,5 +1,7 @@
-"""What an operation returns: each pod's report and the adapter's state (the resource's
-outputs), built from the stored CR (pure)."""
+"""What an operation returns: each pod's report and the adapter's state (the resource's outputs).
+
+Built from the stored CR. Pure.
+"""
 
 from __future__ import annotations
 

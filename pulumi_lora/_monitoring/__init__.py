@@ -1,12 +1,8 @@
-"""What ships for the monitoring stack beside the loop: its alerts, its dashboard, their objects.
+"""The loop's alerts and dashboard, and the monitoring-stack objects that carry them.
 
-The two files next to this module are the one source of truth: ``rules.yaml`` (a Prometheus
-rule file: ``promtool check rules`` and ``promtool test rules`` run on it as it is) and
-``dashboard.json`` (a Grafana dashboard, importable as it is). :func:`monitoring_manifests`
-wraps them in the objects the Prometheus Operator and Grafana's dashboard sidecar read: a
-PodMonitor for the loop's ``metrics`` port, a PrometheusRule, and a ConfigMap labelled
-``grafana_dashboard: "1"``. ``pulumi_lora.deploy.resync_manifests(monitoring=True)`` appends
-them. Reading the package's own files is the only I/O here.
+``rules.yaml`` and ``dashboard.json`` beside this module are the one source of truth;
+:func:`monitoring_manifests` wraps them in a PodMonitor, a PrometheusRule and a dashboard
+ConfigMap. Reading those files is the only I/O here.
 """
 
 from __future__ import annotations

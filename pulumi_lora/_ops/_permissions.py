@@ -1,8 +1,7 @@
 """Which of the permissions the provider needs the identity running ``doctor`` lacks.
 
-The rules are ``pulumi-lora rbac``'s (``_kube._rbac.provider_rules``); each (verb, resource) is
-asked of the apiserver with a SelfSubjectAccessReview (any authenticated user may ask about itself).
-The check is pure: it names what was denied by verb and resource, and the command that grants it.
+One SelfSubjectAccessReview per rule of ``_kube._rbac.provider_rules``. The verdict is pure: it
+names each denied verb and resource, and the command that grants it.
 """
 
 from __future__ import annotations

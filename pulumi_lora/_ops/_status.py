@@ -1,10 +1,7 @@
 """``pulumi-lora status``'s verdicts, pure: one LoRAAdapter CR and what each pod serves → a line.
 
-:func:`adapter_line` turns one CR plus what each of its target's pods serves (the per-pod
-reports ``_lifecycle.observe`` returns, as ``pulumi refresh`` reads them) into a verdict: ok,
-drift, error, or deleting (a CR being deleted, which no pod should serve any more). Plain dicts
-and values in, frozen values out: no I/O, no clock, so every rule is unit-tested without a
-cluster. The reading itself is ``_gather``'s.
+:func:`adapter_line` judges a CR and its pods' reports (as ``_lifecycle.observe`` returns them):
+ok, drift, error or deleting. No I/O and no clock; ``_gather`` does the reading.
 """
 
 from __future__ import annotations

@@ -37,17 +37,32 @@ from pulumi.dynamic.config import Config
 
 from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._models import PATH_OR_SOURCE, AdapterArgs, Condition, ConditionKind, Transport
+from pulumi_lora._models import PATH_OR_SOURCE, AdapterArgs, Transport
+from pulumi_lora._pulumi._drift import (
+    changed,
+    drift_words,
+    effective_inputs,
+    live_drift,
+    progress,
+    report_drift,
+)
+from pulumi_lora._pulumi._outputs import (
+    STAGING_INPUTS,
+    inputs,
+    outputs,
+    refreshed_inputs,
+    reported_conditions,
+    unknown,
+    with_staged_path,
+)
 from pulumi_lora._pulumi._properties import (
-    ECHOED,
     INPUT_KEYS,
     OUTPUT_KEYS,
     REPLACE_KEYS,
-    UNKNOWN,
     UPDATE_KEYS,
 )
 from pulumi_lora._staging._errors import MutableSourceRefused, SourceRefused
-from pulumi_lora._staging._source import content_key, declared_request
+from pulumi_lora._staging._source import declared_request
 
 
 class Calls:
@@ -70,8 +85,8 @@ class Calls:
         self, config: lifecycle.ProviderConfig, olds: dict[str, Any], news: dict[str, Any]
     ) -> CheckResult:
         """Validate every input; unknown (preview) values are checked once known."""
-        given = {k: v for k, v in _inputs(news).items() if v is not None}
-        pending = frozenset(k for k, v in given.items() if _unknown(v))
+        given = {k: v for k, v in inputs(news).items() if v is not None}
+        pending = frozenset(k for k, v in given.items() if unknown(v))
         known = {k: v for k, v in given.items() if k not in pending}
         failures = validation_failures(known, pending)
         if (
@@ -113,8 +128,8 @@ class Calls:
         """Explicit diff against the live values in the old outputs (see module docstring)."""
         news = with_staged_path(olds, news)
         before, after = effective_inputs(olds), effective_inputs(news)
-        replaces = [k for k in REPLACE_KEYS if _changed(before.get(k), after.get(k))]
-        updates = [k for k in UPDATE_KEYS if _changed(before.get(k), after.get(k))]
+        replaces = [k for k in REPLACE_KEYS if changed(before.get(k), after.get(k))]
+        updates = [k for k in UPDATE_KEYS if changed(before.get(k), after.get(k))]
         drift = live_drift(olds, news)
         if not (replaces or updates or drift or self._read_vouches(config, id_, olds, news)):
             drift = self._observed_drift(config, news)
@@ -168,7 +183,7 @@ class Calls:
         CR says what is declared (``lifecycle.declared_at``), and those become the imported inputs.
         Reads only: nothing is loaded, unloaded or written.
         """
-        if not _inputs(props):
+        if not inputs(props):
             declared = lifecycle.declared_at(id_, config)
             if declared is None:
                 return ReadResult(id_="", outs={})
@@ -310,9 +325,6 @@ def validation_failures(
 
 
 #: The inputs that say what a staged adapter is (``_staging.parse_source`` checks them together).
-STAGING_INPUTS = frozenset({"path", "source", "digests", "allow_mutable", "source_endpoint"})
-
-
 def staging_failures(values: Mapping[str, Any]) -> list[CheckFailure]:
     """Pure: what is wrong with a staged adapter's declaration (none for an adapter by path):
     ``path`` and ``source`` together, a source, digest or endpoint the stager would refuse, a
@@ -338,256 +350,8 @@ def staging_failures(values: Mapping[str, Any]) -> list[CheckFailure]:
     return []
 
 
-def effective_inputs(props: Mapping[str, Any]) -> dict[str, Any]:
-    """Inputs with defaults applied, so an omitted setting equals its default (pure).
-
-    Values unknown during preview are kept as the engine's placeholder.
-    """
-    given = {k: v for k, v in _inputs(props).items() if v is not None}
-    pending = {k: v for k, v in given.items() if _unknown(v)}
-    try:
-        known = AdapterArgs.parse({k: v for k, v in given.items() if k not in pending})
-    except ValidationError:
-        return given
-    return {**known.to_dict(), **pending}
-
-
-def live_drift(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
-    """Pods (or the delegated status) that don't serve the declared path: each is a change."""
-    path = news.get("path")
-    if _unknown(path):
-        return []
-    if news.get("transport") == Transport.DELEGATED.value:
-        return [] if olds.get("loaded") else ["loaded"]
-    return [
-        str(p.get("pod"))
-        for p in olds.get("pods") or []
-        if p.get("ready", True) and pod_path(p, olds) != path
-    ]
-
-
-def outputs(args: AdapterArgs, state: lifecycle.AdapterState) -> dict[str, Any]:
-    """The resource's outputs: the inputs echoed (live where refresh saw them) plus the truth.
-
-    Inputs are echoed when they carry something: the identity always, a setting only when it is
-    not its default (``diff`` and ``read`` apply the defaults again), nothing that is unset.
-    """
-    defaults = AdapterArgs.defaults()
-    outs: dict[str, Any] = {
-        k: v
-        for k, v in args.to_dict().items()
-        if v is not None and (k in ECHOED or k not in defaults or v != defaults[k])
-    }
-    outs.update(
-        cr_name=args.cr_name,
-        cr_uid=state.uid,
-        generation=state.generation,
-        conditions=[condition_output(c, state.generation) for c in state.conditions],
-        loaded=state.condition(ConditionKind.LOADED),
-        available=state.condition(ConditionKind.AVAILABLE),
-        ready=state.condition(ConditionKind.READY),
-        pods=[pod_output(p, args.load_path) for p in state.pods],
-        loaded_path=state.loaded_path,
-        last_loaded_at=state.last_loaded_at,
-    )
-    if args.source is not None:
-        outs["content_key"] = content_key(declared_request(args.to_dict())[0])
-    return outs
-
-
-def with_staged_path(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dict[str, Any]:
-    """Pure: ``news`` with the staged directory the old outputs record, when a staged adapter's
-    content and claim are unchanged (so it is not staged again, and ``path`` is no change)."""
-    if news.get("source") is None or news.get("path") is not None:
-        return dict(news)
-    if any(_unknown(news.get(k)) for k in STAGING_INPUTS):  # known once previewed
-        return dict(news)
-    try:
-        key = content_key(declared_request(news)[0])
-    except SourceRefused:  # check says why
-        return dict(news)
-    same_claim = olds.get("volume_claim") == news.get("volume_claim")
-    if olds.get("content_key") == key and same_claim and olds.get("path"):
-        return {**news, "path": olds["path"]}
-    return dict(news)
-
-
-def drift_words(live: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
-    """Pure: what drifted, in words: the CR's spec against ``declared`` (the recorded outputs or
-    the program's inputs), then each Ready pod of ``live`` against the declared path (the pods
-    serving what the stack declared are not drift, even under an edited CR).
-
-    ``pod llama-7c9-x2bq: sql-lora not loaded``, ``pod ...: serves /adapters/old, declared
-    /adapters/new``, ``CR edited: spec.path /adapters/a -> /adapters/b``, and for a delegated
-    adapter ``Ready unknown: the re-sync loop's Lease ... is gone ...``.
-    """
-    words = [
-        f"CR edited: spec.{field} {declared.get(key)} -> {live.get(key)}"
-        for key, field in (("adapter_name", "name"), ("path", "path"))
-        if declared.get(key) is not None
-        and not _unknown(declared.get(key))
-        and live.get(key) != declared.get(key)
-    ]
-    name = live.get("adapter_name")
-    path = declared.get("path")
-    path = live.get("path") if path is None or _unknown(path) else path
-    for pod in live.get("pods") or []:
-        served = pod_path(pod, live)
-        if not pod.get("ready", True):
-            continue
-        if pod.get("error"):
-            words.append(f"pod {pod['pod']}: could not be read ({pod['error']})")
-        elif served is None:
-            words.append(f"pod {pod['pod']}: {name} not loaded")
-        elif served != path:
-            words.append(f"pod {pod['pod']}: serves {served}, declared {path}")
-    words += [  # a delegated adapter's loop gone or stale: its verdict is not current
-        f"Ready unknown: {c.get('message')}"
-        for c in live.get("conditions") or []
-        if c.get("type") == ConditionKind.READY.value and c.get("reason") == lifecycle.STALE_REASON
-    ]
-    return words
-
-
-def _to_stderr(text: str) -> None:
-    sys.stderr.write(text)
-    sys.stderr.flush()
-
-
-class DriftReporter:
-    """Says each drift once per process, where the engine shows it to the user.
-
-    The engine prints a dynamic provider's stderr lines among the command's diagnostics (what
-    ``pulumi preview --refresh`` users and CI logs read); a dynamic provider has no other way to
-    put words there (its diff can name only changed inputs). One line per drift, prefixed with
-    the CR, each said once by this provider process (the engine starts one per command).
-    ``write`` is where the lines go: stderr, or, in ``provider/``'s plugin, whose stderr the
-    engine hides, the engine's own log (``_pulumi._native``).
-    """
-
-    def __init__(self, write: Callable[[str], None] = _to_stderr) -> None:
-        self._said: set[str] = set()
-        self._lock = threading.Lock()
-        self.write = write
-
-    def __call__(self, args: AdapterArgs, words: list[str]) -> None:
-        where = f"drift: LoRAAdapter {args.namespace}/{args.cr_name}: "
-        with self._lock:
-            fresh = [where + w for w in words if where + w not in self._said]
-            self._said.update(fresh)
-        if fresh:
-            self.write("".join(line + "\n" for line in fresh))
-
-
-report_drift = DriftReporter()
-
-
-def progress(line: str) -> None:
-    """A line of a long operation's progress (staging), where drift lines go: the command's
-    output for the dynamic provider, the engine's log for ``provider/``'s plugin."""
-    report_drift.write(line + "\n")
-
-
-def refreshed_inputs(olds: Mapping[str, Any], outs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Pure: the inputs a refresh hands the engine: ``None`` (keep the program's own) unless the
-    CR's spec was edited out of band, then the live ``adapter_name``/``path`` over the inputs.
-
-    The engine shows every key of these that differs from the program's inputs as added or
-    removed (``refresh [diff: +pinned,...]``). A read cannot see which inputs the program set, so
-    keeping the program's is the only way an undrifted refresh shows nothing; an edited CR shows
-    as exactly the fields that moved (``[diff: ~path]``). Defaults are left out then, so only a
-    setting given explicitly at its default value can still show as removed.
-    """
-    moved = {k: outs[k] for k in ("adapter_name", "path") if outs.get(k) != olds.get(k)}
-    if not moved:
-        return None
-    defaults = AdapterArgs.defaults()
-    kept = {k: v for k, v in _inputs(outs).items() if k not in defaults or v != defaults[k]}
-    return {**kept, **moved}
-
-
-def reported_conditions(props: Mapping[str, Any]) -> list[Condition]:
-    """Pure: the conditions the outputs last reported (``since`` as the transition time), so a
-    refresh keeps each unchanged condition's ``since``; entries that don't parse are skipped."""
-    found = []
-    for entry in props.get("conditions") or []:
-        try:
-            found.append(
-                Condition.parse(
-                    {
-                        "type": entry.get("type"),
-                        "status": entry.get("status"),
-                        "reason": entry.get("reason"),
-                        "message": entry.get("message") or "",
-                        "lastTransitionTime": entry.get("since"),
-                        "observedGeneration": entry.get("generation"),
-                    }
-                )
-            )
-        except (ValidationError, AttributeError):
-            continue
-    return found
-
-
-def condition_output(condition: Condition, generation: int) -> dict[str, Any]:
-    """Pure: one entry of the ``conditions`` output: type, status, reason, ``since`` (its
-    lastTransitionTime), and only what carries something: the message when there is one, the
-    generation when it is not the CR's current one."""
-    entry: dict[str, Any] = {
-        "type": condition.type,
-        "status": condition.status.value,
-        "reason": condition.reason,
-        "since": condition.wire()["lastTransitionTime"],
-    }
-    if condition.message:
-        entry["message"] = condition.message
-    if condition.observed_generation is not None and condition.observed_generation != generation:
-        entry["generation"] = condition.observed_generation
-    return entry
-
-
-def pod_output(report: lifecycle.PodReport, path: str) -> dict[str, Any]:
-    """Pure: one entry of the ``pods`` output: the pod, whether it serves the adapter, and only
-    what differs from the plain case: ``ready: false``, ``path`` when it serves another path
-    than the resource's, ``reason`` and ``error`` when it failed.
-
-    Nothing in it moves unless the pod changed, so a heal rewrites only the pods it healed.
-    """
-    entry: dict[str, Any] = {"pod": report.pod, "loaded": report.loaded}
-    if not report.ready:
-        entry["ready"] = False
-    if report.loaded and report.path != path:
-        entry["path"] = report.path
-    if report.reason:
-        entry["reason"] = report.reason
-    if report.error:
-        entry["error"] = report.error
-    return entry
-
-
-def pod_path(pod: Mapping[str, Any], outs: Mapping[str, Any]) -> str | None:
-    """Pure: the path a ``pods`` output entry serves (``None``: not loaded), read from either
-    shape: 0.3's (``path`` only when it differs from the resource's) or 0.2's (always)."""
-    if not pod.get("loaded"):
-        return None
-    found = pod.get("path", outs.get("path"))
-    return None if found is None else str(found)
-
-
-def _inputs(props: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: props[k] for k in INPUT_KEYS if k in props}
-
-
 def _args(props: Mapping[str, Any]) -> AdapterArgs:
-    return AdapterArgs.parse({k: v for k, v in _inputs(props).items() if v is not None})
-
-
-def _unknown(value: Any) -> bool:
-    return bool(value == UNKNOWN)
-
-
-def _changed(old: Any, new: Any) -> bool:
-    return _unknown(new) or old != new
+    return AdapterArgs.parse({k: v for k, v in inputs(props).items() if v is not None})
 
 
 def _config_text(value: object) -> str:

@@ -1,11 +1,8 @@
-"""The ``LoRAAdapter`` component that ``provider/`` served to other Pulumi languages up to 0.2.
+"""The ``LoRAAdapter`` component of 0.2: one dynamic child, served by Pulumi's component host.
 
-A component with one dynamic child, served by Pulumi's component-provider host: the shape YAML
-and TypeScript stacks had until ``provider/`` served one custom resource (``_pulumi._native``), and
-Python stacks had until 0.2. Kept so tests can make such stacks and check their move
-(``tests/cli/component_provider_0_2``, ``tests/e2e/test_one_resource.py``); programs use
-``pulumi_lora.LoRAAdapter`` (``_pulumi._resource``) or ``provider/``. No ``from __future__ import
-annotations``: the host reads these at run time.
+Kept only so tests can make such stacks and check their move; programs use
+``pulumi_lora.LoRAAdapter`` or ``provider/``. No ``from __future__ import annotations``: the host
+reads the annotations at run time.
 """
 
 import inspect

@@ -1,16 +1,8 @@
 """Errors that read as messages in ``pulumi up``: the dynamic-provider host, told to show ours.
 
-Pulumi's dynamic-provider host (``python -m pulumi.dynamic``, SDK 3.272) wraps every provider
-call in ``_abort_with_traceback``, which answers the engine with ``traceback.format_exc()`` of
-whatever the provider raised: a user whose ``pulumi up`` failed reads 30 lines of Python
-frames before the one line that says what to do. pulumi-lora's own errors
-(`PulumiLoRAError`) already carry the whole story: what happened, on which pod, and the advice.
-
-:func:`install` replaces the name ``traceback`` in the host's module (only when this process is
-that host) with :class:`HostTraceback`, whose ``format_exc`` returns ``ClassName: message`` for
-our errors and the full traceback for anything else (a bug still shows where it is). It changes
-nothing in any other program. The SDK offers no hook for this; the day it does (an exception
-type it reports by message), this module goes.
+:func:`install` (only in the host process) makes the host's ``format_exc`` give
+``ClassName: message`` for a `PulumiLoRAError` and the full traceback for anything else. It
+changes nothing in any other program. The SDK offers no hook for this.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The plan that moves a stack made by 0.2's component to the custom resource (pure).
 
-Up to 0.2, ``provider/`` served ``pulumi-lora:index:LoRAAdapter`` to YAML and TypeScript as a
-component with one dynamic child; from 0.3 it is one custom resource with the component's URN.
-The engine matches state by URN before any alias, so no alias can carry the child's state over
-(the plain next ``up`` would replace the component and delete the child: an unload). The move
-is a state edit instead: remove the components, their children and the dynamic provider from
-the state (nothing happens in the cluster), then ``pulumi import`` each adapter by its CR.
-
-:func:`plan` reads ``pulumi stack export`` and returns those commands and the import file; pure,
-so ``pulumi-lora component-moves`` runs nothing: the user reads the lines, then runs them
-(docs/migration.md).
+The engine matches state by URN before any alias, so the move is a state edit: remove the
+components, their children and the dynamic provider from the state, then ``pulumi import``
+each CR. :func:`plan` only returns the commands (docs/migration.md).
 """
 
 from __future__ import annotations

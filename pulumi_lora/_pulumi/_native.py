@@ -1,21 +1,8 @@
 """``pulumi-lora:index:LoRAAdapter`` as one custom resource, for every Pulumi language.
 
-``provider/`` runs this provider through the Python SDK's provider server
-(``pulumi.provider.experimental.server``, which speaks the engine's gRPC provider protocol and
-hands each call over as ``PropertyValue`` maps). It holds no logic of its own: every call is
-translated (camelCase keys and property values in, plain snake_case dicts out) and handed to
-the same :class:`~pulumi_lora._provider.LoRAAdapterProvider` that Python programs' dynamic
-resource runs, so both languages check, diff, create, read, update and delete alike.
-
-Why not the component-provider host: it serves components only, and a component with a dynamic
-child is two resources per adapter, a second copy of the outputs in every checkpoint, and no
-``pulumi import``. The schema is still inferred by the SDK's analyzer, from ``AdapterInputs``
-and the outputs' annotations (:func:`schema`); it only loses ``isComponent``.
-
-The server runs one asyncio loop; the operations block (HTTP to pods, the apiserver), so they
-run on a thread pool (``WORKERS``), as the dynamic provider host runs them on its gRPC threads;
-the operations' shared caches are thread-safe for that reason already.
-No ``from __future__ import annotations``: the analyzer reads the annotations at run time.
+Served by ``provider/`` through the SDK's provider server. No logic of its own: each call is
+translated and handed to ``LoRAAdapterProvider``, on a thread pool (``WORKERS``) since operations
+block. No ``from __future__ import annotations``: the analyzer reads them at run time.
 """
 
 import asyncio
@@ -42,7 +29,7 @@ from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc, provider_pb2_grpc
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora._provider import LoRAAdapterProvider
-from pulumi_lora._pulumi._calls import effective_inputs, report_drift
+from pulumi_lora._pulumi._drift import effective_inputs, report_drift
 from pulumi_lora._pulumi._properties import CREATE_KEYS, INPUT_KEYS, OUTPUT_KEYS, UNKNOWN
 from pulumi_lora._pulumi._resource import TYPE_TOKEN, AdapterInputs, AdapterOutputs
 from pulumi_lora._pulumi._schema import SECRET_PROPERTIES, document

@@ -1,9 +1,7 @@
 """The provider plugin's entry point: ``python -m pulumi_lora._pulumi._plugin <engine address>``.
 
-The release's plugin archive (``tools/release.py``) runs this from the virtualenv its launcher
-makes: it serves ``pulumi-lora:index:LoRAAdapter`` (:mod:`._native`) and prints the
-port as its first line, so nothing here may print at import. ``provider/__main__.py`` does the
-same from a checkout.
+It serves ``pulumi-lora:index:LoRAAdapter`` (``_native``) and prints the port as its first line,
+so nothing here may print at import.
 """
 
 import sys

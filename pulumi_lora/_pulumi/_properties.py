@@ -1,5 +1,7 @@
-"""The LoRAAdapter resource's properties: which inputs replace, update or matter to ``create``,
-and the outputs. Pure data, shared by the resource classes, the providers and the schema."""
+"""Which LoRAAdapter inputs replace, update or matter to ``create``, and the outputs.
+
+Pure data, shared by the resource classes, the providers and the schema.
+"""
 
 from __future__ import annotations
 

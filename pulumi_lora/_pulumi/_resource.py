@@ -1,18 +1,9 @@
 """``LoRAAdapter``: one LLMKube LoRAAdapter CR as one Pulumi resource, for Python programs.
 
-It is a dynamic resource (``LoRAAdapterProvider`` does the work) with its own type,
-``pulumi-python:dynamic/lora:LoRAAdapter``. It used to be a component wrapping a dynamic
-child; a component costs the engine two more steps and a second copy of the outputs in every
-checkpoint of the state, which made an ``up`` of 300 adapters take twice as long (see
-docs/performance.md). Stacks made by the component move to this resource with no load, no
-replacement and no CR write: an alias names the old child, and the engine drops the empty
-component. Other languages get one custom resource of type ``TYPE_TOKEN`` from ``provider/``,
-run by the same provider (``_pulumi._native``).
-
-No ``from __future__ import annotations`` here: the Pulumi SDK's schema analyzer reads the argument
-and output types below at run time to infer the schema ``provider/`` serves to other languages
-(``_pulumi._native.schema``), and it supports neither string annotations nor Unions. Output keys
-inside lists are single words, so they survive the camelCase mapping unchanged.
+A dynamic resource (``pulumi-python:dynamic/lora:LoRAAdapter``); an alias adopts the old
+component's child. No ``from __future__ import annotations``: the schema analyzer reads these
+types at run time and supports neither string annotations nor Unions. Output keys inside lists
+are single words, so the camelCase mapping leaves them unchanged.
 """
 
 import pickle

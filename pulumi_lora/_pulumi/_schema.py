@@ -1,13 +1,8 @@
 """The Pulumi package schema as the reference users read: what the analyzer infers, completed.
 
-The SDK's analyzer (``_pulumi._native.schema``) infers the resource's shape from ``AdapterInputs``
-and the outputs' annotations, with their docstrings as descriptions in reStructuredText, indented as
-in the source. The registry and every generated SDK render descriptions as Markdown, so
-:func:`document` rewrites them (``markdown``), describes every output, turns ``transport`` and
-``readinessPolicy`` into described enums, states each input's default (read from the
-model ``AdapterArgs``, the one place defaults live), adds the provider's ``config`` variables
-(``sglangApiKey`` secret), the publisher, repository, license, keywords and each language's
-package name. Pure: a dict in, a new dict out.
+:func:`document` turns descriptions into Markdown, describes outputs and enums, states defaults
+(from ``AdapterArgs``, the one place they live) and adds config and package metadata. Pure: a
+dict in, a new dict out.
 """
 
 from __future__ import annotations

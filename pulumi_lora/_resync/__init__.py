@@ -1,8 +1,8 @@
 """The re-sync loop (``pulumi-lora resync``): keeps every LoRAAdapter true on every Ready pod.
 
-From the bottom: pure values and decisions (``_views``, ``_decide``, ``_world``, ``_status``; no
-I/O library, even transitively), the I/O edges (``_kube``, ``_podrun``, ``_lease``, ``_server``),
-then the orchestration (``_worker`` ... ``_controller``, ``_app``). See docs/resync.md.
+The pure values and decisions (``_views``, ``_decide``, ``_world``, ``_status``) import no I/O
+library, even transitively; the I/O edges are ``_kube``, ``_podrun``, ``_lease`` and ``_server``.
+See docs/resync.md.
 """
 
 from pulumi_lora._resync._settings import LeaseSettings, ResyncSettings

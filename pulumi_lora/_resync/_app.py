@@ -1,10 +1,8 @@
-"""One process of the loop: probes and metrics, the election, and the leader's controller.
+"""One loop process: probes and metrics, the leader election, and the leader's controller.
 
-Every replica serves ``/healthz``, ``/readyz`` and ``/metrics`` and takes part in the election;
-only the replica holding the Lease runs a :class:`~pulumi_lora._resync._controller.Controller`.
-Losing the Lease cancels it at once (stop acting); SIGTERM/SIGINT drains it (in-flight loads
-and status writes get ``shutdown_timeout``), then releases the Lease so a standby takes over at
-its next round.
+Every replica serves ``/healthz``, ``/readyz`` and ``/metrics``; only the Lease holder runs a
+``Controller``. Losing the Lease cancels it at once; SIGTERM or SIGINT drains it within
+``shutdown_timeout``, then releases the Lease.
 """
 
 from __future__ import annotations

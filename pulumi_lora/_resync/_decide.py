@@ -1,12 +1,7 @@
-"""The re-sync loop's decisions, as pure functions of what was observed.
+"""The re-sync loop's decisions as pure functions: pod events, permission, backoff, Leases.
 
-What a pod event means (:func:`classify_pod`), whether the provider's operation annotation lets
-the loop act (:func:`permission`), how long to back off (:func:`backoff_delay`), what to do after
-a watch broke (:func:`after_watch_error`), what to do with a Lease (:func:`lease_move`) and when
-a server's ``--max-loaded-loras`` evicted what the loop loaded (:class:`LoadLedger`).
-
-No I/O, no clock and no randomness inside: time and a random fraction are parameters, so every
-rule is a table in the unit tests. Imports neither httpx2 nor lightkube (nor anything that does).
+No I/O, no clock and no randomness: time and a random fraction are parameters. Imports neither
+httpx2 nor lightkube, even transitively.
 """
 
 from __future__ import annotations

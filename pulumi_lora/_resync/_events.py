@@ -1,12 +1,8 @@
 """Kubernetes Events about the CRs, merged per CR and sent off the hot path.
 
-What the loop changed (loads, swaps, unloads) and what went wrong (failures, capacity) is recorded
-as Events on the CR. The same message about one CR becomes one Event naming every pod, as
-client-go's event correlator would merge them: it is gathered for ``EVENT_WINDOW`` seconds and,
-while the CR's pass is still under way (a serving pod has no outcome for it yet), held until the
-pass settles (the status writer then releases it with :meth:`EventRecorder.settled`), at most
-``EVENT_HOLD`` seconds. So 1,000 CRs loaded on 5 pods make 1,000 Events, one per CR per pass,
-whichever pods ran first. Sending happens on a queue, so an Event never delays a load.
+The same message about one CR becomes one Event naming every pod: gathered for ``EVENT_WINDOW``
+seconds, and held (at most ``EVENT_HOLD``) until the CR's pass settles. Events are sent from a
+queue, so an Event never delays a load.
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
-"""The loop finishes the deletes a failed ``pulumi destroy`` left (docs/protocol.md rule 4).
+"""Finishes the deletes a failed ``pulumi destroy`` left: held CRs (docs/protocol.md rule 4).
 
-The provider's delete holds its CR with pulumi-lora's finalizer (``pulumi-lora.dev/unload``)
-until every Ready pod has unloaded the adapter; a pod that refuses leaves the CR being deleted,
-held. A retried ``pulumi destroy`` or ``pulumi-lora finish-delete`` finishes it; where the loop
-runs, the loop does too, so an abandoned stack's held CR (its namespace being deleted, say) never
-waits for a person:
-
-1. once the provider's ``delete@`` operation is past its lease (rule 2: the provider may still
-   be unloading before then), queue the unload of the adapter on every pod of the target, unless
-   another CR claims the name there (rule 5). Ready pods unload through their own workers (their
-   backoff, API key and Events);
-2. a pod that is not Ready but whose server may still run (:func:`may_serve`: its container
-   running, terminating, or its node out of touch) may still serve the adapter, and would serve
-   it again once Ready: this task unloads it directly, retrying with the loop's backoff. While
-   it cannot be reached it holds the CR (a ``held_delete_waiting`` warning names it) until it
-   answers, turns Ready (its worker unloads it), restarts (its server lost its dynamic
-   adapters), stops running, or is gone; ``pulumi-lora finish-delete --force`` or deleting the
-   pod lets the CR go sooner. Only then:
-3. remove the finalizer, until it is off (a release that did not happen, a conflict each time,
-   is retried with the loop's backoff, never reported as done): the apiserver then deletes the
-   CR (or LLMKube's finalizer, which its controller drops by itself, does).
-
-So once the finalizer is off, no pod the loop knows serves a name no CR declares: nothing is
-left to the leader's memory alone. The CR is out of the world meanwhile (a CR being deleted
-declares nothing: no loads, no status).
+Once the ``delete@`` operation is past its lease (rule 2), unload the adapter on every pod that
+may serve it, Ready or not (:func:`may_serve`), unless another CR claims the name (rule 5). Only
+then remove the finalizer; it stays on while such a pod cannot be reached.
 """
 
 from __future__ import annotations

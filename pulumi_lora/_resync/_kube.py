@@ -1,9 +1,8 @@
 """The loop's cluster edge: list-then-watch with resumption, status, Events and Secrets.
 
-Watches use lightkube's ``AsyncClient`` (long-lived streams belong on the event loop). Status
-writes, Events and Secret reads reuse the provider's blocking helpers from ``_kube._objects``
-(``apply_adapter_status``, ``emit_event``, ``read_secret_value``) on a small thread pool, so the
-loop and the provider write the CR through the very same code.
+Watches use lightkube's ``AsyncClient``. Status writes, Events and Secret reads reuse the
+provider's blocking helpers in ``pulumi_lora._kube._objects`` on a small thread pool, so the
+loop and the provider write the CR through the same code.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Leader election with a ``coordination.k8s.io/v1`` Lease, so replicas never act at once.
 
-client-go's algorithm: every ``retry_period`` a replica reads the Lease and, as
-:func:`~pulumi_lora._resync._decide.lease_move` says, creates it, renews it, takes it over (free,
-or unchanged for ``duration`` on *its own* clock) or waits. Writes carry the resourceVersion read,
-so of two replicas racing for a free Lease exactly one wins (the other gets 409). A leader that
-could not renew for ``renew_deadline`` stops acting before anyone may take over; a leader that
-shuts down releases the Lease so a standby takes over at its next round.
+client-go's algorithm. Writes carry the resourceVersion read, so of two racing replicas one
+wins. A leader that could not renew for ``renew_deadline`` stops acting before anyone may take
+over; a leader that shuts down releases the Lease.
 """
 
 from __future__ import annotations

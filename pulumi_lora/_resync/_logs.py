@@ -1,9 +1,7 @@
 """Structured logs: one JSON object per line on stderr, through the standard ``logging`` module.
 
-Every line has ``ts`` (Unix seconds, float), ``time`` (RFC 3339), ``level``, ``logger`` and
-``event`` (a short snake_case name), plus the fields of that event. Messages are built from
-values the loop chose to log, never from request headers or Secret data, and SGLang errors
-arrive already redacted by the client, so no API key reaches a log line.
+Every line has ``ts``, ``time``, ``level``, ``logger`` and ``event``, plus that event's fields.
+Never log request headers or Secret data, so no API key reaches a log line.
 """
 
 from __future__ import annotations

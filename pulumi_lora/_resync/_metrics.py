@@ -1,13 +1,8 @@
 """Prometheus metrics of one loop, in a registry of its own (several loops can share a process).
 
-Names start with ``pulumi_lora_resync_``. ``reason`` labels on loads, unloads and pod runs are
-the :class:`~pulumi_lora._resync._decide.ReloadReason` values; on failures they are the
-CamelCase condition reasons.
-
-Beside those counters, :class:`StateCollector` exports what the leader knows *now* (per declared
-adapter and pod: served, not served since, capacity; ``_served.fleet_state``), computed at each
-scrape from the leader's cache: nothing to keep in step, and no series left over for a CR or pod
-that is gone. Standbys export none of it.
+Names start with ``pulumi_lora_resync_``. :class:`StateCollector` computes what the leader knows
+now (``_served.fleet_state``) at each scrape, so no series outlives its CR or pod. Standbys
+export none of it.
 """
 
 from __future__ import annotations

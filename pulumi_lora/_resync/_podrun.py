@@ -1,12 +1,8 @@
 """One run on one pod: read ``/v1/models``, then drive the core's pod programs, one at a time.
 
-The decision per adapter is the core's (:func:`~pulumi_lora._core._reconcile.plan` and
-:func:`~pulumi_lora._core._reconcile.pod_program`, driven by the shared
-:func:`~pulumi_lora._sglang._executor.run_async`),
-exactly as the provider's. What the loop adds is the
-bookkeeping around it: a :class:`~pulumi_lora._resync._decide.LoadLedger` fed with every reply
-to spot evictions, the time of the first load request, and a re-check of each CR's permission
-right before acting on it (the provider may have started an operation meanwhile).
+The decisions are the core's (``_core._reconcile``), as in the provider. This module adds the
+bookkeeping: a ``LoadLedger`` to spot evictions, the first load's time, and a re-check of each
+CR's permission right before acting (the provider may have started an operation meanwhile).
 """
 
 from __future__ import annotations

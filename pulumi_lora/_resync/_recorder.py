@@ -1,9 +1,7 @@
-"""The loop's recording half: what a pod run did becomes the World's, metrics, Events, statuses.
+"""Records what a pod run did: outcomes in the World, metrics, Events and statuses to write.
 
-:class:`RunRecorder` keeps each adapter's outcome on a pod (``World.record``), counts loads,
-unloads and failures, gathers the Events (a failure once per distinct failure), marks the CRs
-whose status changes for the ``StatusWriter``, keeps the pod's backoff and capacity notes, and
-writes the ``pod_synced`` line. The controller runs the pods; this records what they did.
+The controller runs the pods; :class:`RunRecorder` keeps their outcomes (``World.record``),
+counts, Events (a failure once per distinct failure), dirty CRs, backoff and capacity notes.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """What the loop knows now, per declared adapter and pod: served or not, since when, capacity.
 
-The counters of ``_metrics`` say what the loop *did*; an on-call engineer asks what *is*: which
-adapter is not served on which Ready pod, since when, and how full each server is against its
-``--max-loaded-loras``. :func:`fleet_state` answers from the :class:`~._world.World` (the CRs,
-the trusted pods, the outcome each pod run recorded) at the moment it is asked (a scrape of
-``/metrics``), and :class:`NotServedClock` keeps when each (CR, pod) pair stopped being served,
-so an alert can say "for 5 minutes" with ``time() - since`` instead of its own ``for:`` state.
-
-"Since" must not restart with each leader (a failover would delay the alert by 5 minutes, a
-leader crash-looping faster would never raise it). Its durable record is the CR's status: the
-``lastTransitionTime`` of ``Loaded=False`` / ``Error=True`` that the loop writes for the current
-generation and every leader carries over. A leader dates a pair it sees failing from that
-record (never before the pod's start) when the outage may predate it, i.e. the pair has not been
-served since its first look; a pair it saw served and then fail, or whose run is still to come,
-counts from its own look. No new field: LLMKube's status schema is closed. Pure: no I/O; the
-caller passes the wall clock.
+:func:`fleet_state` answers from the ``World`` at each scrape. "Since" must survive a new leader,
+so :class:`NotServedClock` dates an outage that may predate this leader from the CR's
+``lastTransitionTime`` (never before the pod's start): LLMKube's status schema takes no new
+field. Pure: the caller passes the wall clock.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` on one small asyncio HTTP/1.1 server.
 
-Three GET routes answered from memory, one request per connection: ``asyncio.start_server`` is
-all it takes, and it runs on the loop's own event loop, so ``/healthz`` answering proves that
-loop is not stuck.
+It runs on the loop's own event loop, so ``/healthz`` answering proves that loop is not stuck.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The re-sync loop's settings, grouped by concern, with the unit and the reason under each field.
 
-The CLI (``_cli``) fills these from flags; ``pulumi_lora.deploy`` renders the same defaults into
-the Deployment's arguments.
+``_commands._resync`` fills them from flags; ``pulumi_lora.deploy`` renders the same defaults.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""One CR's status from the pods' outcomes: the core's conditions plus ``OverCapacity``
-and ``ResyncLoop``.
+"""One CR's status from its pods' outcomes: the core's conditions, ``OverCapacity``, ``ResyncLoop``.
 
-Pure. Conditions come from :func:`~pulumi_lora._core._reconcile.build_conditions`
-(the provider's own,
-so both actors write the same vocabulary); the loop adds ``OverCapacity`` once a server evicted
-adapters it manages, and keeps writing it (``False`` when resolved) so the condition never goes
-stale. Everything stays within LLMKube's closed schema: conditions, ``loadedPath``,
-``lastLoadedAt``.
+Pure. Conditions come from ``_core._reconcile.build_conditions``, so the loop and the provider
+write the same vocabulary. ``OverCapacity`` keeps being written (``False`` once resolved) so it
+never goes stale. Everything stays within LLMKube's closed status schema.
 """
 
 from __future__ import annotations

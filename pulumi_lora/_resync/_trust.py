@@ -1,11 +1,8 @@
 """The loop's trust review: which labelled pods their target's controller chain vouches for.
 
-A pod carrying ``inference.llmkube.dev/service=NAME`` gets adapters only when its chain of
-controllers reaches that InferenceService (``_core._ownership.controller_chain``, asked through
-``World.trust``). :class:`TrustReview` judges a target's labelled pods again whenever a link of
-the chain or a pod changes, and reports the pods outside it: a Warning Event on each CR of the
-target and ``Available``'s message (``World.untrusted``). A pod whose ReplicaSet or Deployment
-the watches have not delivered yet waits :data:`TRUST_GRACE` seconds before it is reported.
+A labelled pod gets adapters only when its controller chain reaches the InferenceService
+(``_core._ownership``). Pods outside it are reported (a Warning Event, ``Available``'s message),
+after :data:`TRUST_GRACE` seconds when the watches may not have delivered the chain yet.
 """
 
 from __future__ import annotations

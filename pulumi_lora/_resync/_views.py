@@ -1,9 +1,7 @@
-"""Small frozen views of the API objects the loop reacts to: LoRAAdapter CRs (pods and targets are
-``_core._llmkube``'s :class:`PodEndpoint` and :class:`Target`, as the provider reads them).
+"""Small frozen views of the LoRAAdapter CRs the loop reacts to, built from the watch's dicts.
 
-Pure, and free of any I/O library even transitively (the pods are parsed at the edge, in
-``_kube``, with the provider's own ``pod_from_object``, so both actors agree on what "Ready" and
-"the http port" mean). The watch hands plain dicts in; everything above works on these values.
+Pure, and free of any I/O library even transitively. Pods and targets are ``_core._llmkube``'s
+values, parsed with the provider's own functions, so both agree on what "Ready" means.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The loop's picture of the cluster: CRs, InferenceServices, pods and what each pod reported.
 
-Plain bookkeeping with indexes (CRs and pods by target, claims by adapter name), fed by the
-watches and by the results of pod runs. It decides nothing about I/O; it answers the questions
-the controller asks: which CR owns a name, what one pod should be given (:meth:`World.pod_work`),
-whether a CR's status can be computed yet (:meth:`World.outcomes_for`). Pure: no I/O, no clock.
+Bookkeeping with indexes, fed by the watches and the pod runs. It answers the controller's
+questions: who owns a name, what a pod should get, whether a status can be computed yet. Pure: no
+I/O, no clock.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The CR status writer: recompute what changed, write only what differs.
 
-Watch handlers and pod runs mark CRs dirty; the writer coalesces a burst (``STATUS_COALESCE``),
-computes each CR's status from the :class:`~pulumi_lora._resync._world.World` (pure, in
-``_status``), and server-side applies it as ``pulumi-lora-resync`` when it differs from what is
-stored, with a bound on writes in flight. A CR is skipped while the provider holds it
-(docs/protocol.md rule 2) and while a serving pod has no outcome for its generation yet.
+It coalesces marks (``STATUS_COALESCE``), computes each status (``_status``) and server-side
+applies it as ``pulumi-lora-resync``. It skips a CR the provider holds (docs/protocol.md rule 2)
+and one whose serving pods have no outcome for its generation yet.
 """
 
 from __future__ import annotations

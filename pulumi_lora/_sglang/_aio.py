@@ -1,18 +1,8 @@
 """An httpcore2 network backend on plain asyncio, for the async SGLang client.
 
-httpx2's default async transport reaches sockets through anyio, and on a busy loop that is where
-the CPU goes, not in HTTP: every read pauses and resumes the transport's reading (two
-``epoll_ctl`` calls), every "is this idle connection still open?" check builds anyio's whole
-attribute table (a ``getpeername`` call), and httpcore2 writes a request's headers and body in
-two ``send`` calls. The re-sync loop's initial sync makes thousands of requests on one event
-loop, so per request those costs were most of the loop's CPU.
-
-This backend keeps one asyncio protocol per connection that always reads (buffering at most
-`READ_BUFFER` bytes before pausing), answers the idle check from what the protocol already saw
-(a ``poll`` only on a connection quiet for a second), and holds a request's writes until its
-first read, so headers and body leave in one ``send``. Timeouts and errors map to httpcore2's
-exceptions exactly as its anyio backend maps them, so httpx2 and the client's error translation
-see no difference.
+One always-reading protocol per connection (at most `READ_BUFFER` bytes buffered), an idle check
+from what it already saw, and a request's writes sent as one. Timeouts and errors map to
+httpcore2's exceptions exactly as its anyio backend maps them.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from pulumi_lora._errors import (
 )
 from pulumi_lora._http._send import HeldWritesBackend, HeldWritesStream, WrappingBackend
 from pulumi_lora._settings import ClientTimeouts
+from pulumi_lora._sglang import _answers as answers
 from pulumi_lora._sglang import _protocol as protocol
 from pulumi_lora._sglang._aio import asyncio_transport
 from pulumi_lora._sglang._protocol import (
@@ -190,22 +191,22 @@ class SGLangClient(_ClientBase):
         """Load adapter ``name`` from ``path``: `Loaded`, or `AlreadyLoaded` (compare its path)."""
         request = protocol.load_request(name, path, pinned=pinned, timeouts=self.timeouts)
         status, body = self._send(request)
-        return protocol.classify_load(status, body, name=name, path=path, peer=self._peer)
+        return answers.classify_load(status, body, name=name, path=path, peer=self._peer)
 
     def unload_adapter(self, name: str) -> UnloadOutcome:
         """Unload adapter ``name``: `Unloaded`, or `NotLoaded` if the server doesn't have it."""
         status, body = self._send(protocol.unload_request(name, timeouts=self.timeouts))
-        return protocol.classify_unload(status, body, name=name, peer=self._peer)
+        return answers.classify_unload(status, body, name=name, peer=self._peer)
 
     def list_models(self) -> ModelList:
         """The base model and the loaded adapters (name → path) from ``/v1/models``."""
         status, body = self._send(protocol.models_request(timeouts=self.timeouts))
-        return protocol.classify_models(status, body, peer=self._peer)
+        return answers.classify_models(status, body, peer=self._peer)
 
     def health(self) -> Health:
         """Whether ``/health`` says ready (a 503 is ``ready=False``, not an error)."""
         status, body = self._send(protocol.health_request(timeouts=self.timeouts))
-        return protocol.classify_health(status, body, peer=self._peer)
+        return answers.classify_health(status, body, peer=self._peer)
 
     def server_info(self) -> ServerInfo:
         """``version`` and ``enable_lora`` from ``/server_info`` (``/get_server_info`` before
@@ -217,8 +218,8 @@ class SGLangClient(_ClientBase):
                 legacy = protocol.server_info_request(legacy=True, timeouts=self.timeouts)
                 status, body = self._send(legacy)
         except SGLangError as exc:
-            return protocol.server_info_unread(exc)
-        return protocol.classify_server_info(status, body)
+            return answers.server_info_unread(exc)
+        return answers.classify_server_info(status, body)
 
     def close(self) -> None:
         """Close the pooled connections."""
@@ -273,22 +274,22 @@ class AsyncSGLangClient(_ClientBase):
         """Load adapter ``name`` from ``path``: `Loaded`, or `AlreadyLoaded` (compare its path)."""
         request = protocol.load_request(name, path, pinned=pinned, timeouts=self.timeouts)
         status, body = await self._send(request)
-        return protocol.classify_load(status, body, name=name, path=path, peer=self._peer)
+        return answers.classify_load(status, body, name=name, path=path, peer=self._peer)
 
     async def unload_adapter(self, name: str) -> UnloadOutcome:
         """Unload adapter ``name``: `Unloaded`, or `NotLoaded` if the server doesn't have it."""
         status, body = await self._send(protocol.unload_request(name, timeouts=self.timeouts))
-        return protocol.classify_unload(status, body, name=name, peer=self._peer)
+        return answers.classify_unload(status, body, name=name, peer=self._peer)
 
     async def list_models(self) -> ModelList:
         """The base model and the loaded adapters (name → path) from ``/v1/models``."""
         status, body = await self._send(protocol.models_request(timeouts=self.timeouts))
-        return protocol.classify_models(status, body, peer=self._peer)
+        return answers.classify_models(status, body, peer=self._peer)
 
     async def health(self) -> Health:
         """Whether ``/health`` says ready (a 503 is ``ready=False``, not an error)."""
         status, body = await self._send(protocol.health_request(timeouts=self.timeouts))
-        return protocol.classify_health(status, body, peer=self._peer)
+        return answers.classify_health(status, body, peer=self._peer)
 
     async def server_info(self) -> ServerInfo:
         """``version`` and ``enable_lora`` from ``/server_info``, as `SGLangClient.server_info`."""
@@ -298,8 +299,8 @@ class AsyncSGLangClient(_ClientBase):
                 legacy = protocol.server_info_request(legacy=True, timeouts=self.timeouts)
                 status, body = await self._send(legacy)
         except SGLangError as exc:
-            return protocol.server_info_unread(exc)
-        return protocol.classify_server_info(status, body)
+            return answers.server_info_unread(exc)
+        return answers.classify_server_info(status, body)
 
     async def aclose(self) -> None:
         """Close the pooled connections."""

@@ -1,11 +1,7 @@
 """Staged directories on the claim, by content key: verified in place, or removed.
 
-``verify_keys`` (the stager's ``/verify``: a refresh's check; ``pulumi-lora verify-staged`` by
-hand) checks each directory against the manifest the stager recorded, fetching nothing.
-``unstage`` (the stager's ``/unstage``; ``pulumi-lora unstage``) removes directories the
-provider found unused (it sees the CRs and the pods): a
-directory leaves its final path in one rename (to a hidden name), then goes, so no pod ever
-sees half of it; temporary directories a killed stager left for the same key go too.
+``verify_keys`` checks each directory against its manifest, fetching nothing. ``unstage`` renames
+a directory to a hidden name before removing it, so no pod ever sees half of one.
 """
 
 from __future__ import annotations

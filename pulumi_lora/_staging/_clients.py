@@ -1,17 +1,8 @@
-"""The three source clients: each fetches a request's files into a directory through
-`write_chunks` (counted, hashed, flushed as they are written), and translates its library's
-failures into the staging errors.
+"""The three source clients (``hf://``, ``s3://``, ``https://``): files fetched via `write_chunks`.
 
-* ``hf://``: plain streaming GETs with ``httpx2`` (`_hub`): the file list from the Hub's tree
-  API when none is declared, each file from its resolve URL.
-* ``s3://``: ``boto3`` with the endpoint given, else ``AWS_ENDPOINT_URL``; credentials only from
-  ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN`` (unsigned requests
-  without them), so no shared file, profile or instance metadata is ever consulted.
-* ``https://``: ``httpx2``, files relative to the base URL; no credentials.
-
-Every transfer is bounded by `_transfer` (bytes, the deadline, no https → http); a name a
-listing returns that is not a plain relative path is refused (`SourceRefused`), not skipped.
-``boto3`` is imported when ``s3://`` is used: the ``staging`` extra brings it.
+Each translates its library's failures into staging errors and is bounded by `_transfer`. S3
+credentials come only from the ``AWS_*`` variables, never a profile or instance metadata. A
+listed name that is not a plain relative path is refused, not skipped.
 """
 
 from __future__ import annotations

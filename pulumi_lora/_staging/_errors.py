@@ -1,29 +1,8 @@
-"""The staging branch of pulumi-lora's exception tree.
+"""The staging branch of pulumi-lora's exception tree, under ``StagingError``.
 
-::
-
-    PulumiLoRAError
-    └── StagingError                 an adapter's weights could not be staged
-        ├── SourceRefused            the declaration itself: a malformed source, digest or file
-        │   │                        name, or a mutable reference without digests
-        │   └── MutableSourceRefused
-        ├── SourceUnauthorized       the source said 401/403: the credentials are missing or wrong
-        ├── SourceFileMissing        the source has no such repository, revision, bucket or file
-        ├── SourceUnreachable        retryable: no usable answer from the source
-        │   └── SourceTooSlow        the fetch did not end by the deadline (--deadline)
-        ├── SourceTooLarge           the source declares or sends more than --max-bytes
-        ├── InsecureRedirect         an https source redirected to plain http
-        ├── DigestMismatch           a staged file is not what the digests pin (or is extra)
-        ├── AdapterConfigInvalid     ``adapter_config.json`` missing, unreadable, or not LoRA
-        ├── AdapterIncompatible      rank or target modules beyond the server's LoRA flags
-        ├── VolumeFull               ENOSPC while writing the volume
-        ├── VolumeUnusable           the destination root cannot be written or renamed into
-        └── VolumeNotMounted         the target mounts no claim to stage into, or several
-
-Every message names the file (or the cause) and says what to do. Messages are built from the
-source as declared (which holds no credential: userinfo and query strings are refused) and from
-file names, never from request headers or environment values. Any other exception is translated
-by `as_staging_error`, the one place where foreign errors become staging errors.
+Every message names the file or the cause and says what to do. Messages are built from the
+declared source and file names, never from request headers or environment values.
+`as_staging_error` is the one place where foreign errors become staging errors.
 """
 
 # ruff: noqa: N818 - the names say what happened, as in pulumi_lora._errors

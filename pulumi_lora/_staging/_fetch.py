@@ -1,16 +1,8 @@
-"""Staging one request on the volume: fetch into a temporary directory beside the final one,
-verify, record, rename into place.
+"""Stages one request: fetch into a temporary directory beside the final one, verify, rename.
 
-``<root>/<key>`` is either absent or complete and verified: files land in
-``<root>/.<key>.tmp-<random>``, which is removed on any failure; once verified, their facts are
-recorded in the directory's manifest (``_verify.MANIFEST``) and the whole directory is sealed
-and renamed into place at once. A directory already at ``<root>/<key>`` is used as it is
-(nothing fetched) only if it verifies against its manifest (``_verify.verify_staged``); one
-that does not (or has no manifest) is staged again and replaced (set aside, renamed over,
-removed), so the final path never shows a partial directory.
-
-`stage` raises only staging errors: whatever else a step raises is translated at its boundary
-(`_translated`).
+``<root>/<key>`` is either absent or complete and verified: a failure removes the temporary
+directory, and a directory already there is reused only if it matches its manifest. `stage`
+raises only staging errors (`_translated` at each step's boundary).
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
 """hf://: a Hub repository's files at a revision, each over one plain streaming GET (httpx2).
 
-* **Which files**: those declared, else the repository's tree at the revision (``GET
-  {endpoint}/api/models/{repo}/tree/{revision}?recursive=true&expand=false`` and every page its
-  ``Link: rel="next"`` names, as ``HfApi.list_repo_tree`` reads it), hidden names left out. An
-  LFS file's entry carries the Hub's sha256 of it (``lfs.oid``) and every entry its size.
-* **Each file**: ``GET {endpoint}/{repo}/resolve/{revision}/{name}``, redirects followed (an LFS
-  file's lead to the Hub's CDN), its body streamed into `write_chunks` (counted, hashed, written,
-  flushed). The Hub's redirect carries its sha256 of an LFS file (``X-Linked-Etag``) and its size
-  (``X-Linked-Size``). The Hub's sha256s are vouched for (checked with the pinned digests); the
-  size written must be every size announced (listing, ``X-Linked-Size``, ``Content-Length``).
-* **Credentials**: ``HF_TOKEN`` as ``Authorization: Bearer``, sent to the endpoint's origin only:
-  httpx2 drops the header on a redirect to another origin (the CDN), and a listing page elsewhere
-  is asked without it. ``HF_ENDPOINT`` (default ``https://huggingface.co``) and ``HF_TOKEN`` come
-  from the environment given, nothing else (never the token file under ``HF_HOME``).
-* **Failures**: the Hub's ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``,
-  ``EntryNotFound``, ``GatedRepo``) says what is missing or refused, as ``huggingface_hub``'s
-  ``hf_raise_for_status`` reads it (`hub_error`). A rate limit or a server error is asked again,
-  at most `ATTEMPTS` times in all, after its ``Retry-After`` or a short backoff, within the
-  deadline (`retry_wait`).
-
-Every request goes through a `bound_client` within `active` (the deadline, no https → http) and
-`refuse_long_waits` (a ``Retry-After`` past the deadline fails at once).
+The file list comes from the Hub's tree API unless declared; the Hub's sha256s and sizes are
+checked. ``HF_TOKEN`` comes only from the environment given (never ``HF_HOME``) and goes to the
+endpoint's origin only. Retries (at most `ATTEMPTS`) stay within the deadline.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The stager's Job, as values: where the claim is mounted, the Job's manifest, results. Pure.
+"""The stager's Job as values: where the claim is mounted, the Job's manifest, results. Pure.
 
-The provider stages adapters through ``pulumi-lora stage-serve`` in a Job of the project's image
-that mounts the adapter claim read-write (docs/staging.md); SGLang's pods mount the same claim,
-read-only, where the InferenceService says (``spec.extraVolumes``/``extraVolumeMounts``). This
-module decides everything about that Job from plain dicts (no client): the claim and its mount
-(:func:`adapter_mount`), the manifest (:func:`server_job`), and what a result document says
-(:func:`checked_document`).
+The provider stages through ``pulumi-lora stage-serve`` in a Job that mounts the adapter claim
+read-write; SGLang's pods mount it read-only. Plain dicts in, no client (docs/staging.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """``pulumi-lora stage-serve``: the stager as a server, for one provider process's command.
 
-A Job per staging costs a pod start each (seconds on a cluster), and a command's creates come a
-few at a time, so a fleet of staged adapters paid one start per few adapters. The provider now
-starts one server Job per claim and credential set and sends it every staging, verification and
-removal of its command through the apiserver's pod proxy (docs/staging.md, "The stager server").
-
 Must not trust its network: every call but ``/healthz`` carries the token whose sha256 the Job's
-arguments hold (the token itself lives only in the provider's memory), and it can do nothing the
-staging Job could not (fetch a declared source into its content key's directory, verify, remove
-by content key). It lives while the provider holds ``/hold`` open, and ends ``grace`` seconds
-after the last hold drops with nothing running (the provider process was killed at the end of
-its command), or ``start_grace`` seconds after starting when no hold ever came.
+arguments hold, and it does nothing a staging Job could not. It ends ``grace`` seconds after the
+last ``/hold`` drops, or ``start_grace`` seconds after starting if no hold came.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """Where an adapter's weights live, as values: parsing, the pinning rule, the content key. Pure.
 
-A **source** is one of:
-
-* ``hf://org/repo@<revision>``: a Hugging Face repository; pinned when the revision is a
-  40-hex commit, mutable when it is a branch or a tag (or left out: ``main``);
-* ``s3://bucket/prefix/``: an S3-compatible prefix (a custom endpoint is given apart from the
-  source, e.g. MinIO's); always mutable by itself, objects can be overwritten;
-* ``https://host/path/`` plus an explicit file list: mutable by itself as well.
-
-A staging **request** is a source, the files to stage, the pinned sha256 **digests** per file
-and ``allow_mutable``. A request is **pinned** when the source is an hf commit or when every
-file has a digest; an unpinned request is refused unless ``allow_mutable`` is set, so a preview
-always knows what will be loaded.
-
-The **content key** names the staged directory: the first 16 hex of the sha256 of a canonical
-JSON of the source, its revision, its endpoint, the file list and the digests (LLMKube's cache
-key, ``sha256(source)[:16]``, extended with what makes the content), so the same content stages
-once and other content never lands in the same directory.
+A request is pinned by an ``hf://`` commit or by a digest for every file; an unpinned one is
+refused unless ``allow_mutable`` is set. The content key (16 hex of a sha256 over the source,
+revision, endpoint, files and digests) names the staged directory.
 """
 
 from __future__ import annotations

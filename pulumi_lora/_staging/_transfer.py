@@ -1,23 +1,8 @@
 """Bounds on one staging's downloads: how many bytes, until when, and never down to plain http.
 
-`Progress` counts every byte fetched and enforces `TransferLimits`:
-
-* **bytes** (``max_bytes``, over all files): a file whose declared size (``Content-Length``,
-  the Hub's size, the S3 object's) does not fit in what is left is refused before its first
-  byte; a body that goes past the limit anyway (no size declared, or a wrong one) is cut off
-  (`SourceTooLarge`), so an endless answer never fills the volume;
-* **time** (``deadline``, seconds from the start): every wait ends there (`SourceTooSlow`). A
-  per-read timeout bounds each wait for a byte, not the transfer: a source sending a byte every
-  59 s never trips a 60 s read timeout. So the deadline reaches into the clients. For httpx2
-  (the Hub's and https sources), every socket operation (connect, TLS, each read and write)
-  waits at most what is left (`bound_client`), so a dripping status line, header or body fails
-  at the deadline. boto3's urllib3 sockets are out of reach: its blocking calls run in a daemon
-  thread the stager stops waiting for at the deadline (`pumped`, `waited`); that thread never
-  writes to the volume, and it ends at its next chunk or read timeout.
-
-Once a transfer is https (an https source, or an https Hub endpoint), a request over plain http
-(a redirect downgrading it) is refused before it is sent (`refuse_plain_http`,
-`InsecureRedirect`).
+`Progress` enforces `TransferLimits`: ``max_bytes`` over all files, and a ``deadline`` every wait
+ends at, down to each httpx2 socket operation (`bound_client`). boto3's calls run in a daemon
+thread abandoned at the deadline, which never writes to the volume.
 """
 
 from __future__ import annotations

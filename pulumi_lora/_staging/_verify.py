@@ -1,16 +1,8 @@
 """Checking a staged directory: every file's sha256, ``adapter_config.json``, the server's flags.
 
-No network and no I/O library: the checks read local files (streaming, in 1 MiB blocks) and
-decide; a directory just fetched is checked from the facts computed as its files were written
-(`verify_fetched`: its bytes are not read again). The rules themselves (``check_digests``,
-``parse_adapter_config``, ``check_against_server``, ``parse_manifest``) are pure functions of
-values.
-
-A staged directory keeps what was checked when it was fetched in its **manifest**
-(``.pulumi-lora-staged.json``: every file's size and sha256, computed from the bytes after they
-matched the pinned digests and the Hub's own sha256). A directory is reused only if it holds
-exactly the manifest's files with those digests (`verify_staged`): a missing, changed or extra
-file, or no manifest at all, means staging again.
+No network and no I/O library: pure rules, plus reads of local files. A directory is reused only
+if it holds exactly its manifest's files with their digests (`verify_staged`); a fresh fetch is
+checked from the facts computed while it was written (`verify_fetched`).
 """
 
 from __future__ import annotations

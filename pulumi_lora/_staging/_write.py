@@ -1,16 +1,8 @@
 """What every source client shares: where its bytes land, and how it reads a source's answers.
 
-`write_chunks` is the one writer of fetched bytes. It counts each chunk (progress and
-``--max-bytes``), hashes it (sha256) and writes it, and flushes the file to the volume (fsync)
-after its last byte: one pass over the bytes. The `FileFacts` it returns are what verification
-checks, so a fetched file is never read back to be hashed.
-
-Past its first few MiB a file is hashed and written in a thread of its own (`_Sink`), fed in
-order through a bounded queue: the reader spends most of a transfer waiting on the network, and
-``hashlib`` and the file's writes let go of the GIL, so both are done soon after the last byte
-lands (even on the stager pod's one CPU). The volume's writeback, which waits on the disk and not on
-the CPU, runs behind the writer too (`_Writeback`), so the final fsync finds little left to
-write.
+`write_chunks` is the one writer of fetched bytes: it counts, hashes and writes each chunk, and
+fsyncs the file after its last byte. Its `FileFacts` are what verification checks, so a fetched
+file is never read back.
 """
 
 from __future__ import annotations

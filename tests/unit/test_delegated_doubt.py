@@ -14,7 +14,7 @@ from pulumi_lora._models import (
     served_by,
     served_by_message,
 )
-from pulumi_lora._pulumi._calls import drift_words
+from pulumi_lora._pulumi._drift import drift_words
 from pulumi_lora._resync._status import adapter_status
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ from pulumi.provider.experimental import provider as rpc
 from pulumi.runtime.proto import engine_pb2
 
 from pulumi_lora._pulumi import _native
-from pulumi_lora._pulumi._calls import report_drift
+from pulumi_lora._pulumi._drift import report_drift
 
 DECLARED = {
     "adapterName": _native.wrapped("sql-lora"),

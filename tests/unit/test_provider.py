@@ -13,13 +13,8 @@ from pulumi_lora._errors import ClusterError, ConfigurationError
 from pulumi_lora._lifecycle import AdapterState, PodReport, ProviderConfig
 from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
 from pulumi_lora._provider import LoRAAdapterProvider
-from pulumi_lora._pulumi._calls import (
-    DriftReporter,
-    drift_words,
-    live_drift,
-    outputs,
-    refreshed_inputs,
-)
+from pulumi_lora._pulumi._drift import DriftReporter, drift_words, live_drift
+from pulumi_lora._pulumi._outputs import outputs, refreshed_inputs
 from pulumi_lora._pulumi._properties import UNKNOWN
 from pulumi_lora._settings import ClientTimeouts
 

@@ -6,6 +6,7 @@ import ast
 import json
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -31,7 +32,13 @@ from pulumi_lora._errors import (
     UnsupportedServer,
 )
 from pulumi_lora._settings import ClientTimeouts
-from pulumi_lora._sglang import _protocol
+from pulumi_lora._sglang import _answers, _protocol
+from pulumi_lora._sglang._answers import (
+    classify_health,
+    classify_load,
+    classify_models,
+    classify_unload,
+)
 from pulumi_lora._sglang._protocol import (
     MAX_BODY_BYTES,
     AlreadyLoaded,
@@ -43,10 +50,6 @@ from pulumi_lora._sglang._protocol import (
     Request,
     Unloaded,
     build_headers,
-    classify_health,
-    classify_load,
-    classify_models,
-    classify_unload,
     credential_values,
 )
 
@@ -519,8 +522,9 @@ def test_sglang_all_is_sorted_and_exported() -> None:
         assert all(hasattr(module, name) for name in module.__all__)
 
 
-def test_protocol_imports_no_http_library() -> None:
-    tree = ast.parse(Path(_protocol.__file__).read_text())
+@pytest.mark.parametrize("module", [_protocol, _answers])
+def test_protocol_imports_no_http_library(module: ModuleType) -> None:
+    tree = ast.parse(Path(module.__file__ or "").read_text())
     imported = {
         alias.name
         for node in ast.walk(tree)

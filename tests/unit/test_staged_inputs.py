@@ -10,7 +10,7 @@ import pytest
 from pulumi_lora._lifecycle import AdapterState
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora._provider import LoRAAdapterProvider
-from pulumi_lora._pulumi._calls import outputs, with_staged_path
+from pulumi_lora._pulumi._outputs import outputs, with_staged_path
 from pulumi_lora._pulumi._properties import UNKNOWN
 from pulumi_lora._staging._source import content_key, parse_source
 

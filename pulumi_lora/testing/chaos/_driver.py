@@ -28,7 +28,7 @@ from pulumi import automation as auto
 
 from pulumi_lora._errors import ClusterError
 from pulumi_lora._kube._objects import apiserver_errors, list_adapters
-from pulumi_lora._pulumi._calls import pod_path
+from pulumi_lora._pulumi._outputs import pod_path
 from pulumi_lora._pulumi._resource import DYNAMIC_TYPE, RESOURCE_TYPE, LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.chaos._invariants import (
