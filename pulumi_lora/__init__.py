@@ -1,8 +1,7 @@
 """pulumi-lora: LLMKube LoRAAdapter custom resources as Pulumi infrastructure.
 
-``LoRAAdapter`` declares one adapter on one InferenceService. The names below load on first use
-(PEP 562): the SGLang emulator and the re-sync loop import this package and must not pay for
-importing the Pulumi SDK.
+Names load on first use (PEP 562): the SGLang emulator and the re-sync loop import this package
+and must not pay for importing the Pulumi SDK.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The one exception tree of pulumi-lora: every failure it raises is a `PulumiLoRAError`.
 
-Each class says what a caller should do as data: ``retryable`` and ``reason`` (the condition
-reason to report). Errors carry context for humans but never request headers, so an API key
-cannot reach a log through an exception.
+Each class says as data whether to retry (``retryable``) and the condition ``reason``. Errors
+never carry request headers, so an API key cannot reach a log.
 """
 
 # The names say what happened (`Unauthorized`, `NoReadyPods`), as in httpx2 and kopf; an "Error"

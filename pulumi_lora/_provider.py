@@ -1,8 +1,7 @@
 """The Pulumi dynamic provider: the class the engine runs, and the only part programs load.
 
-Programs pickle this class by reference (its import path is a stable API), so this module
-imports nothing heavy; the provider process loads ``_pulumi._calls`` at its first call. The
-instance holds nothing unpicklable; config arrives through ``configure``.
+Programs pickle it by reference (its import path is a stable API), so it imports nothing heavy;
+the work (``_pulumi._calls``) loads at the first call.
 """
 
 from __future__ import annotations

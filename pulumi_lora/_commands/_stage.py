@@ -1,8 +1,7 @@
 """``pulumi-lora stage``, ``stage-serve``, ``unstage`` and ``verify-staged``: the stager's commands.
 
-``stage`` prints one JSON result line, also written to ``/dev/termination-log`` when it exists.
-A failure exits non-zero with ``{"error", "reason", "file"}``, never a traceback, and the
-termination message always fits Kubernetes' 4096 bytes (`termination_message`).
+A failure exits non-zero with a JSON message, never a traceback; the termination message always
+fits Kubernetes' 4096 bytes (`termination_message`).
 """
 
 from __future__ import annotations

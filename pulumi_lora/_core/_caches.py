@@ -1,8 +1,7 @@
 """Looks at the cluster shared by the concurrent operations of one provider process.
 
-:class:`SharedViews` shares one look per key under rules that keep drift detection exact: a look
-is reused for at most ``max_age`` seconds from its start, this process's own writes retire it
-(``invalidate``), and concurrent callers join the look in flight. Standard library only.
+To keep drift detection exact, a look lives at most ``max_age`` seconds from its start and this
+process's own writes retire it. Standard library only.
 """
 
 from __future__ import annotations

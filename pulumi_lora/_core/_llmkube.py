@@ -1,8 +1,7 @@
 """LLMKube's vocabulary, pure: the InferenceService and pod facts this project reads, its labels.
 
-Plain dicts in, frozen values out; no I/O, no HTTP or Kubernetes client. The provider, the
-re-sync loop and the operator commands all read pods and targets through these functions, so
-they agree on what "Ready" and "the http port" mean.
+No I/O. The provider, the loop and the operator commands all read pods through it, so they agree
+on what "Ready" means.
 """
 
 from __future__ import annotations

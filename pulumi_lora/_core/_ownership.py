@@ -1,8 +1,7 @@
 """Whose pod is it: the controller chain from a pod up to its InferenceService.
 
-The service label proves nothing: anyone who may create pods can set it. Both the provider and
-the loop act only on pods whose ``controller: true`` ownerReferences, followed by UID, reach the
-target (Pod → ReplicaSet → Deployment → InferenceService). No I/O library.
+A label proves nothing; the provider and the loop act only on pods whose ``controller: true``
+ownerReferences, followed by UID, reach the target. No I/O library.
 """
 
 from __future__ import annotations

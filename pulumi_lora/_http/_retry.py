@@ -1,8 +1,7 @@
 """Send again what a busy apiserver sheds: 429 and 503 answers, after their ``Retry-After``.
 
-Neither answer did anything, so any request, a write included, may be sent again (as client-go
-does). Used under lightkube's clients and, for 429 only, under the SGLang clients that go
-through the pod proxy, with a bound on waiting per request.
+Neither did anything, so any request, a write included, may be resent. Under lightkube's clients,
+and (429 only) the SGLang clients that use the pod proxy.
 """
 
 from __future__ import annotations

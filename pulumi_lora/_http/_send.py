@@ -1,8 +1,7 @@
 """One ``send`` per request for blocking HTTP clients built on httpcore2 (ours and lightkube's).
 
-`HeldWritesStream` holds a request's writes until its first read and sends them as one, and
-answers the idle check without a poll on a recently active connection. `hold_writes` installs
-it under a pool. The async client has its own backend (``_sglang._aio``).
+`HeldWritesStream` holds a request's writes until its first read and sends them as one. The
+async client has its own backend (``_sglang._aio``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Kubeconfig users whose credentials expire: exec plugins and the oidc auth-provider.
 
-:class:`Credentials` caches a token (thread-safe), re-running the plugin before it expires and
-after a 401; lightkube and the SGLang proxy client share it. lightkube's own ``ExecAuth`` lacks
-``v1`` and ignores expiry. Tokens never reach a log or an error message.
+One thread-safe token cache, re-run before expiry and after a 401, shared by lightkube and the
+SGLang proxy client (lightkube's ``ExecAuth`` ignores expiry). Tokens never reach a log.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """LLMKube's CustomResourceDefinitions, as plain manifests built from the seed schema.
 
-Pure data and functions, no I/O library. The LoRAAdapter schema is converted from
-``crds/loraadapter.schema.json`` to a structural schema, never hand-copied. Regenerate the YAML
-with ``python -m pulumi_lora._kube._crd``; a test checks it is current.
+Pure, no I/O library. The LoRAAdapter schema is converted from the seed, never hand-copied;
+regenerate with ``python -m pulumi_lora._kube._crd`` (a test checks).
 """
 
 from __future__ import annotations

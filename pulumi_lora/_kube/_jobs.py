@@ -1,7 +1,7 @@
 """Kubernetes Jobs, the calls the staging step makes: create (or find), read, their pods, delete.
 
-Objects travel as plain dicts. Errors become ``ClusterError`` naming the Job; 429 and 503 are
-retried below, in the client's transport (``_http._retry``).
+Plain dicts; errors become ``ClusterError`` naming the Job. 429 and 503 are retried below
+(``_http._retry``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``KUBECONFIG``'s files merged as kubectl merges them.
 
-The first definition of each cluster, user and context wins, and the first ``current-context``;
-missing files are skipped. A relative path inside a file is made absolute against that file's
-folder.
+The first definition of each name wins; missing files are skipped; relative paths resolve
+against their own file's folder.
 """
 
 from __future__ import annotations

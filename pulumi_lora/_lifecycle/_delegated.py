@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from pulumi_lora._core._reconcile import merge_conditions
+from pulumi_lora._core._conditions import merge_conditions
 from pulumi_lora._errors import AdapterNotLoaded, Forbidden
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._session import Session, now_utc

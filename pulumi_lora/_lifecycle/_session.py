@@ -14,20 +14,22 @@ from typing import Any, TypeVar
 from lightkube import Client
 
 from pulumi_lora._core._caches import SharedViews
+from pulumi_lora._core._conditions import (
+    Availability,
+    build_conditions,
+    summarize,
+    unload_conditions,
+)
 from pulumi_lora._core._llmkube import PodEndpoint, PodListing, Target, adapter_manifest, all_ready
 from pulumi_lora._core._ownership import untrusted_message
 from pulumi_lora._core._reconcile import (
-    Availability,
     Desired,
     PodAction,
     PodOutcome,
     PodView,
-    build_conditions,
     plan,
     pod_program,
     startup_adapters,
-    summarize,
-    unload_conditions,
 )
 from pulumi_lora._errors import (
     ClusterError,

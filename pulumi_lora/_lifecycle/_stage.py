@@ -1,8 +1,7 @@
 """A staged adapter's weights onto the claim its target mounts, before anything is loaded.
 
-``staged(args)`` turns a ``source`` into a ``path``: this process's stager server on the claim
-(``_stager``) stages it, one directory per content. A failure raises the stager's error before
-any pod is touched. Refresh checks and removals go through the same server.
+It stages through this process's stager server on the claim (``_stager``); a failure raises
+before any pod is touched.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The provider's side of the stager server (``_staging._serve``): one per claim and credentials.
 
-The first call on a claim starts a ``stage-serve`` Job with a fresh token (only its sha256 goes
-in the Job); later calls go through the pod proxy. A thread holds ``/hold`` open so the server
-ends with the process. A server that stops answering is replaced once: every call is idempotent.
+Only the token's sha256 goes in the Job. A thread holds ``/hold`` open so the server ends with
+the process. A server that stops answering is replaced once: every call is idempotent.
 """
 
 from __future__ import annotations

@@ -15,17 +15,17 @@ from datetime import datetime
 from typing import Any
 
 from pulumi_lora._core._caches import SharedViews
-from pulumi_lora._core._llmkube import PodEndpoint
-from pulumi_lora._core._ownership import untrusted_message
-from pulumi_lora._core._reconcile import (
+from pulumi_lora._core._conditions import (
     Availability,
-    PodOutcome,
     build_conditions,
     is_loaded,
     loaded_message,
-    plan,
     summarize,
 )
+from pulumi_lora._core._llmkube import PodEndpoint
+from pulumi_lora._core._ownership import untrusted_message
+from pulumi_lora._core._readback import declared_by_cr
+from pulumi_lora._core._reconcile import PodOutcome, plan
 from pulumi_lora._errors import (
     AdapterNotLoaded,
     ClusterError,
@@ -66,7 +66,6 @@ from pulumi_lora._models import (
     ConditionKind,
     Policy,
     Transport,
-    declared_by_cr,
 )
 
 # --- the lifecycle ------------------------------------------------------------------------------

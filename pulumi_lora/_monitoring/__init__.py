@@ -1,8 +1,7 @@
 """The loop's alerts and dashboard, and the monitoring-stack objects that carry them.
 
-``rules.yaml`` and ``dashboard.json`` beside this module are the one source of truth;
-:func:`monitoring_manifests` wraps them in a PodMonitor, a PrometheusRule and a dashboard
-ConfigMap. Reading those files is the only I/O here.
+``rules.yaml`` and ``dashboard.json`` beside this module are the one source of truth. Reading
+them is the only I/O here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """``pulumi-lora status``'s verdicts, pure: one LoRAAdapter CR and what each pod serves → a line.
 
-:func:`adapter_line` judges a CR and its pods' reports (as ``_lifecycle.observe`` returns them):
-ok, drift, error or deleting. No I/O and no clock; ``_gather`` does the reading.
+Ok, drift, error or deleting. No I/O and no clock; ``_gather`` does the reading.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import Any, Protocol
 
 from msgspec import ValidationError
 
+from pulumi_lora._core._readback import read_annotations
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
@@ -22,7 +22,6 @@ from pulumi_lora._models import (
     ConditionStatus,
     LoRAAdapterStatus,
     Transport,
-    read_annotations,
     written_by_llmkube,
 )
 

@@ -1,8 +1,7 @@
 """The ``LoRAAdapter`` component of 0.2: one dynamic child, served by Pulumi's component host.
 
-Kept only so tests can make such stacks and check their move; programs use
-``pulumi_lora.LoRAAdapter`` or ``provider/``. No ``from __future__ import annotations``: the host
-reads the annotations at run time.
+Kept only for tests of the move off it. No ``from __future__ import annotations``: the host reads
+the annotations at run time.
 """
 
 import inspect

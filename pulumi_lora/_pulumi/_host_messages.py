@@ -1,8 +1,7 @@
 """Errors that read as messages in ``pulumi up``: the dynamic-provider host, told to show ours.
 
-:func:`install` (only in the host process) makes the host's ``format_exc`` give
-``ClassName: message`` for a `PulumiLoRAError` and the full traceback for anything else. It
-changes nothing in any other program. The SDK offers no hook for this.
+:func:`install` makes the host print ``ClassName: message`` for a `PulumiLoRAError` and the full
+traceback for anything else. It changes nothing outside the host process.
 """
 
 from __future__ import annotations

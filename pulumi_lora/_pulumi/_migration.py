@@ -1,8 +1,7 @@
 """The plan that moves a stack made by 0.2's component to the custom resource (pure).
 
-The engine matches state by URN before any alias, so the move is a state edit: remove the
-components, their children and the dynamic provider from the state, then ``pulumi import``
-each CR. :func:`plan` only returns the commands (docs/migration.md).
+No alias can carry the state (the engine matches by URN first), so the move is a state edit and
+``pulumi import``. :func:`plan` only returns the commands (docs/migration.md).
 """
 
 from __future__ import annotations

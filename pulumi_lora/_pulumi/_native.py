@@ -1,8 +1,7 @@
 """``pulumi-lora:index:LoRAAdapter`` as one custom resource, for every Pulumi language.
 
-Served by ``provider/`` through the SDK's provider server. No logic of its own: each call is
-translated and handed to ``LoRAAdapterProvider``, on a thread pool (``WORKERS``) since operations
-block. No ``from __future__ import annotations``: the analyzer reads them at run time.
+Translates each call for ``LoRAAdapterProvider``; no logic of its own. No ``from __future__
+import annotations``: the analyzer reads them at run time.
 """
 
 import asyncio

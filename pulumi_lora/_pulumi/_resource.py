@@ -1,9 +1,8 @@
 """``LoRAAdapter``: one LLMKube LoRAAdapter CR as one Pulumi resource, for Python programs.
 
-A dynamic resource (``pulumi-python:dynamic/lora:LoRAAdapter``); an alias adopts the old
-component's child. No ``from __future__ import annotations``: the schema analyzer reads these
-types at run time and supports neither string annotations nor Unions. Output keys inside lists
-are single words, so the camelCase mapping leaves them unchanged.
+Its alias adopts the old component's child. No ``from __future__ import annotations``: the
+schema analyzer reads these types at run time and supports neither string annotations nor Unions.
+Output keys inside lists must be single words.
 """
 
 import pickle

@@ -1,8 +1,6 @@
 """The Pulumi package schema as the reference users read: what the analyzer infers, completed.
 
-:func:`document` turns descriptions into Markdown, describes outputs and enums, states defaults
-(from ``AdapterArgs``, the one place they live) and adds config and package metadata. Pure: a
-dict in, a new dict out.
+Defaults come from ``AdapterArgs``, the one place they live. Pure: a dict in, a new dict out.
 """
 
 from __future__ import annotations

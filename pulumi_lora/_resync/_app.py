@@ -1,8 +1,7 @@
 """One loop process: probes and metrics, the leader election, and the leader's controller.
 
-Every replica serves ``/healthz``, ``/readyz`` and ``/metrics``; only the Lease holder runs a
-``Controller``. Losing the Lease cancels it at once; SIGTERM or SIGINT drains it within
-``shutdown_timeout``, then releases the Lease.
+Only the Lease holder runs a ``Controller``. Losing the Lease cancels it at once; SIGTERM drains
+it, then releases the Lease.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Kubernetes Events about the CRs, merged per CR and sent off the hot path.
 
-The same message about one CR becomes one Event naming every pod: gathered for ``EVENT_WINDOW``
-seconds, and held (at most ``EVENT_HOLD``) until the CR's pass settles. Events are sent from a
-queue, so an Event never delays a load.
+One message about one CR becomes one Event naming every pod, held until the CR's pass settles
+(at most ``EVENT_HOLD``). Sent from a queue, so an Event never delays a load.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Finishes the deletes a failed ``pulumi destroy`` left: held CRs (docs/protocol.md rule 4).
 
-Once the ``delete@`` operation is past its lease (rule 2), unload the adapter on every pod that
-may serve it, Ready or not (:func:`may_serve`), unless another CR claims the name (rule 5). Only
-then remove the finalizer; it stays on while such a pod cannot be reached.
+Past the ``delete@`` lease, unload the adapter from every pod that may serve it, Ready or not,
+unless another CR claims the name; only then remove the finalizer.
 """
 
 from __future__ import annotations

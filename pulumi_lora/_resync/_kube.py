@@ -1,8 +1,7 @@
 """The loop's cluster edge: list-then-watch with resumption, status, Events and Secrets.
 
-Watches use lightkube's ``AsyncClient``. Status writes, Events and Secret reads reuse the
-provider's blocking helpers in ``pulumi_lora._kube._objects`` on a small thread pool, so the
-loop and the provider write the CR through the same code.
+Writes reuse the provider's blocking helpers (``pulumi_lora._kube._objects``) on a thread pool,
+so both actors write the CR through the same code.
 """
 
 from __future__ import annotations

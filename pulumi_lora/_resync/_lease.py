@@ -1,8 +1,7 @@
 """Leader election with a ``coordination.k8s.io/v1`` Lease, so replicas never act at once.
 
-client-go's algorithm. Writes carry the resourceVersion read, so of two racing replicas one
-wins. A leader that could not renew for ``renew_deadline`` stops acting before anyone may take
-over; a leader that shuts down releases the Lease.
+client-go's algorithm: writes carry the resourceVersion read, and a leader that could not renew
+for ``renew_deadline`` stops acting before anyone may take over.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Structured logs: one JSON object per line on stderr, through the standard ``logging`` module.
 
-Every line has ``ts``, ``time``, ``level``, ``logger`` and ``event``, plus that event's fields.
 Never log request headers or Secret data, so no API key reaches a log line.
 """
 

@@ -1,8 +1,7 @@
 """Prometheus metrics of one loop, in a registry of its own (several loops can share a process).
 
-Names start with ``pulumi_lora_resync_``. :class:`StateCollector` computes what the leader knows
-now (``_served.fleet_state``) at each scrape, so no series outlives its CR or pod. Standbys
-export none of it.
+:class:`StateCollector` computes the leader's current view at each scrape, so no series outlives
+its CR or pod. Standbys export none of it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """One run on one pod: read ``/v1/models``, then drive the core's pod programs, one at a time.
 
-The decisions are the core's (``_core._reconcile``), as in the provider. This module adds the
-bookkeeping: a ``LoadLedger`` to spot evictions, the first load's time, and a re-check of each
-CR's permission right before acting (the provider may have started an operation meanwhile).
+The decisions are the core's, as in the provider. Each CR's permission is checked again right
+before acting: the provider may have started an operation meanwhile.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Records what a pod run did: outcomes in the World, metrics, Events and statuses to write.
 
-The controller runs the pods; :class:`RunRecorder` keeps their outcomes (``World.record``),
-counts, Events (a failure once per distinct failure), dirty CRs, backoff and capacity notes.
+The controller runs the pods; :class:`RunRecorder` records what they did.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What the loop knows now, per declared adapter and pod: served or not, since when, capacity.
 
-:func:`fleet_state` answers from the ``World`` at each scrape. "Since" must survive a new leader,
-so :class:`NotServedClock` dates an outage that may predate this leader from the CR's
-``lastTransitionTime`` (never before the pod's start): LLMKube's status schema takes no new
-field. Pure: the caller passes the wall clock.
+"Since" must survive a new leader, so an outage that may predate this leader is dated from the
+CR's ``lastTransitionTime`` (LLMKube's status takes no new field). Pure.
 """
 
 from __future__ import annotations

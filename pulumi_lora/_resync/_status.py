@@ -1,8 +1,7 @@
 """One CR's status from its pods' outcomes: the core's conditions, ``OverCapacity``, ``ResyncLoop``.
 
-Pure. Conditions come from ``_core._reconcile.build_conditions``, so the loop and the provider
-write the same vocabulary. ``OverCapacity`` keeps being written (``False`` once resolved) so it
-never goes stale. Everything stays within LLMKube's closed status schema.
+Pure. ``OverCapacity`` keeps being written (``False`` once resolved) so it never goes stale.
+Nothing outside LLMKube's closed status schema.
 """
 
 from __future__ import annotations
@@ -13,13 +12,13 @@ from typing import Any
 
 from msgspec import ValidationError
 
-from pulumi_lora._core._reconcile import (
+from pulumi_lora._core._conditions import (
     Availability,
-    PodOutcome,
     build_conditions,
     merge_conditions,
     summarize,
 )
+from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._errors import EvictionImpossible
 from pulumi_lora._models import (
     Condition,

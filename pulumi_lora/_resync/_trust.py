@@ -1,8 +1,7 @@
 """The loop's trust review: which labelled pods their target's controller chain vouches for.
 
-A labelled pod gets adapters only when its controller chain reaches the InferenceService
-(``_core._ownership``). Pods outside it are reported (a Warning Event, ``Available``'s message),
-after :data:`TRUST_GRACE` seconds when the watches may not have delivered the chain yet.
+Pods outside the chain (``_core._ownership``) get no adapters and are reported, after
+:data:`TRUST_GRACE` seconds if the watches may not have delivered the chain yet.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Small frozen views of the LoRAAdapter CRs the loop reacts to, built from the watch's dicts.
 
-Pure, and free of any I/O library even transitively. Pods and targets are ``_core._llmkube``'s
-values, parsed with the provider's own functions, so both agree on what "Ready" means.
+Pure, and free of any I/O library even transitively. Pods and targets are ``_core._llmkube``'s.
 """
 
 from __future__ import annotations
@@ -10,8 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pulumi_lora._core._readback import read_annotations
 from pulumi_lora._core._reconcile import Desired
-from pulumi_lora._models import Policy, read_annotations
+from pulumi_lora._models import Policy
 
 #: ``(namespace, name)`` of a namespaced object.
 Key = tuple[str, str]

@@ -1,7 +1,6 @@
 """One worker per pod: runs on that pod never overlap, and requests that arrive meanwhile coalesce.
 
-It decides nothing: it skips a ``verify`` while the pod backs off, takes a slot of the global
-bound on pods in flight, and calls its host's ``run_pod``.
+It decides nothing; it calls its host's ``run_pod`` within the global bound on pods in flight.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The loop's picture of the cluster: CRs, InferenceServices, pods and what each pod reported.
 
-Bookkeeping with indexes, fed by the watches and the pod runs. It answers the controller's
-questions: who owns a name, what a pod should get, whether a status can be computed yet. Pure: no
-I/O, no clock.
+Indexed bookkeeping, fed by the watches and the pod runs, answering the controller's questions.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -14,9 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from pulumi_lora._core import _ownership
+from pulumi_lora._core._conditions import Availability
 from pulumi_lora._core._llmkube import PodEndpoint, Target
 from pulumi_lora._core._ownership import Owned, controller_chain, untrusted_message
-from pulumi_lora._core._reconcile import Availability, PodOutcome, extra_arg_value, startup_adapters
+from pulumi_lora._core._reconcile import PodOutcome, extra_arg_value, startup_adapters
 from pulumi_lora._errors import NameCollision
 from pulumi_lora._resync._decide import (
     RECOVERY_REASONS,

@@ -1,8 +1,7 @@
 """The CR status writer: recompute what changed, write only what differs.
 
-It coalesces marks (``STATUS_COALESCE``), computes each status (``_status``) and server-side
-applies it as ``pulumi-lora-resync``. It skips a CR the provider holds (docs/protocol.md rule 2)
-and one whose serving pods have no outcome for its generation yet.
+Server-side applies as ``pulumi-lora-resync``. Skips a CR the provider holds (docs/protocol.md
+rule 2) or whose serving pods have no outcome for its generation yet.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""The SGLang clients: `SGLangClient` (blocking, for the Pulumi provider) and
-`AsyncSGLangClient` (asyncio, for the re-sync loop).
+"""The SGLang clients: `SGLangClient` (blocking, provider) and `AsyncSGLangClient` (asyncio, loop).
 
-Both are thin: `_protocol` builds every request and classifies every answer, the shared base
-class checks the settings, and the two classes differ only in how they send. httpx2's exceptions
-are translated in one place, `_ClientBase._translated_httpx_errors`, into the transient branch.
-The httpx2 transport is the test seam (``httpx2.MockTransport`` in unit tests).
-
-Every request has one deadline, its route's timeout from when it is sent, bounding the whole
-answer: status line, headers and body. httpx2's timeouts bound each socket operation, so a server
-that drips one byte a second never trips them. The async client puts the request under an
-``asyncio`` timeout; the blocking one cannot be cancelled, so its transport
-(`deadline_transport`) gives every socket read and write only what is left of the deadline.
+Thin: `_protocol` builds requests and `_answers` classifies answers. Each request has one deadline
+over its whole answer, since httpx2's timeouts bound only single socket operations.
 """
 
 from __future__ import annotations

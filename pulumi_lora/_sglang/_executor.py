@@ -1,7 +1,6 @@
 """Drive the core's pod programs with a real SGLang client: sync (provider) or async (loop).
 
-The only place where SGLang outcomes and errors become the core's :class:`Reply` values, so the
-provider and the re-sync loop can't disagree on what an answer means.
+The only place SGLang outcomes and errors become the core's :class:`Reply` values.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Staged directories on the claim, by content key: verified in place, or removed.
 
-``verify_keys`` checks each directory against its manifest, fetching nothing. ``unstage`` renames
-a directory to a hidden name before removing it, so no pod ever sees half of one.
+A directory is renamed to a hidden name before removal, so no pod ever sees half of one.
 """
 
 from __future__ import annotations

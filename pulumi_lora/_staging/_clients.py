@@ -1,8 +1,7 @@
 """The three source clients (``hf://``, ``s3://``, ``https://``): files fetched via `write_chunks`.
 
-Each translates its library's failures into staging errors and is bounded by `_transfer`. S3
-credentials come only from the ``AWS_*`` variables, never a profile or instance metadata. A
-listed name that is not a plain relative path is refused, not skipped.
+S3 credentials come only from ``AWS_*`` variables, never a profile or instance metadata. A listed
+name that is not a plain relative path is refused, not skipped.
 """
 
 from __future__ import annotations

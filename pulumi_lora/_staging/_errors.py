@@ -1,8 +1,7 @@
 """The staging branch of pulumi-lora's exception tree, under ``StagingError``.
 
-Every message names the file or the cause and says what to do. Messages are built from the
-declared source and file names, never from request headers or environment values.
-`as_staging_error` is the one place where foreign errors become staging errors.
+Messages name the file or cause and what to do, never request headers or environment values.
+`as_staging_error` is the one place foreign errors become staging errors.
 """
 
 # ruff: noqa: N818 - the names say what happened, as in pulumi_lora._errors

@@ -1,8 +1,6 @@
 """Stages one request: fetch into a temporary directory beside the final one, verify, rename.
 
-``<root>/<key>`` is either absent or complete and verified: a failure removes the temporary
-directory, and a directory already there is reused only if it matches its manifest. `stage`
-raises only staging errors (`_translated` at each step's boundary).
+``<root>/<key>`` is either absent or complete and verified. `stage` raises only staging errors.
 """
 
 from __future__ import annotations

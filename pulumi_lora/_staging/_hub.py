@@ -1,8 +1,7 @@
 """hf://: a Hub repository's files at a revision, each over one plain streaming GET (httpx2).
 
-The file list comes from the Hub's tree API unless declared; the Hub's sha256s and sizes are
-checked. ``HF_TOKEN`` comes only from the environment given (never ``HF_HOME``) and goes to the
-endpoint's origin only. Retries (at most `ATTEMPTS`) stay within the deadline.
+``HF_TOKEN`` comes only from the environment given and goes to the endpoint's origin only.
+Retries (at most `ATTEMPTS`) stay within the deadline.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The stager's Job as values: where the claim is mounted, the Job's manifest, results. Pure.
 
-The provider stages through ``pulumi-lora stage-serve`` in a Job that mounts the adapter claim
-read-write; SGLang's pods mount it read-only. Plain dicts in, no client (docs/staging.md).
+Plain dicts in, no client. The Job mounts the adapter claim read-write; SGLang's pods mount it
+read-only (docs/staging.md).
 """
 
 from __future__ import annotations

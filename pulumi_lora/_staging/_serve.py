@@ -1,8 +1,7 @@
 """``pulumi-lora stage-serve``: the stager as a server, for one provider process's command.
 
-Must not trust its network: every call but ``/healthz`` carries the token whose sha256 the Job's
-arguments hold, and it does nothing a staging Job could not. It ends ``grace`` seconds after the
-last ``/hold`` drops, or ``start_grace`` seconds after starting if no hold came.
+Must not trust its network: every call but ``/healthz`` carries the token whose sha256 the Job
+holds. It ends soon after the provider's last ``/hold`` drops.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Where an adapter's weights live, as values: parsing, the pinning rule, the content key. Pure.
 
-A request is pinned by an ``hf://`` commit or by a digest for every file; an unpinned one is
-refused unless ``allow_mutable`` is set. The content key (16 hex of a sha256 over the source,
-revision, endpoint, files and digests) names the staged directory.
+A request is pinned by an ``hf://`` commit or a digest per file; unpinned ones are refused unless
+``allow_mutable``. The content key names the staged directory.
 """
 
 from __future__ import annotations

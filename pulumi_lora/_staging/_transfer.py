@@ -1,8 +1,7 @@
 """Bounds on one staging's downloads: how many bytes, until when, and never down to plain http.
 
-`Progress` enforces `TransferLimits`: ``max_bytes`` over all files, and a ``deadline`` every wait
-ends at, down to each httpx2 socket operation (`bound_client`). boto3's calls run in a daemon
-thread abandoned at the deadline, which never writes to the volume.
+The deadline reaches every httpx2 socket operation (`bound_client`). boto3's calls run in a
+daemon thread abandoned at the deadline, which never writes to the volume.
 """
 
 from __future__ import annotations

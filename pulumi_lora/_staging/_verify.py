@@ -1,8 +1,7 @@
 """Checking a staged directory: every file's sha256, ``adapter_config.json``, the server's flags.
 
-No network and no I/O library: pure rules, plus reads of local files. A directory is reused only
-if it holds exactly its manifest's files with their digests (`verify_staged`); a fresh fetch is
-checked from the facts computed while it was written (`verify_fetched`).
+No network and no I/O library. A directory is reused only if it holds exactly its manifest's
+files with their digests (`verify_staged`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """What every source client shares: where its bytes land, and how it reads a source's answers.
 
-`write_chunks` is the one writer of fetched bytes: it counts, hashes and writes each chunk, and
-fsyncs the file after its last byte. Its `FileFacts` are what verification checks, so a fetched
-file is never read back.
+`write_chunks` is the one writer of fetched bytes: it counts, hashes, writes and fsyncs, so a
+fetched file is never read back to be verified.
 """
 
 from __future__ import annotations

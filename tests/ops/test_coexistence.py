@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from pulumi_lora._commands._main import cli
 from pulumi_lora._commands._operator import _status_table
-from pulumi_lora._core._reconcile import Availability
+from pulumi_lora._core._conditions import Availability
 from pulumi_lora._lifecycle import PodReport, observed_conditions
 from pulumi_lora._models import (
     LLMKUBE_CONTROLLER_USER,

@@ -15,18 +15,20 @@ from pulumi_lora._ops._doctor import (
     CheckStatus,
     DoctorFacts,
     ServerProbe,
+    check_pods,
+    check_server,
+    diagnose,
+    parse_version,
+)
+from pulumi_lora._ops._spec import (
     check_adapter_volumes,
     check_data_parallel,
     check_enable_lora,
     check_lora_pool,
-    check_pods,
     check_ports,
     check_runtime,
-    check_server,
-    diagnose,
     has_flag,
     normalize_args,
-    parse_version,
 )
 from pulumi_lora._ops._status import (
     AdapterVerdict,

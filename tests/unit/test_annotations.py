@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from pulumi_lora._core._readback import AdapterNotes, read_annotations
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
     ANNOTATION_POLICY,
     AdapterArgs,
-    AdapterNotes,
     Policy,
     Transport,
-    read_annotations,
 )
 
 

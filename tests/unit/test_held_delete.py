@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from pulumi_lora._core._conditions import unload_conditions
 from pulumi_lora._core._llmkube import PodEndpoint, adapter_manifest
-from pulumi_lora._core._reconcile import PodOutcome, unload_conditions
+from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._errors import ConfigurationError
 from pulumi_lora._lifecycle._steps import deletion_refusal, split_id
 from pulumi_lora._models import (

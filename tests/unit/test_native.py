@@ -12,7 +12,7 @@ import pytest
 from pulumi.provider.experimental import provider as rpc
 from pulumi.provider.experimental.property_value import Computed, PropertyValue
 
-from pulumi_lora._models import declared_by_cr
+from pulumi_lora._core._readback import declared_by_cr
 from pulumi_lora._pulumi import _native
 from pulumi_lora._pulumi._properties import UNKNOWN
 

@@ -7,9 +7,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from pulumi_lora._core._conditions import (
+    Availability,
+    build_conditions,
+    is_loaded,
+    merge_conditions,
+    summarize,
+)
 from pulumi_lora._core._reconcile import (
     ActionKind,
-    Availability,
     Call,
     Desired,
     ListCall,
@@ -20,15 +26,11 @@ from pulumi_lora._core._reconcile import (
     Reply,
     ReplyKind,
     UnloadCall,
-    build_conditions,
     extra_arg_value,
-    is_loaded,
-    merge_conditions,
     plan,
     pod_program,
     rollback_plan,
     startup_adapters,
-    summarize,
     unsettled,
 )
 from pulumi_lora._models import Condition, ConditionStatus, Policy

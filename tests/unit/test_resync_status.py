@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pulumi_lora._core._reconcile import Availability, PodOutcome
+from pulumi_lora._core._conditions import Availability
+from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._models import LoRAAdapterStatus, Policy
 from pulumi_lora._resync._status import adapter_status, same_status, stored_status
 
