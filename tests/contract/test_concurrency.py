@@ -40,14 +40,18 @@ def test_waiting_loads_are_served_in_arrival_order(
     start: StartEmulator, make_adapter: AdapterFactory
 ) -> None:
     """SGLang's ``lora_update_lock`` is an ``asyncio.Lock``: waiters go first come, first served.
-    Every load arrives while the first still holds the lock; each sees exactly those before it."""
+    Every load arrives while the first still holds the lock; each sees exactly those before it.
+
+    Each load is sent once the one before it reached the lock (``update_requests``): sleeps
+    between them could not fix the order of arrival on a busy machine."""
     emulator = start(**LORA, latency={"/load_lora_adapter": 0.4})
     names = [f"q{index}" for index in range(4)]
     paths = {name: make_adapter(name) for name in names}
     url = emulator.server.url
+    asked = emulator.state()["update_requests"]
 
     def load(index: int) -> list[str]:
-        time.sleep(0.08 * index)  # all arrive while the first load holds the lock
+        wait_until(lambda: emulator.state()["update_requests"] == asked + index)
         with client(url) as own:
             body = {"lora_name": names[index], "lora_path": paths[names[index]]}
             response = own.post("/load_lora_adapter", json=body)

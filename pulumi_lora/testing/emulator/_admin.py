@@ -6,7 +6,8 @@
   those armed, sets the latencies, and starts a new start-up delay (``/health*`` 503 for that
   long); all or nothing, 400 ``{"error": ...}`` if anything is invalid. Answers like ``GET``.
 - ``DELETE /_emulator/faults``: disarms every fault and drops every latency.
-- ``GET /_emulator/state``: ``{"ready", "updating" (a load or unload is running), "adapters":
+- ``GET /_emulator/state``: ``{"ready", "updating" (a load or unload is running),
+  "update_requests" (loads and unloads that reached the update lock, ever), "adapters":
   [{name, path, pinned, in_flight}] (LRU order), "draining": [same, unregistered but busy],
   "ever_loaded": {name: path}}``.
 

@@ -60,6 +60,11 @@ class FifoLock:
         with self._turns:
             return self._serving != self._issued
 
+    def asked(self) -> int:
+        """How many have asked for it, ever: each holder and waiter counts from its arrival."""
+        with self._turns:
+            return self._issued
+
 
 class Engine:
     """One server's LoRA state behind its locks; every method may be called from any thread."""
@@ -125,6 +130,7 @@ class Engine:
         with self._changed:
             return {
                 "updating": self._update_lock.locked(),
+                "update_requests": self._update_lock.asked(),
                 "adapters": [self._ref_json(ref) for ref in self._state.registered()],
                 "draining": [self._ref_json(ref) for ref in self._state.draining()],
                 "ever_loaded": self._state.ever_loaded(),
