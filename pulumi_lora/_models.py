@@ -1,19 +1,9 @@
 """The LoRAAdapter custom resource as typed models: the one source of truth for its schema.
 
-The models mirror LLMKube's CRD (``inference.llmkube.dev/v1alpha1``, seed in
-``pulumi_lora/crds/loraadapter.schema.json``) field for field, pattern for pattern, so that what
-``check`` accepts the apiserver accepts too. Three rules are deliberately stricter than the schema
-and documented as such: the InferenceService and CR names must be DNS-1123 subdomains and
-namespaces DNS-1123 labels (the apiserver refuses anything else at the reference's target, so
-the schema's plain ``string`` would only defer the error to create time), and a path must be
-printable characters only (server-side apply's YAML body cannot carry control characters).
-tests/e2e/test_check_vs_apiserver.py holds these rules against the real apiserver.
-
-They are msgspec structs: every provider process imports them before its first answer, and
-msgspec costs a few milliseconds where pydantic cost ~90 ms of a nothing-to-do ``up`` (issue 38).
-``parse`` validates (the constructor does not), ``failures`` names every broken rule at once.
-
-Pure: no I/O, no HTTP or Kubernetes client.
+The msgspec models mirror LLMKube's CRD field for field, so what ``check`` accepts the apiserver
+accepts; names and paths are stricter than the schema (DNS-1123, printable), as the apiserver
+is at the reference's target (tests/e2e/test_check_vs_apiserver.py). ``parse`` validates (the
+constructor does not); ``failures`` names every broken rule at once. Pure.
 """
 
 from __future__ import annotations
@@ -259,6 +249,18 @@ class Transport(StrEnum):
     # and no API key (the proxy strips Authorization)
     PROXY = "proxy"
     DELEGATED = "delegated"  # apply the CR and await the in-cluster re-sync loop's status
+
+    @property
+    def carries_key(self) -> bool:
+        """Whether an SGLang API key reaches the server this way (:data:`PROXY_STRIPS_KEY`)."""
+        return self is not Transport.PROXY
+
+
+PROXY_STRIPS_KEY = (
+    "the apiserver's pod proxy strips the Authorization header, so it cannot carry an SGLang "
+    "API key"
+)
+"""Why the proxy transport cannot reach a keyed server: one sentence wherever it is refused."""
 
 
 class Policy(StrEnum):

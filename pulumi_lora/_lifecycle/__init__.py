@@ -1,26 +1,7 @@
-"""One LoRAAdapter's lifecycle against a live cluster: create, observe, update, delete.
-
-The Pulumi provider (``_provider``, and ``provider/``'s plugin) is a thin translation of these
-steps, and the operator commands (``_ops``) observe as a refresh does. Each step follows the
-reconcile pattern: look (target, pods, what each pod serves), ask the pure core
-(``_core._reconcile``) for a plan, execute it on every pod in parallel (each SGLang serializes its
-own loads), record the result in the CR's status and in Events, and return an
-:class:`AdapterState` that becomes the resource's outputs.
-
-Modules, one job each:
-
-- ``_config``: the stack config the provider reads (:class:`ProviderConfig`);
-- ``_pool``: the process-wide Kubernetes and SGLang clients (:data:`POOL`);
-- ``_looks``: shared looks at a target's pods and at the CRs (:data:`LOOKS`);
-- ``_state``: what a step returns (:class:`PodReport`, :class:`AdapterState`), pure;
-- ``_session``: one step's session with its cluster (:class:`Session`);
-- ``_steps``: create, observe, update, delete, adoption;
-- ``_delegated``: what the re-sync loop does for a delegated adapter: its verdict awaited, and
-  doubted once the loop's Lease is gone or stale;
-- ``_rollback``: a failed create leaves nothing behind;
-- ``_stage``: a staged adapter's weights onto the claim its target mounts;
-- ``_stager``: this process's stager servers, one Job per claim and credential set;
-- ``_events``: the advice of failed loads and the Events on the CR.
+"""One LoRAAdapter's lifecycle against a live cluster, shared by the provider and the operator
+commands: the steps (``_steps``), their session (``_session``), how pods are reached
+(``_transport``), delegated adapters (``_delegated``), staging (``_stage``, ``_stager``), and the
+process-wide clients and looks (``_pool``, ``_looks``; docs/architecture.md lists the caches).
 """
 
 from pulumi_lora._lifecycle._config import CONFIG_KEYS, TIMEOUT_KEYS, ProviderConfig

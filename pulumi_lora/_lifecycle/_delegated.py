@@ -1,9 +1,7 @@
 """Delegated adapters: the in-cluster re-sync loop loads them; the provider applies and reads.
 
-Create and update wait for the loop's verdict on the new generation. A refresh reports that
-verdict only while the loop that gave it is alive: the ``ResyncLoop`` condition names the Lease
-its leader renews, and a Lease that is gone or not renewed within its duration turns ``Ready``
-and ``Loaded`` Unknown, with words saying why (docs/protocol.md). Never talks to SGLang.
+Create and update await the loop's verdict; a refresh trusts it only while the loop's Lease is
+renewed, else ``Ready`` and ``Loaded`` turn Unknown (docs/protocol.md). Never talks to SGLang.
 """
 
 from __future__ import annotations

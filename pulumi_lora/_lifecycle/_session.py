@@ -39,9 +39,7 @@ from pulumi_lora._errors import (
     NoReadyPods,
     PulumiLoRAError,
     RuntimeMismatch,
-    TransportUnavailable,
 )
-from pulumi_lora._http._retry import PROXY_POLICY
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle._config import ProviderConfig
@@ -63,6 +61,7 @@ from pulumi_lora._lifecycle._state import (
     state_from_cr,
     untrusted_reports,
 )
+from pulumi_lora._lifecycle._transport import pod_clients
 from pulumi_lora._models import (
     ANNOTATION_OPERATION,
     LLMKUBE_FINALIZER,
@@ -70,7 +69,6 @@ from pulumi_lora._models import (
     AdapterArgs,
     LoRAAdapterStatus,
     Policy,
-    Transport,
     format_time,
 )
 from pulumi_lora._settings import ClientTimeouts
@@ -268,35 +266,8 @@ class Session:
         return self.config.api_key
 
     def clients(self, pods: Sequence[PodEndpoint], api_key: str | None) -> dict[str, SGLangClient]:
-        """One SGLang client per reachable pod, for the chosen transport."""
-        ensure_reachable(self.args, api_key)
-        if self.args.transport is Transport.PROXY:
-            access = POOL.proxy(self.source)
-            return {
-                p.name: POOL.sglang(
-                    access.pod_url(p),
-                    api_key=None,
-                    headers=access.headers,
-                    timeouts=self.timeouts,
-                    label=f"pod {p.name} (via apiserver proxy)",
-                    tls=access.ssl_context,
-                    auth=access.auth,
-                    retry=PROXY_POLICY,
-                )
-                for p in pods
-            }
-        return {
-            p.name: POOL.sglang(
-                p.url,
-                api_key=api_key,
-                headers={},
-                timeouts=self.timeouts,
-                label=f"pod {p.name} ({p.url})",
-                tls=None,
-            )
-            for p in pods
-            if p.ip
-        }
+        """One SGLang client per reachable pod, for the resource's transport."""
+        return pod_clients(self.args.transport, self.source, pods, api_key, self.timeouts)
 
     def views(
         self, pods: Sequence[PodEndpoint], clients: Mapping[str, SGLangClient]
@@ -497,16 +468,6 @@ def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
 def now_utc() -> datetime:
     """The clock, in one place."""
     return datetime.now(UTC)
-
-
-def ensure_reachable(args: AdapterArgs, api_key: str | None) -> None:
-    """Fail before anything is made when the transport can't carry the server's API key."""
-    if args.transport is Transport.PROXY and api_key:
-        raise TransportUnavailable(
-            "the apiserver's pod proxy strips the Authorization header, so a keyed SGLang can't "
-            "be reached through it; use transport 'delegated' (or 'direct' from inside the "
-            "cluster network)"
-        )
 
 
 def cr_key(cr: Mapping[str, Any]) -> tuple[str, str]:

@@ -1,9 +1,7 @@
 """One LoRAAdapter's lifecycle against a live cluster: create, observe, update, delete.
 
-The Pulumi provider is a thin translation of these functions. Each follows the reconcile pattern:
-observe (target, pods, what each pod serves), ask the pure core for a plan, execute it on every
-pod in parallel (each SGLang serializes its own loads), record the result in the CR's status and
-in Events, and return an :class:`AdapterState` that becomes the resource's outputs.
+Each step looks, asks the pure core for a plan, runs it on every pod in parallel, records the
+result in the CR's status and Events, and returns the :class:`AdapterState` the outputs show.
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ from pulumi_lora._lifecycle._rollback import (
 from pulumi_lora._lifecycle._session import (
     TARGET_GONE,
     Session,
-    ensure_reachable,
     now_utc,
 )
 from pulumi_lora._lifecycle._state import (
@@ -57,6 +54,7 @@ from pulumi_lora._lifecycle._state import (
     state_from_cr,
     untrusted_reports,
 )
+from pulumi_lora._lifecycle._transport import ensure_reachable
 from pulumi_lora._models import (
     ANNOTATION_MANAGED_BY,
     LLMKUBE_FINALIZER,
@@ -84,7 +82,7 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
             raise ClusterError(refusal)
     adopted = existing is not None
     session.check_collisions(target, own_uid=(existing or {}).get("metadata", {}).get("uid"))
-    ensure_reachable(args, session.api_key(target))
+    ensure_reachable(args.transport, session.api_key(target))
     cr = session.apply_cr()
     loads: tuple[Sequence[PodEndpoint], Sequence[PodOutcome]] | None = None
     try:

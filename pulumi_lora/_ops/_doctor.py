@@ -1,10 +1,7 @@
-"""``pulumi-lora doctor``'s checks, pure: an InferenceService's fitness for dynamic LoRA.
+"""``pulumi-lora doctor``'s verdict, pure: an InferenceService's fitness for dynamic LoRA.
 
-:func:`diagnose` turns the gathered facts (:class:`DoctorFacts`: the InferenceService object,
-its Service port, its pods, what each Ready pod's SGLang said, the CRs that target it) into
-checks (ok, warn, fail), each with a message and a fix in plain words, in the order an operator
-would fix them. No I/O, no clock: every rule is unit-tested without a cluster. The reading is
-``_gather``'s.
+:func:`diagnose` turns the gathered :class:`DoctorFacts` into checks (ok, warn, fail), each with
+a fix in plain words, in the order an operator would fix them. The reading is ``_gather``'s.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""What ``pulumi-lora status`` and ``doctor`` read: the cluster and the pods (the I/O edge).
+"""What ``pulumi-lora status`` and ``doctor`` read from the cluster and the pods (the I/O edge).
 
-:func:`gather_status` reads every LoRAAdapter and observes each exactly as ``pulumi refresh``
-does (``_lifecycle.observe``); :func:`gather_doctor` reads an InferenceService, its Service,
-its pods and asks each Ready pod's SGLang (``SGLangClient.list_models`` and ``server_info``).
-Both reach the cluster and the pods through the code the provider itself uses (the process-wide
-client ``POOL``, ``Session.clients``), so the operator sees exactly what the provider would.
-The verdicts are the pure ``_status`` and ``_doctor``'s.
-
-Secrets: the SGLang API key is read from the Secret a CR's ``pulumi-lora.dev/api-key-secret``
-annotation names (or ``doctor --api-key-secret``), used as a header, and never put in a value
-returned from here. ``/server_info`` echoes the server's API keys: the SGLang client keeps only
-its ``version`` and ``enable_lora`` fields (``ServerInfo``).
+Through the provider's own code (``POOL``, ``observe``, ``pod_clients``), so an operator sees
+what the provider would. An API key read from a Secret is used as a header, never returned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -24,15 +15,17 @@ from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Service
 from msgspec import ValidationError
 
-from pulumi_lora._core._llmkube import HTTP_PORT_NAME, PodEndpoint, Target, target_from_object
+from pulumi_lora._core._llmkube import HTTP_PORT_NAME, PodEndpoint, target_from_object
 from pulumi_lora._errors import ClusterError, PulumiLoRAError, UnsupportedServer
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import POOL, ProviderConfig, Session, observe, parallel
-from pulumi_lora._models import AdapterArgs, Transport
+from pulumi_lora._lifecycle._transport import pod_clients
+from pulumi_lora._models import Transport
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe, TransportTrial
 from pulumi_lora._ops._permissions import Ask, asks
 from pulumi_lora._ops._status import AdapterLine, StatusReport, adapter_line, args_from_cr
+from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
 
 __all__ = ["gather_doctor", "gather_status"]
@@ -103,12 +96,10 @@ def gather_doctor(
         raise _api_error(f"reading InferenceService {namespace}/{name}", exc) from exc
     listing = k8s.list_target_pods(kube, target_from_object(obj))
     pods = listing.pods
-    config = ProviderConfig(kube=source)
     trials: list[TransportTrial] = []
     candidates = [transport] if transport else [Transport.DIRECT, Transport.PROXY]
     for candidate in candidates:
-        session = Session(_doctor_args(name, namespace, candidate, api_key_secret), config)
-        servers = _probe_servers(session, target_from_object(obj), pods)
+        servers = _probe_servers(source, candidate, pods, _api_key(kube, namespace, api_key_secret))
         trial = _trial(candidate, servers)
         trials.append(trial)
         if trial.works or (api_key_secret and candidate is Transport.DIRECT):
@@ -150,20 +141,12 @@ def _denied(kube: Client, namespace: str, wanted: Sequence[Ask]) -> tuple[Ask, .
     return tuple(denied)
 
 
-def _doctor_args(
-    name: str, namespace: str, transport: Transport, api_key_secret: tuple[str, str] | None
-) -> AdapterArgs:
-    """Session.clients is the one place that turns a transport into per-pod clients; doctor
-    has no adapter of its own, so these args name a placeholder adapter on the target."""
-    return AdapterArgs(
-        adapter_name="pulumi-lora-doctor",
-        path="/pulumi-lora-doctor",
-        inference_service=name,
-        namespace=namespace,
-        transport=transport,
-        api_key_secret_name=api_key_secret[0] if api_key_secret else None,
-        api_key_secret_key=api_key_secret[1] if api_key_secret else "api-key",
-    )
+def _api_key(kube: Client, namespace: str, secret: tuple[str, str] | None) -> Callable[[], str]:
+    """Read the API key from ``secret`` (NAME, KEY) in ``namespace`` when asked (not before a
+    pod is Ready: the read may be refused, and is then each probe's error)."""
+    if secret is None:
+        return lambda: ""
+    return lambda: k8s.read_secret_value(kube, namespace, *secret)
 
 
 def _trial(transport: Transport, servers: Sequence[ServerProbe]) -> TransportTrial:
@@ -207,14 +190,18 @@ def _live_service_port(kube: Client, namespace: str, name: str) -> int | None:
 
 
 def _probe_servers(
-    session: Session, target: Target, pods: Sequence[PodEndpoint]
+    source: KubeSource,
+    transport: Transport,
+    pods: Sequence[PodEndpoint],
+    api_key: Callable[[], str],
 ) -> tuple[ServerProbe, ...]:
-    """Ask every Ready pod's SGLang for its adapters and version (in parallel)."""
+    """Ask every Ready pod's SGLang, through ``transport``, for its adapters and version (in
+    parallel), with the clients the provider would use (``pod_clients``)."""
     ready = [p for p in pods if p.ready]
     if not ready:
         return ()
     try:
-        clients = session.clients(ready, session.api_key(target))
+        clients = pod_clients(transport, source, ready, api_key() or None, ClientTimeouts())
     except PulumiLoRAError as exc:
         return tuple(ServerProbe(p.name, False, error=str(exc), reason=exc.reason) for p in ready)
 

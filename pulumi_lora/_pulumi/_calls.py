@@ -1,18 +1,9 @@
-"""What the dynamic provider's calls do: a thin translation between the engine and ``_lifecycle``.
+"""The dynamic provider's calls: a thin translation between the engine and ``_lifecycle``.
 
-Loaded by the provider process at its first call (``_provider`` keeps programs from loading it).
-Facts that decide correctness here (see docs/protocol.md):
-* ``check`` validates with the CR's own models; every bad field is a ``CheckFailure`` naming the
-  field, the value and the rule, before anything touches a cluster.
-* ``diff`` is explicit and compares the new inputs with the *live* values recorded in the old
-  outputs, so a refresh that saw an unloaded pod or an edited CR shows as a change.
-* ``update`` and ``read`` always return the full outputs (an update without outs wipes them).
-* ``diff``'s live look and ``read`` share one look at each target's pods (``lifecycle.LOOKS``):
-  the engine runs all of one command's operations in one provider process, so N adapters on P
-  pods cost P ``/v1/models`` requests every couple of seconds, not N x P; this process's own
-  loads and unloads retire the looks they make stale. A diff that follows this process's own
-  ``read`` of the same resource (a refresh, then its diff, in one command) trusts that read
-  while it is as young as a shared look, instead of looking again (``RecentReads``).
+Loaded at the provider process's first call. ``check`` fails every bad input before anything
+touches a cluster; ``diff`` compares the new inputs with the live values in the old outputs, so
+drift shows as a change; ``update`` and ``read`` always return the full outputs. See
+docs/protocol.md and docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -37,7 +28,7 @@ from pulumi.dynamic.config import Config
 
 from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._models import PATH_OR_SOURCE, AdapterArgs, Transport
+from pulumi_lora._models import PATH_OR_SOURCE, PROXY_STRIPS_KEY, AdapterArgs, Transport
 from pulumi_lora._pulumi._drift import (
     changed,
     drift_words,
@@ -91,14 +82,14 @@ class Calls:
         failures = validation_failures(known, pending)
         if (
             not failures
-            and known.get("transport") == Transport.PROXY.value
+            and not Transport(known.get("transport", Transport.DIRECT)).carries_key
             and (known.get("api_key_secret_name") or config.api_key)
         ):
             failures.append(
                 CheckFailure(
                     "transport",
-                    "transport 'proxy' cannot carry an SGLang API key (the apiserver's "
-                    "pod proxy strips the Authorization header); use 'delegated' or 'direct'",
+                    f"transport {known['transport']!r}: {PROXY_STRIPS_KEY}; use 'delegated' or "
+                    "'direct'",
                 )
             )
         if (

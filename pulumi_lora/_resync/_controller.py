@@ -1,20 +1,8 @@
 """The leader's work: follow the watches, run pods, write statuses and Events.
 
-Observe → decide → act → record, in the controller-runtime style, with the decisions in
-``_decide``/``_world`` and the per-adapter logic in the shared core:
-
-- the watch handlers (``on_*``) update the :class:`~pulumi_lora._resync._world.World` and ask
-  for pod runs: a new pod, a restart or a transition to Ready runs that pod at once; a CR that is
-  created, changed or deleted runs every pod of its target;
-- one :class:`~pulumi_lora._resync._worker.PodWorker` per pod runs at most one operation at a
-  time on it, coalescing requests, with a global bound on pods in flight; a run's results are
-  recorded by the :class:`~pulumi_lora._resync._recorder.RunRecorder` (outcomes, capacity notes,
-  per-pod backoff, metrics, the ``pod_synced`` line);
-- the :class:`~pulumi_lora._resync._trust.TrustReview` judges the pods by their controller chain
-  whenever a pod or a link of the chain changes;
-- a sweep asks every Ready pod for a ``verify`` run every ``verify_interval`` seconds;
-- the :class:`~pulumi_lora._resync._writer.StatusWriter` writes the status of every CR whose
-  inputs changed, and the :class:`~pulumi_lora._resync._events.EventRecorder` the Events.
+Observe, decide (``_decide``, ``_world``), act (one ``PodWorker`` per pod, a global bound on pods
+in flight), record (``RunRecorder``, ``StatusWriter``, ``EventRecorder``). A new, restarted or
+newly Ready pod runs at once; a changed CR runs every pod of its target; a sweep verifies.
 """
 
 from __future__ import annotations

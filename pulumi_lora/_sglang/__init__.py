@@ -1,8 +1,7 @@
-"""SGLang's runtime-LoRA API: the pure protocol (`_protocol`) and the sync/async clients.
+"""SGLang's runtime-LoRA API: the pure contract (``_protocol``, ``_answers``) and the clients.
 
-Outcomes are values (`Loaded`, `AlreadyLoaded`, `Unloaded`, `NotLoaded`, `ModelList`, `Health`,
-`ServerInfo`);
-failures are errors from `pulumi_lora._errors`, whose ``retryable`` and ``reason`` say what to do.
+Outcomes are values (``Loaded``, ``AlreadyLoaded``, ``Unloaded``...); failures are
+``pulumi_lora._errors``, whose ``retryable`` and ``reason`` say what to do.
 """
 
 from pulumi_lora._sglang._aio import asyncio_transport

@@ -14,6 +14,7 @@ from typing import Final, Literal, TypeAlias
 from pulumi_lora._errors import (
     ConfigurationError,
 )
+from pulumi_lora._models import PROXY_STRIPS_KEY
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._version import __version__
 
@@ -227,8 +228,8 @@ def build_headers(
         _check_header_value(f"extra header {name!r}", value)
         if name.lower() == "authorization" and api_key is not None:
             raise ConfigurationError(
-                "an API key and an extra Authorization header can't both be sent: the apiserver "
-                "pod proxy strips Authorization, so a keyed SGLang must be reached directly"
+                "an API key and an extra Authorization header can't both be sent: "
+                f"{PROXY_STRIPS_KEY}"
             )
         for existing in [key for key in headers if key.lower() == name.lower()]:
             del headers[existing]

@@ -265,6 +265,7 @@ def test_admin_state_shows_the_registry(lora: Emulator, make_adapter: AdapterFac
     assert lora.state() == {
         "ready": True,
         "updating": False,
+        "update_requests": 2,  # the two loads
         "adapters": [
             {"name": "b", "path": "/adapters/b", "pinned": True, "in_flight": 0},
             {"name": "a", "path": "/adapters/a", "pinned": False, "in_flight": 0},
