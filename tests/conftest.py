@@ -1,13 +1,15 @@
-"""Test tiers: everything under ``tests/testbed`` and ``tests/e2e`` is the full tier.
+"""Test tiers, decided here and nowhere else (:data:`TIERS`, by path under ``tests/``).
 
-The fast tier (``-m "not full"``: models, core, client, emulator contract) needs no Go tool and
-runs in seconds; the full tier runs the real engine, apiserver and etcd; the real-SGLang tier
-(``-m sglang``, ``tests/sglang``: full tier too) runs the real SGLang server on the CPU. The
-README's test command runs the three, each as a phase with its own budget.
+- fast (``-m "not full"``): models, core, clients, the emulator's contract; no Go tool, seconds.
+- full (``-m "full and not sglang"``): the real engine, CLI, apiserver, etcd, podman.
+- sglang (``-m sglang``): the real SGLang server on the CPU; full tier too, a phase of its own.
+
+The README's test command runs the three, each as a phase with its own budget.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,29 @@ from pulumi_lora.testing.testbed._binaries import BinaryNotFoundError, find_bina
 
 pytest_plugins = ["pulumi_lora.testing.fixtures"]
 
-FULL_TIER = ("testbed", "e2e", "resync", "chaos", "release", "sglang")
-#: Folders of the real-server tier (``-m sglang``): full tier too, run as a phase of its own.
-SGLANG_TIER = ("sglang",)
+FULL = ("full",)
+SGLANG = ("full", "sglang")
+#: Each test's tier: the marks of the longest key that starts its node id under ``tests/`` (a
+#: folder, a file, or a file's tests; ``*`` stands for any text, ``[`` is literal). A test that
+#: no key names is in the fast tier.
+TIERS: dict[str, tuple[str, ...]] = {
+    "chaos": FULL,
+    "cli": FULL,
+    "e2e": FULL,
+    "release": FULL,
+    "resync": FULL,
+    "resync/unit": (),  # the loop's pure parts and its command's wiring
+    "sglang": SGLANG,
+    "testbed": FULL,
+    "ops/test_examples.py": FULL,
+    "ops/test_ops_cluster.py": FULL,
+    "staging/test_stage_s3.py": FULL,  # a real S3-compatible server
+    "contract/test_both_ways.py::*[real-sglang*": SGLANG,
+    # each makes real virtualenvs with pip (seconds each): the fast tier keeps one launcher start
+    "unit/test_plugin_launcher.py::test_the_first_start_makes_the_venv_*": FULL,
+    "unit/test_plugin_launcher.py::test_a_venv_that_does_not_work_is_rebuilt_*": FULL,
+    "unit/test_plugin_launcher.py::test_two_starts_at_once_on_a_broken_venv_*": FULL,
+}
 REAL_COMPONENTS = ("pulumi", "etcd", "kube-apiserver", "kubectl")
 
 
@@ -71,17 +93,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
+def tier_of(nodeid: str) -> tuple[str, ...]:
+    """The marks :data:`TIERS` gives the test ``nodeid`` (relative to ``tests/``)."""
+    named = [key for key in TIERS if _names(key, nodeid)]
+    return TIERS[max(named, key=len)] if named else ()
+
+
+def _names(key: str, nodeid: str) -> bool:
+    if "*" in key:
+        return fnmatch.fnmatchcase(nodeid, key.replace("[", "[[]"))
+    return nodeid == key or nodeid.startswith((f"{key}/", f"{key}::", f"{key}["))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the full tier by folder, so no test can forget its marker; long groups first (a
+    """Mark each test's tier (:func:`tier_of`), so no test can forget it; long groups first (a
     stable sort, the same in every worker)."""
     root = Path(__file__).parent
     rank = {group: i for i, group in enumerate(LONG_GROUPS)}
     order: dict[str, int] = {}
     for item in items:
-        parts = Path(item.path).relative_to(root).parts
-        if parts and parts[0] in FULL_TIER:
-            item.add_marker(pytest.mark.full)
-        if parts and parts[0] in SGLANG_TIER:
-            item.add_marker(pytest.mark.sglang)
-        order[item.nodeid] = rank.get(worker_group("/".join(parts)), len(rank))
+        path = Path(item.path).relative_to(root)
+        nodeid = "::".join([path.as_posix(), *item.nodeid.split("::")[1:]])
+        for mark in tier_of(nodeid):
+            item.add_marker(getattr(pytest.mark, mark))
+        order[item.nodeid] = rank.get(worker_group(path.as_posix()), len(rank))
     items.sort(key=lambda item: order[item.nodeid])

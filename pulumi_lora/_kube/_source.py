@@ -101,7 +101,7 @@ def _looks_like_content(value: str) -> bool:
 def make_client(source: KubeSource) -> Client:
     """A lightkube client for ``source`` (TLS verified as the kubeconfig says: on by default),
     authenticating as its user does: token, client certificate, or a credential plugin whose
-    tokens are renewed before they expire (``_kubeauth``); what a busy apiserver sheds (429,
+    tokens are renewed before they expire (``_auth``); what a busy apiserver sheds (429,
     503) is sent again after its ``Retry-After`` (``_retry``)."""
     config, credentials = resolve(source)
     client = Client(config=config, field_manager=SPEC_MANAGER)

@@ -19,8 +19,6 @@ from pulumi_lora.testing.engine import LocalEngine
 
 from .conftest import ROOT
 
-pytestmark = pytest.mark.full
-
 AMBIENT_WARNING = "using pulumi-resource-kubernetes from $PATH"
 
 

@@ -12,13 +12,10 @@ import subprocess
 from pathlib import Path
 
 import httpx2
-import pytest
 
 from pulumi_lora.testing.testbed import Testbed
 
 from .conftest import EXAMPLES, ROOT, Project, served
-
-pytestmark = pytest.mark.full
 
 STAND_IN_AWS = """#!/bin/sh
 # aws eks update-kubeconfig --name NAME --kubeconfig PATH, as the real CLI writes one

@@ -9,14 +9,10 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 from pulumi_lora import __version__
 from pulumi_lora.testing.fixtures import missing_real_part
 
 from .conftest import ROOT
-
-pytestmark = pytest.mark.full
 
 
 def sdkgen() -> ModuleType:

@@ -39,8 +39,6 @@ from pulumi_lora.testing.testbed import (
 
 from .conftest import EXAMPLES, Project, assert_clean_refresh, require_program, served
 
-pytestmark = pytest.mark.full
-
 IMAGE_COMMAND = "python3 tools/image.py --local-base"
 
 ADAPTERS = ("sql-lora", "chat-lora", "code-lora")

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2
-import pytest
 import yaml
 
 from pulumi_lora import __version__
@@ -39,8 +38,6 @@ from .conftest import (
     assert_nothing_left,
     served,
 )
-
-pytestmark = pytest.mark.full
 
 
 @dataclass

@@ -11,8 +11,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.hub import PlayedHub
 from pulumi_lora.testing.peft import write_adapter
@@ -27,8 +25,6 @@ from .conftest import (
     served,
     stack_on_testbed,
 )
-
-pytestmark = pytest.mark.full
 
 
 def test_typescript_example_up_stages_from_a_source_and_destroys(

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import pytest
 
 from pulumi_lora.testing.engine import LocalEngine, ProjectDir
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
@@ -35,8 +34,6 @@ from .conftest import (
     served,
     stack_on_testbed,
 )
-
-pytestmark = pytest.mark.full
 
 TIMES = 1000
 """How many requests each armed fault answers: far more than a command could send."""

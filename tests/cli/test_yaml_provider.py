@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import httpx2
-import pytest
 
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.fixtures import missing_real_part
@@ -34,8 +33,6 @@ from .conftest import (
     served,
     stack_on_testbed,
 )
-
-pytestmark = pytest.mark.full
 
 PROVIDER = ROOT / "provider"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"

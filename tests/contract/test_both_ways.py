@@ -114,7 +114,7 @@ class Pool:
     scope="module",
     params=[
         pytest.param("emulator"),
-        pytest.param("sglang", id="real-sglang", marks=[pytest.mark.full, pytest.mark.sglang]),
+        pytest.param("sglang", id="real-sglang"),  # the sglang tier (tests/conftest.py)
     ],
 )
 def pool(

@@ -22,8 +22,6 @@ from pulumi_lora.testing.testbed import Testbed
 from tests.e2e.conftest import served
 from tests.e2e.shedding import busy_apiserver, kind_of
 
-pytestmark = pytest.mark.full
-
 NAMES = ("sql-lora", "chat-lora", "code-lora")
 
 

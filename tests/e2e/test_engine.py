@@ -11,8 +11,6 @@ from pulumi import automation as auto
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.engine_probe import ProbeFile
 
-pytestmark = pytest.mark.full
-
 
 def test_versions_of_the_real_engine(engine: LocalEngine) -> None:
     print(f"\nreal components: pulumi {engine.pulumi.version} at {engine.pulumi.path}")

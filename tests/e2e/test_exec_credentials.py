@@ -20,8 +20,6 @@ from pulumi_lora.testing.testbed import Testbed
 from tests.e2e.conftest import served
 from tests.e2e.laptop import Laptop, exec_kubeconfig, laptop
 
-pytestmark = pytest.mark.full
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -33,8 +33,6 @@ from pulumi_lora.testing.testbed import BinaryNotFoundError, InferenceServiceHan
 from tests.e2e.conftest import adapter_props, provider_for, served
 from tests.e2e.test_llmkube_coexistence import kubectl_cr, wait_for
 
-pytestmark = pytest.mark.full
-
 UNLOAD_REFUSED = ["/unload_lora_adapter:status=500,times=always"]
 
 

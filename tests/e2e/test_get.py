@@ -8,15 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pulumi
-import pytest
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 from tests.e2e.conftest import AuditCounter, served
-
-pytestmark = pytest.mark.full
 
 WRITES = ("create", "update", "patch", "delete")
 

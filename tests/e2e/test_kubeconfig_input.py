@@ -10,15 +10,12 @@ import re
 from pathlib import Path
 
 import pulumi
-import pytest
 
 from pulumi_lora import LoRAAdapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 from .conftest import served
-
-pytestmark = pytest.mark.full
 
 
 def test_a_kubeconfig_output_from_the_program_creates_refreshes_and_destroys(

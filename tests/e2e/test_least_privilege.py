@@ -20,8 +20,6 @@ from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 from .conftest import adapter_props, provider_for, served
 
-pytestmark = pytest.mark.full
-
 
 def test_the_printed_role_is_enough_for_create_refresh_swap_and_delete(
     testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, tmp_path: Path

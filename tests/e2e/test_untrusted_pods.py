@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import secrets
 
-import pytest
-
 from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.impostor import Impostor
@@ -21,8 +19,6 @@ from pulumi_lora.testing.testbed import Testbed
 from tests.e2e.conftest import drift_report, keyed_service
 from tests.e2e.test_secrets import served_with
 from tests.e2e.test_stack import stack_for
-
-pytestmark = pytest.mark.full
 
 
 def test_a_labelled_pod_the_service_does_not_control_gets_nothing_from_the_provider(

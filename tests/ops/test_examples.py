@@ -18,7 +18,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
 import yaml
 from click.testing import CliRunner
 from pulumi import automation as auto
@@ -27,8 +26,6 @@ from pulumi_lora._commands._operator import status_command
 from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-
-pytestmark = pytest.mark.full
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 Served = Callable[[InferenceServiceHandle], dict[str, dict[str, str]]]

@@ -25,8 +25,6 @@ from pulumi_lora._lifecycle import ProviderConfig, create
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
-pytestmark = pytest.mark.full
-
 
 def run(command: click.Command, testbed: Testbed, *args: str) -> Result:
     return CliRunner().invoke(command, [*args, "--kubeconfig", str(testbed.kubeconfig_path)])

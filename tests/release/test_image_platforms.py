@@ -8,11 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.full
 
 
 def test_the_arm64_wheels_are_all_for_aarch64(tmp_path: Path) -> None:

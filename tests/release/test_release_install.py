@@ -43,8 +43,6 @@ from tests.cli.conftest import (
     stack_on_testbed,
 )
 
-pytestmark = pytest.mark.full
-
 ARCHIVE = f"pulumi-resource-pulumi-lora-v{__version__}-linux-amd64.tar.gz"
 BASE_PYTHON = Path(getattr(sys, "_base_executable", sys.executable))
 """The interpreter this venv was made from: a Python with no checkout on its path."""

@@ -51,7 +51,6 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.full
 def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
     checked = promtool("check", "rules", str(RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -157,7 +156,6 @@ def returns_series(prom: Prometheus, exprs: list[str], seen: dict[str, int]) -> 
     return all(seen.values())
 
 
-@pytest.mark.full
 def test_prometheus_alerts_on_a_pod_whose_loads_fail_and_the_dashboard_has_data(
     cluster: Cluster, loops: LoopFactory, prometheus_factory: Any
 ) -> None:
@@ -235,7 +233,6 @@ def since_by_target(prom: Prometheus, scraped_after: float = 0.0) -> dict[str, f
     }
 
 
-@pytest.mark.full
 def test_a_new_leader_reports_the_same_not_served_since(
     cluster: Cluster, loops: LoopFactory, prometheus_factory: Any
 ) -> None:

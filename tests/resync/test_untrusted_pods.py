@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import secrets
 
-import pytest
 from _resync_harness import Cluster, wait_until
 from conftest import LoopFactory
 
 from pulumi_lora._models import ANNOTATION_API_KEY_SECRET
 from pulumi_lora.testing.impostor import Impostor
-
-pytestmark = pytest.mark.full
 
 
 def test_a_labelled_pod_the_service_does_not_control_gets_nothing_from_the_loop(

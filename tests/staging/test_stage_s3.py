@@ -20,8 +20,6 @@ from pulumi_lora._staging._transfer import TransferLimits
 from .conftest import Adapter, MotoServer, leftovers
 
 # moto_server starts in about a second: once per module, so the module is in the full tier.
-pytestmark = pytest.mark.full
-
 WEIGHTS = "adapter_model.safetensors"
 
 

@@ -24,8 +24,6 @@ from pulumi_lora.testing.testbed import (
     netns_unavailable_reason,
 )
 
-pytestmark = pytest.mark.full
-
 ROOT_IMAGE = "localhost/pulumi-lora-as-root:test"
 
 

@@ -164,7 +164,6 @@ def broken_venv(folder: Path, how: str) -> None:
 
 
 # Each test below makes real virtualenvs (pip included: seconds each); the fast tier runs one.
-@pytest.mark.full
 def test_the_first_start_makes_the_venv_and_only_the_plugin_writes_stdout(tmp_path: Path) -> None:
     folder = unpacked_plugin(tmp_path)
     done = launch(folder, cwd=tmp_path)
@@ -183,7 +182,6 @@ def test_the_first_start_makes_the_venv_and_only_the_plugin_writes_stdout(tmp_pa
         ("a folder", "does not run"),
     ],
 )
-@pytest.mark.full  # each builds a venv with pip (5 s): the fast tier keeps its 40 s
 def test_a_venv_that_does_not_work_is_rebuilt_and_replaced(
     tmp_path: Path, how: str, said: str
 ) -> None:
@@ -205,7 +203,6 @@ def test_a_venv_that_does_not_work_is_rebuilt_and_replaced(
     assert os.readlink(folder / "venv") == new
 
 
-@pytest.mark.full
 def test_two_starts_at_once_on_a_broken_venv_leave_one_working_venv(tmp_path: Path) -> None:
     folder = unpacked_plugin(tmp_path)
     broken_venv(folder, "python gone")
