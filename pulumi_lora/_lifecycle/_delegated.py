@@ -6,6 +6,7 @@ renewed, else ``Ready`` and ``Loaded`` turn Unknown (docs/protocol.md). Never ta
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -15,9 +16,11 @@ from typing import Any
 from pulumi_lora._core._conditions import merge_conditions
 from pulumi_lora._errors import AdapterNotLoaded, Forbidden
 from pulumi_lora._kube import _objects as k8s
-from pulumi_lora._lifecycle._session import Session, now_utc
+from pulumi_lora._lifecycle._config import ProviderConfig
+from pulumi_lora._lifecycle._session import TARGET_GONE, Session, as_declared, now_utc
 from pulumi_lora._lifecycle._state import AdapterState, state_from_cr
 from pulumi_lora._models import (
+    AdapterArgs,
     Condition,
     ConditionKind,
     ConditionStatus,
@@ -34,6 +37,25 @@ _DOUBTED = (ConditionKind.READY.value, ConditionKind.LOADED.value)
 
 
 def observe_delegated(
+    args: AdapterArgs, config: ProviderConfig, previous: Sequence[Condition]
+) -> AdapterState | None:
+    """A refresh: the CR read afresh (its status is the loop's verdict), None when it is gone."""
+    session = Session(args, config)
+    cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    if cr is None:
+        return None
+    return loop_verdict(Session(as_declared(args, cr), config), cr, previous)
+
+
+def delete_delegated(session: Session) -> None:
+    """Let the CR go: the loop unloads once it is gone (docs/protocol.md rule 6). A target that
+    is gone is no reason to keep the CR; any other failure to read it is raised."""
+    with contextlib.suppress(*TARGET_GONE):
+        session.resolve_target()
+    session.delete_cr()
+
+
+def loop_verdict(
     session: Session, cr: Mapping[str, Any], previous: Sequence[Condition]
 ) -> AdapterState:
     """The loop's verdict from the CR, doubted when its loop is gone or stale."""

@@ -470,6 +470,15 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
+def as_declared(args: AdapterArgs, cr: Mapping[str, Any]) -> AdapterArgs:
+    """Pure: ``args`` with the adapter name and path the CR's spec declares now (a refresh reads
+    what is live, not what the program last declared)."""
+    spec = cr.get("spec") or {}
+    return args.replace(
+        adapter_name=spec.get("name", args.adapter_name), path=spec.get("path", args.path)
+    )
+
+
 def cr_key(cr: Mapping[str, Any]) -> tuple[str, str]:
     meta = cr.get("metadata") or {}
     return str(meta.get("namespace", "")), str(meta.get("name", ""))

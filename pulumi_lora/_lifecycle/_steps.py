@@ -32,7 +32,7 @@ from pulumi_lora._errors import (
 )
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._config import ProviderConfig
-from pulumi_lora._lifecycle._delegated import await_delegated, observe_delegated
+from pulumi_lora._lifecycle._delegated import await_delegated, delete_delegated, observe_delegated
 from pulumi_lora._lifecycle._events import advice, record_outcomes, record_untrusted
 from pulumi_lora._lifecycle._looks import (
     LookKey,
@@ -46,6 +46,7 @@ from pulumi_lora._lifecycle._rollback import (
 from pulumi_lora._lifecycle._session import (
     TARGET_GONE,
     Session,
+    as_declared,
     now_utc,
 )
 from pulumi_lora._lifecycle._state import (
@@ -173,21 +174,18 @@ def observe(
     own LoRA controller, where no coexistence policy holds it off) may have rewritten.
     ``previous`` (the conditions last reported) keeps each unchanged condition's ``since``.
     """
+    if args.transport is Transport.DELEGATED:  # the loop's verdict, while the loop is alive
+        return observe_delegated(args, config, previous)
     session = Session(args, config)
     cr = (
-        session.shared_cr()
-        if looks is not None and args.transport is not Transport.DELEGATED
-        else k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+        k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+        if looks is None
+        else session.shared_cr()
     )
     if cr is None:
         return None
-    spec = cr.get("spec") or {}
-    live = args.replace(
-        adapter_name=spec.get("name", args.adapter_name), path=spec.get("path", args.path)
-    )
+    live = as_declared(args, cr)
     session = Session(live, config)
-    if args.transport is Transport.DELEGATED:  # the loop's verdict, while the loop is alive
-        return observe_delegated(session, cr, previous)
     look = session.look(session.list_target()) if looks is None else session.shared_look(looks)
     errors = look.errors
     since = (cr.get("status") or {}).get("lastLoadedAt")
@@ -293,12 +291,14 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
     rule 6).
     """
     session = Session(args, config)
+    if args.transport is Transport.DELEGATED:
+        delete_delegated(session)
+        return
     cr = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
-    delegated = args.transport is Transport.DELEGATED
-    if cr is not None and not (cr.get("metadata") or {}).get("deletionTimestamp") and not delegated:
+    if cr is not None and not (cr.get("metadata") or {}).get("deletionTimestamp"):
         cr = session.apply_cr(operation="delete", hold=True)
         k8s.begin_delete(session.kube, args.namespace, args.cr_name)
-    if cr is not None and not delegated:
+    if cr is not None:
         # The unload is pulumi-lora's from here. LLMKube's controller would unload through the
         # Service (one random pod) and write Loaded=False and its own Error over the conditions
         # that name the pods still serving; once its finalizer is gone it cannot come back (a
@@ -311,15 +311,13 @@ def delete(args: AdapterArgs, config: ProviderConfig) -> None:
     except ClusterError as exc:
         # Any other failure (403, 500, a shed request past its retries, a credential plugin
         # that failed) says nothing of the pods: the CR stays, held, for a retry to finish.
-        if cr is None or delegated:
+        if cr is None:
             raise
         raise AdapterNotLoaded(
             args.adapter_name, str(exc), held_advice(args), unloading=True
         ) from exc
-    if (
-        target is not None
-        and not delegated
-        and not session.claims(target, own_uid=(cr or {}).get("metadata", {}).get("uid"))
+    if target is not None and not session.claims(
+        target, own_uid=(cr or {}).get("metadata", {}).get("uid")
     ):
         pods = list(k8s.list_target_pods(session.kube, target).pods)
         clients = session.clients(pods, session.api_key(target))
