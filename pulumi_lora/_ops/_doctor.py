@@ -80,7 +80,7 @@ class ServerProbe:
 class TransportTrial:
     """How one transport fared from where doctor runs: how many Ready pods answered."""
 
-    transport: str
+    transport: Transport
     reached: int
     ready: int
     error: str = ""  # the first unreachable pod's error
@@ -102,7 +102,7 @@ class DoctorFacts:
     service_port: int | None = None  # the live Service's ``http`` port, when it exists
     pods: tuple[PodEndpoint, ...] = ()
     servers: tuple[ServerProbe, ...] = ()
-    transport: str = Transport.DIRECT.value
+    transport: Transport = Transport.DIRECT
     untrusted: Mapping[str, str] = field(default_factory=dict)  # labelled, outside the chain
     adapters: tuple[Mapping[str, Any], ...] = ()  # the LoRAAdapter CRs that target it
     trials: tuple[TransportTrial, ...] = ()  # each transport tried, when none was given
@@ -269,7 +269,7 @@ def check_pods(pods: Sequence[PodEndpoint], replicas: int) -> Check:
     return Check("pods", CheckStatus.OK, f"{len(ready)}/{len(pods)} pods Ready")
 
 
-def check_server(probe: ServerProbe, transport: str = Transport.DIRECT.value) -> Check:
+def check_server(probe: ServerProbe, transport: Transport = Transport.DIRECT) -> Check:
     """One Ready pod's SGLang: reachable, LoRA on, version supported (``SUPPORTED_SGLANG``)."""
     name = "sglang-server"
     if not probe.reachable:
@@ -330,19 +330,19 @@ def check_transport(trials: Sequence[TransportTrial]) -> Check:
             "use transport 'delegated' (the in-cluster re-sync loop loads; docs/resync.md), "
             "or run pulumi inside the cluster network",
         )
-    if working.transport == Transport.DIRECT.value:
+    if working.transport == Transport.DIRECT:
         return Check(name, CheckStatus.OK, "transport 'direct' reaches every Ready pod from here")
     return Check(
         name,
         CheckStatus.WARN,
-        f"only transport {working.transport!r} reaches the pods from here ({tried})",
-        f"set the adapters' transport input to {working.transport!r} (transport="
+        f"only transport '{working.transport}' reaches the pods from here ({tried})",
+        f"set the adapters' transport input to '{working.transport}' (transport="
         f'"{working.transport}"; the examples read it from stack config: pulumi config set '
         f"transport {working.transport}); the default 'direct' cannot reach these pods",
     )
 
 
-def _reach_fix(probe: ServerProbe, transport: str) -> str:
+def _reach_fix(probe: ServerProbe, transport: Transport) -> str:
     if probe.reason == Unauthorized.reason:
         return (
             "the server wants an API key: pass --api-key-secret NAME[/KEY] (a Secret in the "
@@ -350,12 +350,12 @@ def _reach_fix(probe: ServerProbe, transport: str) -> str:
         )
     if probe.reason == UnsupportedServer.reason:
         return f"upgrade SGLang (supported: {SUPPORTED_SGLANG})"
-    if transport == Transport.DIRECT.value and unroutable(probe.error):
+    if transport == Transport.DIRECT and unroutable(probe.error):
         return (
             "the pod IP is not routable from here: use transport 'proxy' (--transport proxy; "
             "unkeyed SGLang) or 'delegated'"
         )
-    if transport == Transport.DIRECT.value and "no connection within" in probe.error:
+    if transport == Transport.DIRECT and "no connection within" in probe.error:
         return (
             "no connection to the pod IP from here (likely not routable outside the cluster "
             "network): try --transport proxy, or check that the pod is running"

@@ -56,7 +56,7 @@ def _observe_cr(
         args = args_from_cr(cr, transport)
     except ValidationError as exc:
         return adapter_line(cr, None, error=f"the CR cannot be read: {exc}")
-    used = args.transport.value
+    used = args.transport
     if args.transport is Transport.DELEGATED:
         return adapter_line(cr, None, transport=used)
     try:
@@ -91,7 +91,7 @@ def gather_doctor(
         obj = k8s.as_dict(kube.get(k8s.InferenceServiceResource, name, namespace=namespace))
     except ApiError as exc:
         if exc.status.code == 404:
-            chosen = (transport or Transport.DIRECT).value
+            chosen = transport or Transport.DIRECT
             return DoctorFacts(namespace, name, None, transport=chosen)
         raise _api_error(f"reading InferenceService {namespace}/{name}", exc) from exc
     listing = k8s.list_target_pods(kube, target_from_object(obj))
@@ -111,7 +111,7 @@ def gather_doctor(
         service_port=_live_service_port(kube, namespace, name),
         pods=pods,
         servers=servers,
-        transport=candidate.value,
+        transport=candidate,
         untrusted=listing.untrusted,
         adapters=tuple(_targeting(_adapters_near(kube, namespace), namespace, name)),
         trials=tuple(trials) if transport is None else (),
@@ -153,7 +153,7 @@ def _trial(transport: Transport, servers: Sequence[ServerProbe]) -> TransportTri
     """Pure: how many servers answered through ``transport`` (an auth refusal still answered)."""
     failed = [s for s in servers if not s.reachable and s.reason != "Unauthorized"]
     error = f"pod {failed[0].pod}: {failed[0].error}" if failed else ""
-    return TransportTrial(transport.value, len(servers) - len(failed), len(servers), error)
+    return TransportTrial(transport, len(servers) - len(failed), len(servers), error)
 
 
 def _adapters_near(kube: Client, namespace: str) -> list[dict[str, Any]]:

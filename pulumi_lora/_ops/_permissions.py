@@ -35,7 +35,7 @@ def named(ask: Ask) -> str:
 
 
 def check_permissions(
-    denied: Sequence[Ask], namespace: str, transport: str, *, keyed: bool
+    denied: Sequence[Ask], namespace: str, transport: Transport, *, keyed: bool
 ) -> Check:
     """Pure: pass when nothing the provider needs was denied, else name each by verb and
     resource with the command that prints the Role."""
@@ -46,7 +46,7 @@ def check_permissions(
             f"this identity may do all the provider does ({transport}) in {namespace}",
         )
     flags = " --api-key-secrets" if keyed else ""
-    if transport == Transport.DELEGATED.value:  # and the loop's Lease where the loop runs
+    if transport == Transport.DELEGATED:  # and the loop's Lease where the loop runs
         flags += " --loop-namespace LOOP_NAMESPACE"
     return Check(
         "permissions",

@@ -108,7 +108,7 @@ class AdapterLine:
     path: str
     target_namespace: str
     target_name: str
-    transport: str
+    transport: Transport
     observed: str  # "pods" (each pod's /v1/models) or "conditions" (the CR's status only)
     verdict: AdapterVerdict
     last_loaded_at: str | None = None
@@ -126,7 +126,7 @@ class AdapterLine:
             "adapter": self.adapter,
             "path": self.path,
             "target": {"namespace": self.target_namespace, "name": self.target_name},
-            "transport": self.transport,
+            "transport": str(self.transport),
             "observed": self.observed,
             "verdict": self.verdict.value,
             "last_loaded_at": self.last_loaded_at,
@@ -231,7 +231,7 @@ def adapter_line(
     cr: Mapping[str, Any],
     pods: Sequence[ServedReport] | None,
     *,
-    transport: str = Transport.DIRECT.value,
+    transport: Transport = Transport.DIRECT,
     error: str = "",
 ) -> AdapterLine:
     """Pure: one CR's verdict from its pods (``pods`` None: not observed, judge its conditions).
