@@ -30,8 +30,8 @@ from pulumi_lora.testing.testbed import (
     image_present,
     loop_image,
 )
+from pulumi_lora.testing.testbed._container_spec import container_kind, emulator_args, resolve_env
 from pulumi_lora.testing.testbed._incluster import in_cluster_unavailable_reason
-from pulumi_lora.testing.testbed._kubelet import container_kind, emulator_args, resolve_env
 from pulumi_lora.testing.testbed._process import alive
 
 ISVCS = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices"

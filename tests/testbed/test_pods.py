@@ -24,7 +24,8 @@ from pulumi_lora.testing.testbed import (
     PodNotFoundError,
     Testbed,
 )
-from pulumi_lora.testing.testbed._kubelet import PROBE_TIME_SCALE, KubeletContext, PodRuntime
+from pulumi_lora.testing.testbed._kubelet import KubeletContext, PodRuntime
+from pulumi_lora.testing.testbed._probes import PROBE_TIME_SCALE
 from pulumi_lora.testing.testbed._process import alive
 
 ISVC = "/apis/inference.llmkube.dev/v1alpha1/namespaces/{ns}/inferenceservices/{name}"

@@ -14,15 +14,15 @@ import yaml
 
 from pulumi_lora.deploy import resync_manifests
 from pulumi_lora.testing.testbed import loop_image
-from pulumi_lora.testing.testbed._containers import (
+from pulumi_lora.testing.testbed._container_spec import (
     ContainerRefusedError,
     Mounts,
+    container_kind,
     image_uid,
     non_root_refusal,
     run_argv,
 )
 from pulumi_lora.testing.testbed._incluster import SERVICE_ACCOUNT_DIR, pod_hostname
-from pulumi_lora.testing.testbed._kubelet import container_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,9 +5,10 @@ report; ``run_chaos(ChaosOptions(...))`` does the same from Python and returns t
 :class:`ChaosReport`. docs/reliability.md describes the scenario and records measured runs.
 """
 
-from pulumi_lora.testing.chaos._driver import ChaosOptions, run_chaos
+from pulumi_lora.testing.chaos._driver import run_chaos
 from pulumi_lora.testing.chaos._report import ChaosReport, FaultRecord
 from pulumi_lora.testing.chaos._schedule import Action, Step, build_schedule
+from pulumi_lora.testing.chaos._setup import ChaosOptions
 
 __all__ = [
     "Action",

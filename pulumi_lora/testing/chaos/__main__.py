@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from pulumi_lora.testing.chaos._driver import ChaosOptions, run_chaos
+from pulumi_lora.testing.chaos._driver import run_chaos
+from pulumi_lora.testing.chaos._setup import ChaosOptions
 
 _DEFAULTS = ChaosOptions()
 

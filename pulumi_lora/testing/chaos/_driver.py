@@ -18,19 +18,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
-import yaml
 from pulumi import automation as auto
 
 from pulumi_lora._errors import ClusterError
 from pulumi_lora._kube._objects import apiserver_errors, list_adapters
 from pulumi_lora._pulumi._outputs import pod_path
-from pulumi_lora._pulumi._resource import DYNAMIC_TYPE, RESOURCE_TYPE, LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora.deploy import resync_manifests
+from pulumi_lora._pulumi._resource import DYNAMIC_TYPE, RESOURCE_TYPE
 from pulumi_lora.testing.chaos._invariants import (
     CRView,
     PodView,
@@ -50,34 +47,17 @@ from pulumi_lora.testing.chaos._report import (
     recovery_times,
 )
 from pulumi_lora.testing.chaos._schedule import EMULATOR_FAULTS, Action, Step, build_schedule
-from pulumi_lora.testing.engine import LocalEngine
+from pulumi_lora.testing.chaos._setup import SERVICE, ChaosOptions, RunSetUp
 from pulumi_lora.testing.loop import LoopProcess
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
-__all__ = ["ChaosOptions", "run_chaos"]
+__all__ = ["run_chaos"]
 
-_SERVICE = "llama"
 _SAMPLE_EVERY = 0.2
 #: One client for every probe of a pod; no keep-alive, so restarted pods never see stale sockets.
 _HTTP = httpx2.Client(
     trust_env=False, timeout=2.0, limits=httpx2.Limits(max_keepalive_connections=0)
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ChaosOptions:
-    """How big and how long a chaos run is (the defaults are the CI run's)."""
-
-    duration: float = 60.0  # seconds of faults
-    seed: int = 1
-    adapters: int = 20
-    replicas: int = 4
-    gap: tuple[float, float] = (1.0, 3.0)  # seconds between steps
-    bound: float = 60.0  # seconds the loop has to heal the service after the last fault
-    load_timeout: float = 2.0  # the loop's and the provider's load/unload timeout
-    verify_interval: float = 3.0  # the loop's verification sweep
-    apiserver_restart: bool = True
-    workdir: Path | None = None  # default: a temporary directory, removed afterwards
 
 
 def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
@@ -99,7 +79,7 @@ def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print) -> Chao
         return run.report
 
 
-class _Run:
+class _Run(RunSetUp):
     """One run's state; ``execute`` is the scenario from set-up to destroy."""
 
     def __init__(
@@ -174,114 +154,6 @@ class _Run:
         finally:
             self.report.phases[name] = round(time.monotonic() - began, 2)
             self.say(f"[chaos] {name} done in {self.report.phases[name]:.1f} s")
-
-    # --- set-up -----------------------------------------------------------------------------------
-
-    def _set_up(self) -> None:
-        tb, options = self.tb, self.options
-        self.namespace = tb.create_namespace("chaos")
-        self.handle = tb.deploy_inference_service(self.namespace, _SERVICE, replicas=self.replicas)
-        self.handle.wait_ready(timeout=60)
-        for index in range(options.adapters):
-            name = f"a{index:02d}"
-            self.paths[name] = (
-                tb.make_adapter(f"chaos-{name}"),
-                tb.make_adapter(f"chaos-{name}-b"),
-            )
-            self.declared[name] = {
-                "adapter_name": f"chaos-{name}",
-                "path": self.paths[name][0],
-                "inference_service": _SERVICE,
-                "namespace": self.namespace,
-            }
-        self._start_loop_identity()
-        self._start_loop()
-        self.stack = self._make_stack()
-        self.stack.up(on_output=lambda _line: None)
-        self._monitor = threading.Thread(
-            target=self._sample_forever, name="chaos-monitor", daemon=True
-        )
-        self._monitor.start()
-        self._wait_whole(60, "the initial pulumi up to be whole")
-
-    def _start_loop_identity(self) -> None:
-        """Apply the loop's manifests (least-privilege RBAC) and a kubeconfig for its account.
-
-        The Deployment gets no replicas: the testbed would run them, and the chaos run starts
-        (and kills) its loop processes itself.
-        """
-        system = self.tb.create_namespace("chaos-system")
-        manifests = resync_manifests(
-            system, "pulumi-lora:chaos", watch_namespace=self.namespace, replicas=0
-        )
-        rendered = self.workdir / "resync.yaml"
-        rendered.write_text(yaml.safe_dump_all(manifests, sort_keys=False), encoding="utf-8")
-        self._kubectl("apply", "-f", str(rendered))
-        name = next(m["metadata"]["name"] for m in manifests if m["kind"] == "ServiceAccount")
-        token = self._kubectl("create", "token", name, "-n", system, "--duration", "2h").strip()
-        self.tb.write_kubeconfig(
-            self.loop_kubeconfig, token=token, user=f"system:serviceaccount:{system}:{name}"
-        )
-        self.loop_namespace = system
-
-    def _start_loop(self) -> None:
-        timeout = str(self.options.load_timeout)
-        self.loop = LoopProcess(
-            [
-                "--kubeconfig",
-                str(self.loop_kubeconfig),
-                "--namespace",
-                self.namespace,
-                "--lease-namespace",
-                self.loop_namespace,
-                "--verify-interval",
-                str(self.options.verify_interval),
-                "--backoff-base",
-                "0.2",
-                "--backoff-max",
-                "3",
-                "--load-timeout",
-                timeout,
-                "--unload-timeout",
-                timeout,
-                "--read-timeout",
-                timeout,
-                "--connect-timeout",
-                "1",
-                "--metrics-host",
-                "127.0.0.1",
-                "--metrics-port",
-                "0",
-            ],
-            self.workdir / "resync.log",
-        )
-
-    def _make_stack(self) -> auto.Stack:
-        declared = self.declared
-
-        def program() -> None:
-            for name, args in declared.items():
-                LoRAAdapter(name, LoRAAdapterArgs(**args))
-
-        engine = LocalEngine(self.workdir / "engine")
-        stack = engine.inline_stack("lora-chaos", "chaos", program)
-        timeout = auto.ConfigValue(str(self.options.load_timeout))
-        stack.set_all_config(
-            {
-                "pulumi-lora:kubeconfig": auto.ConfigValue(str(self.tb.kubeconfig_path)),
-                "pulumi-lora:loadTimeoutSeconds": timeout,
-                "pulumi-lora:unloadTimeoutSeconds": timeout,
-                "pulumi-lora:readTimeoutSeconds": timeout,
-                "pulumi-lora:connectTimeoutSeconds": auto.ConfigValue("1"),
-            }
-        )
-        return stack
-
-    def _kubectl(self, *args: str) -> str:
-        done = self.tb.kubectl(*args)
-        if done.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-        return str(done.stdout)
 
     # --- observing --------------------------------------------------------------------------------
 
@@ -363,11 +235,11 @@ class _Run:
             return "kube-apiserver", "ok", None
         if action is Action.SCALE_UP:
             self.replicas += 1
-            self.tb.scale(self.namespace, _SERVICE, self.replicas)
+            self.tb.scale(self.namespace, SERVICE, self.replicas)
             return f"{self.replicas} replicas", "ok", None
         if action is Action.SCALE_DOWN:
             self.replicas = self.options.replicas
-            self.tb.scale(self.namespace, _SERVICE, self.replicas)
+            self.tb.scale(self.namespace, SERVICE, self.replicas)
             return f"{self.replicas} replicas", "ok", None
         if action is Action.PULUMI_UP:
             return (*self._pulumi_up(step), None)
@@ -459,7 +331,7 @@ class _Run:
         assert self.handle is not None
         if self.replicas != self.options.replicas:
             self.replicas = self.options.replicas
-            self.tb.scale(self.namespace, _SERVICE, self.replicas)
+            self.tb.scale(self.namespace, SERVICE, self.replicas)
         for pod in self.handle.pods():
             with contextlib.suppress(httpx2.HTTPError):
                 _HTTP.delete(f"{pod.url}/_emulator/faults")

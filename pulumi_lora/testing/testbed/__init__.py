@@ -19,6 +19,7 @@ pytest users register ``pulumi_lora.testing.fixtures``; shells use ``pulumi-lora
 Public names are gathered here from private modules, each with its own ``__all__``.
 """
 
+from pulumi_lora.testing.testbed._access import ADMIN_USER
 from pulumi_lora.testing.testbed._apiserver import AUDIT_POLICY
 from pulumi_lora.testing.testbed._binaries import (
     BINARIES,
@@ -42,12 +43,7 @@ from pulumi_lora.testing.testbed._handles import (
     PodInfo,
     PodNotFoundError,
 )
-from pulumi_lora.testing.testbed._llmkube import (
-    LLMKUBE_CONTROLLER_USER,
-    LLMKubeLoRAController,
-    LLMKubeStats,
-    SentRequest,
-)
+from pulumi_lora.testing.testbed._llmkube import LLMKUBE_CONTROLLER_USER, LLMKubeLoRAController
 from pulumi_lora.testing.testbed._netns import (
     BENCH_NETWORK,
     NETNS_PREFIX,
@@ -66,9 +62,9 @@ from pulumi_lora.testing.testbed._pods import (
     Network,
 )
 from pulumi_lora.testing.testbed._process import ProcessStartError
+from pulumi_lora.testing.testbed._reconciler import LLMKubeStats, SentRequest
 from pulumi_lora.testing.testbed._rest import ApiRequestError
 from pulumi_lora.testing.testbed._testbed import (
-    ADMIN_USER,
     CONTROLLER_USER,
     KUBELET_USER,
     OPERATOR_USER,

@@ -14,11 +14,12 @@ What the kubelet gives the container, and how it is played here:
   ``/var/run/secrets/kubernetes.io/serviceaccount``, read-only (a token bound to the Pod, from
   a TokenRequest); ``emptyDir`` volumes;
 - **the security context**, pod level under container level, enforced: ``runAsNonRoot`` is
-  verified against the image's user with the kubelet's own messages (:func:`non_root_refusal`),
-  ``runAsUser``/``runAsGroup``, ``readOnlyRootFilesystem`` (no tmpfs anywhere the spec does not
-  declare one), ``capabilities``, ``allowPrivilegeEscalation: false`` (no_new_privs) and
-  ``seccompProfile`` (``RuntimeDefault`` is podman's default profile; unset is ``Unconfined``,
-  as in Kubernetes); ``resources.limits.memory`` as the cgroup's limit.
+  verified against the image's user with the kubelet's own messages
+  (``_container_spec.non_root_refusal``), ``runAsUser``/``runAsGroup``,
+  ``readOnlyRootFilesystem`` (no tmpfs anywhere the spec does not declare one), ``capabilities``,
+  ``allowPrivilegeEscalation: false`` (no_new_privs) and ``seccompProfile`` (``RuntimeDefault``
+  is podman's default profile; unset is ``Unconfined``, as in Kubernetes);
+  ``resources.limits.memory`` as the cgroup's limit.
 
 Two traps of these machines are handled here: ``crun`` refuses their hybrid cgroup layout, so
 runc is named; root lacks ``CAP_SYS_RESOURCE`` in the VM, so the rlimits podman would set by
@@ -44,8 +45,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pulumi_lora._version import __version__
+from pulumi_lora.testing.testbed._container_spec import (
+    PODMAN,
+    ContainerRefusedError,
+    Mounts,
+    non_root_refusal,
+    run_argv,
+)
 from pulumi_lora.testing.testbed._incluster import (
-    SERVICE_ACCOUNT_DIR,
     InClusterProcess,
     PodRoutes,
     pod_environment,
@@ -54,19 +61,13 @@ from pulumi_lora.testing.testbed._incluster import (
 from pulumi_lora.testing.testbed._netns import PodNetwork
 
 __all__ = [
-    "PODMAN",
     "ContainerProcess",
-    "ContainerRefusedError",
     "ContainerRuntime",
     "ImageInfo",
-    "Mounts",
     "container_runtime_unavailable_reason",
     "image_present",
     "inspect_image",
     "loop_image",
-    "non_root_refusal",
-    "pod_label",
-    "run_argv",
     "start_container",
 ]
 
@@ -75,11 +76,6 @@ _log = logging.getLogger("pulumi_lora.testing.testbed")
 ContainerRuntime = Literal["auto", "podman", "process"]
 """How a testbed runs the loop's pods: see ``Testbed(container_runtime=...)``."""
 
-PODMAN = ("podman", "--runtime", "runc")
-"""The runtime's command: crun refuses hybrid cgroups (cgroup v1 + v2) on these VMs."""
-
-TERMINATION_LOG = "/dev/termination-log"
-"""A container's default ``terminationMessagePath``."""
 NPROC_LIMIT = 4096
 """``RLIMIT_NPROC`` inside containers: runc cannot raise it to the host's hard limit here."""
 
@@ -100,15 +96,6 @@ _RUNTIME_ENV_DROPPED = ("PATH", "HOME", "HOSTNAME")  # the image's (or the runti
 
 _lock = threading.Lock()
 _probed: dict[str, str | None] = {}
-
-
-class ContainerRefusedError(RuntimeError):
-    """The kubelet will not create this container; ``reason`` is the waiting reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 # --- what works here -----------------------------------------------------------------------------
@@ -168,142 +155,7 @@ def inspect_image(image: str) -> ImageInfo | None:
     return ImageInfo(id=str(info.get("Id", "")), user=str(info.get("Config", {}).get("User", "")))
 
 
-def image_uid(user: str) -> tuple[int | None, str]:
-    """The image's uid, or else its user name, as the CRI reports them (pure).
-
-    ``"65532:65532"`` is uid 65532; ``"app"`` a name the kubelet cannot verify; ``""`` is root.
-    """
-    name = user.split(":", 1)[0]
-    if not name:
-        return 0, ""
-    if name.isdigit():
-        return int(name), ""
-    return None, name
-
-
-# --- pure decisions ------------------------------------------------------------------------------
-
-
-def pod_label(pod: Mapping[str, Any]) -> str:
-    """How the kubelet names a pod in messages: ``name_namespace(uid)``."""
-    meta = pod["metadata"]
-    return f"{meta['name']}_{meta['namespace']}({meta.get('uid', '')})"
-
-
-def effective_security(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod's securityContext fields a container inherits, under the container's own (pure)."""
-    inherited = ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile")
-    pod_level = pod.get("spec", {}).get("securityContext") or {}
-    merged = {key: pod_level[key] for key in inherited if key in pod_level}
-    merged.update(container.get("securityContext") or {})
-    return merged
-
-
-def non_root_refusal(
-    pod: Mapping[str, Any], container: Mapping[str, Any], image_user: str
-) -> str | None:
-    """The kubelet's ``verifyRunAsNonRoot``: its error message, or ``None`` if it may run (pure)."""
-    security = effective_security(pod, container)
-    if not security.get("runAsNonRoot"):
-        return None
-    where = f'(pod: "{pod_label(pod)}", container: {container.get("name", "")})'
-    run_as = security.get("runAsUser")
-    if run_as is not None:
-        return f"container's runAsUser breaks non-root policy {where}" if run_as == 0 else None
-    uid, name = image_uid(image_user)
-    if uid == 0:
-        return f"container has runAsNonRoot and image will run as root {where}"
-    if uid is None:
-        return (
-            f"container has runAsNonRoot and image has non-numeric user ({name}), "
-            f"cannot verify user is non-root {where}"
-        )
-    return None
-
-
-def _memory_bytes(quantity: str) -> int:
-    """A Kubernetes memory quantity in bytes (``256Mi``, ``1G``, ``1048576``) (pure)."""
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6}
-    units |= {"G": 10**9, "T": 10**12}
-    for suffix in sorted(units, key=len, reverse=True):
-        if quantity.endswith(suffix):
-            return int(float(quantity[: -len(suffix)]) * units[suffix])
-    return int(float(quantity))
-
-
-@dataclass(frozen=True)
-class Mounts:
-    """Host paths the container gets: the ServiceAccount files, its volumes (``emptyDir``
-    directories, claims' PersistentVolume directories) and its termination-message file."""
-
-    service_account: Path | None
-    volumes: Mapping[str, Path]
-    termination_log: Path | None = None
-
-
-def run_argv(
-    *,
-    name: str,
-    pod: Mapping[str, Any],
-    container: Mapping[str, Any],
-    env: Mapping[str, str],
-    network: str,
-    mounts: Mounts,
-    ulimits: Mapping[str, tuple[int, int]],
-) -> list[str]:
-    """The ``podman run`` command line for one container of ``pod`` (pure).
-
-    ``env`` is everything the kubelet sets (service variables, then the container's env).
-    Raises :class:`ContainerRefusedError` for volumes the testbed's kubelet cannot provide.
-    """
-    security = effective_security(pod, container)
-    argv = [*PODMAN, "run", "--rm", "--replace", "--name", name, "--pull", "never"]
-    argv += ["--network", f"ns:{network}", "--hostname", pod_hostname(pod["metadata"]["name"])]
-    argv += ["--unsetenv", "TERM", "--unsetenv", "container"]  # podman's, not a kubelet's
-    for kind, (soft, hard) in sorted(ulimits.items()):
-        argv += ["--ulimit", f"{kind}={soft}:{hard}"]
-    if "runAsUser" in security:
-        user = str(security["runAsUser"])
-        if "runAsGroup" in security:
-            user += f":{security['runAsGroup']}"
-        argv += ["--user", user]
-    if security.get("readOnlyRootFilesystem"):
-        argv += ["--read-only", "--read-only-tmpfs=false"]
-    caps = security.get("capabilities") or {}
-    for cap in caps.get("drop", []) or []:
-        argv += ["--cap-drop", str(cap).lower()]
-    for cap in caps.get("add", []) or []:
-        argv += ["--cap-add", str(cap).lower()]
-    if security.get("allowPrivilegeEscalation") is False:
-        argv += ["--security-opt", "no-new-privileges"]
-    if (security.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
-        argv += ["--security-opt", "seccomp=unconfined"]
-    limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
-    if limit:
-        argv += ["--memory", str(_memory_bytes(str(limit)))]
-    for key, value in env.items():
-        argv += ["--env", f"{key}={value}"]
-    if mounts.service_account is not None:
-        argv += ["--volume", f"{mounts.service_account}:{SERVICE_ACCOUNT_DIR}:ro"]
-    if mounts.termination_log is not None:
-        path = str(container.get("terminationMessagePath") or TERMINATION_LOG)
-        argv += ["--volume", f"{mounts.termination_log}:{path}"]
-    for mount in container.get("volumeMounts", []) or []:
-        if mount["name"] not in mounts.volumes:
-            raise ContainerRefusedError(
-                "CreateContainerConfigError",
-                "the testbed's kubelet provides emptyDir and PersistentVolumeClaim volumes only "
-                f"(volume {mount['name']!r})",
-            )
-        host = mounts.volumes[mount["name"]] / str(mount.get("subPath") or "")
-        flag = f"{str(host).rstrip('/')}:{mount['mountPath']}"
-        argv += ["--volume", flag + (":ro" if mount.get("readOnly") else "")]
-    command = [str(a) for a in container.get("command", []) or []]
-    if command:
-        argv += ["--entrypoint", json.dumps(command)]
-    argv.append(str(container["image"]))
-    argv += [str(a) for a in container.get("args", []) or []]
-    return argv
+# --- the host's limits ---------------------------------------------------------------------------
 
 
 def host_ulimits() -> dict[str, tuple[int, int]]:

@@ -1,7 +1,7 @@
 """The testbed's kubelet: runs the containers of every Pod bound to the testbed node.
 
 For each Pod object the ReplicaSet controller (or anyone) binds to :data:`NODE_NAME` it decides
-what can run here (:func:`container_kind`): the SGLang container becomes one emulator process
+what can run here (``_container_spec``): the SGLang container becomes one emulator process
 (``python -m pulumi_lora.testing.emulator``, on loopback or in a network namespace of its own),
 a ``pulumi-lora resync`` container becomes a local re-sync loop in the in-cluster sandbox
 (``_incluster.py``), anything else stays Pending with a container status saying why. It probes
@@ -14,7 +14,6 @@ Lock order: runtime → nothing else (the status patch is sent while holding it,
 from __future__ import annotations
 
 import contextlib
-import http.client
 import itertools
 import json
 import logging
@@ -31,9 +30,14 @@ from typing import Any, Literal
 import httpx2
 
 from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError
-from pulumi_lora.testing.testbed._containers import ContainerRefusedError
+from pulumi_lora.testing.testbed._container_spec import (
+    ContainerRefusedError,
+    container_kind,
+    emulator_args,
+)
 from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
 from pulumi_lora.testing.testbed._podnet import LoopbackRoutes
+from pulumi_lora.testing.testbed._probes import PROBE_TIME_SCALE, Probe, Prober
 from pulumi_lora.testing.testbed._process import ManagedProcess, free_loopback_address
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
 from pulumi_lora.testing.testbed._workloads import (
@@ -43,20 +47,9 @@ from pulumi_lora.testing.testbed._workloads import (
     ANNOTATION_SERVER,
     ANNOTATION_STARTUP_DELAY,
     CONTAINER_NAME,
-    NODE_NAME,
 )
 
-__all__ = [
-    "EMULATOR_MODULE",
-    "PROBE_INTERVAL",
-    "PROBE_TIME_SCALE",
-    "ContainerKind",
-    "Network",
-    "PodRuntime",
-    "Server",
-    "container_kind",
-    "resolve_env",
-]
+__all__ = ["EMULATOR_MODULE", "Network", "PodRuntime", "Server"]
 
 _log = logging.getLogger("pulumi_lora.testing.testbed")
 
@@ -66,37 +59,11 @@ Network = Literal["loopback", "netns"]
 Server = Literal["emulator", "sglang"]
 """What an SGLang pod runs: the emulator, or the real SGLang server on the CPU."""
 
-ContainerKind = Literal["emulator", "resync", "stage", "unsupported"]
-"""What the testbed's kubelet does with a container."""
-
 EMULATOR_MODULE = "pulumi_lora.testing.emulator"
 """The module every SGLang pod runs (``python -m``)."""
 
-PROBE_TIME_SCALE = 0.1
-"""Readiness probe periods run this much faster than ``periodSeconds`` says (tests wait less),
-unless the pod's ``testbed.pulumi-lora.dev/probe-time-scale`` annotation says otherwise."""
-
-PROBE_INTERVAL = 0.1
-"""Seconds between two probes of a container whose probe says ``periodSeconds: 1``."""
-
-SETTLED_PROBE_INTERVAL = 0.5
-"""Seconds between two readiness probes of a Ready pod, at least: the fast pace is for a pod
-becoming Ready (tests wait on it); once Ready, ten probes a second of every pod of a session
-were a sixth of the full tier's CPU (the emulators answering, the kubelet asking)."""
-
-CRASH_BACKOFF = 1.0
-"""Seconds before an exited re-sync container restarts (the kubelet's first 10 s, scaled)."""
-
-RESYNC_COMMAND = ["pulumi-lora", "resync"]
-"""The command of the re-sync loop's container, as ``pulumi_lora.deploy`` renders it."""
-JOB_COMMANDS = ("stage", "stage-serve", "unstage", "verify-staged")
-"""The first argument of the container of a stager's Job, or of a staging Job run by hand (the
-image's entrypoint is ``pulumi-lora``)."""
-
 _STOP_TIMEOUT = 10.0
-_PROBE_TIMEOUT = 1.0
 _API_ERRORS = (httpx2.HTTPError, ApiRequestError)
-_DROPPED_ARGS = ("--host", "--port", "--model-path", "--model")
 ADAPTERS_MOUNT = Path("/adapters")
 """Where a real SGLang pod sees the adapter root's ``adapters/`` (its own mount namespace)."""
 _order = itertools.count()
@@ -112,104 +79,6 @@ def _rfc3339(moment: datetime) -> str:
 
 def _container_id() -> str:
     return "containerd://" + secrets.token_hex(32)
-
-
-def container_kind(container: dict[str, Any]) -> ContainerKind:
-    """What this kubelet can run: the SGLang emulator, the re-sync loop, a staging Job's
-    ``pulumi-lora stage``, or nothing (pure)."""
-    if container.get("command") == RESYNC_COMMAND:
-        return "resync"
-    if not container.get("command") and (container.get("args") or [None])[0] in JOB_COMMANDS:
-        return "stage"
-    image = str(container.get("image", ""))
-    if container.get("name") == CONTAINER_NAME or image.startswith("lmsysorg/sglang"):
-        return "emulator"
-    return "unsupported"
-
-
-def resolve_env(
-    container: dict[str, Any],
-    pod: dict[str, Any],
-    pod_ip: str,
-    secret: Callable[[str, str], str | None] = lambda _name, _key: None,
-) -> dict[str, str]:
-    """The container's ``env`` with ``value``, ``fieldRef`` (name, namespace, podIP) and
-    ``secretKeyRef`` (``secret(name, key)``: the value, ``None`` when the Secret or the key is
-    missing, which only an ``optional`` reference allows)."""
-    fields = {
-        "metadata.name": pod["metadata"]["name"],
-        "metadata.namespace": pod["metadata"]["namespace"],
-        "status.podIP": pod_ip,
-        "spec.nodeName": NODE_NAME,
-        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
-    }
-    env: dict[str, str] = {}
-    for item in container.get("env", []) or []:
-        if "value" in item:
-            env[item["name"]] = str(item["value"])
-        elif ref := item.get("valueFrom", {}).get("secretKeyRef"):
-            value = secret(str(ref.get("name")), str(ref.get("key")))
-            if value is None and not ref.get("optional"):
-                raise ContainerRefusedError(
-                    "CreateContainerConfigError",
-                    f'secret "{ref.get("name")}" or its key "{ref.get("key")}" not found',
-                )
-            if value is not None:
-                env[item["name"]] = value
-        else:
-            path = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
-            if path in fields:
-                env[item["name"]] = fields[path]
-    return env
-
-
-def emulator_args(args: list[str]) -> list[str]:
-    """The container's SGLang arguments minus those the kubelet sets itself (pure)."""
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg in _DROPPED_ARGS:
-            skip = True
-            continue
-        if arg.split("=", 1)[0] in _DROPPED_ARGS:
-            continue
-        kept.append(arg)
-    return kept
-
-
-@dataclass(frozen=True)
-class Probe:
-    """An httpGet probe with the period the testbed runs it at."""
-
-    port: int
-    path: str
-    period: float
-    failure_threshold: int
-    initial_delay: float
-    timeout: float = 1.0
-
-    @staticmethod
-    def of(spec: dict[str, Any] | None, ports: dict[str, int], scale: float) -> Probe | None:
-        """The probe a container declares (``None`` without an httpGet probe), its periods
-        multiplied by ``scale``."""
-        get = (spec or {}).get("httpGet")
-        if not get:
-            return None
-        raw = get.get("port")
-        port = ports.get(raw, 0) if isinstance(raw, str) and not raw.isdigit() else int(raw)
-        return Probe(
-            port=port,
-            path=str(get.get("path", "/")),
-            period=max(0.05, float((spec or {}).get("periodSeconds", 10)) * scale),
-            failure_threshold=int((spec or {}).get("failureThreshold", 3)),
-            initial_delay=float((spec or {}).get("initialDelaySeconds", 0)) * scale,
-            # Scaled as the periods, never below a second: an emulator answers at once, and a
-            # starved machine must not fail its probes faster than a kubelet would.
-            timeout=max(_PROBE_TIMEOUT, float((spec or {}).get("timeoutSeconds", 1)) * scale),
-        )
 
 
 @dataclass
@@ -231,7 +100,7 @@ class KubeletContext:
     termination_message: Callable[[PodRuntime], str | None] = lambda _runtime: None
 
 
-class PodRuntime:
+class PodRuntime(Prober):
     """Kubelet state of one pod: its process, its network and the status last published."""
 
     def __init__(self, ctx: KubeletContext, pod: dict[str, Any]) -> None:
@@ -548,112 +417,6 @@ class PodRuntime:
                 self.ctx.routes.remove_port(self.port, self.ip)
         if self.net is not None:
             self.net.teardown()
-
-    # --- the prober ----------------------------------------------------------------------------
-
-    def start_prober(self) -> None:
-        """Start the probe thread."""
-        thread = threading.Thread(target=self._probe_loop, name=f"prober-{self.name}", daemon=True)
-        self._prober = thread
-        thread.start()
-
-    def stop_prober(self) -> None:
-        """Stop the probe thread (and wait for it unless called from it)."""
-        self._stop.set()
-        thread = self._prober
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5.0)
-
-    def _probe_loop(self) -> None:
-        period = self.readiness.period if self.readiness else PROBE_INTERVAL
-        settled = max(period, SETTLED_PROBE_INTERVAL)
-        failures = {"readiness": 0, "liveness": 0}
-        while not self._stop.wait(settled if self.ready else period):
-            try:
-                self._probe_once(failures)
-            except Exception:  # a prober must survive anything; it is a test fixture
-                _log.exception("prober of pod %s failed", self.name)
-
-    def _crash_loop_due(self) -> bool:
-        """Whether an exited re-sync container is due for its restart (CrashLoopBackOff).
-
-        Only the re-sync loop's containers come back by themselves, after
-        :data:`CRASH_BACKOFF`; an exited emulator stays terminated until a test restarts it
-        (``kill_pod_process`` is how tests make a pod stay down).
-        """
-        if self.kind != "resync" or self.gone or "terminated" not in self.state:
-            self._exited = None
-            return False
-        now = time.monotonic()
-        if self._exited is None:
-            self._exited = now
-        if now - self._exited < CRASH_BACKOFF:
-            return False
-        self._exited = None
-        return True
-
-    def _check(self, probe: Probe | None) -> bool:
-        return probe is None or http_probe(self.ip, probe.port, probe.path, probe.timeout)
-
-    def _probe_once(self, failures: dict[str, int]) -> None:
-        with self.lock:
-            epoch, running = self.epoch, self.running
-            if self.dirty:
-                self.publish()
-        process = self.process
-        if not running and process is not None and self._crash_loop_due():
-            _log.info("container of pod %s exited: restarting it (restartPolicy Always)", self.name)
-            self.restart()
-            return
-        if not running or process is None:
-            return
-        alive = process.alive()
-        healthy = alive and self._check(self.readiness)
-        failures["readiness"] = 0 if healthy else failures["readiness"] + 1
-        if self.liveness is not None and time.monotonic() >= self._liveness_due:
-            self._liveness_due = time.monotonic() + self.liveness.period
-            live = not alive or self._check(self.liveness)
-            failures["liveness"] = 0 if live else failures["liveness"] + 1
-        with self.lock:
-            if epoch != self.epoch or self.gone:
-                return  # restarted, killed or deleted while we probed: the result is stale
-            changed = False
-            if not alive and self.running:
-                self.running = False
-                self._terminated(process.returncode())
-                changed = True
-                _log.info("container of pod %s exited (%s)", self.name, process.returncode())
-            threshold = self.readiness.failure_threshold if self.readiness else 1
-            if healthy:
-                changed = self.set_ready(True) or changed
-            elif failures["readiness"] >= threshold or not alive:
-                changed = self.set_ready(False) or changed
-            if changed:
-                self.publish()
-            if self.liveness and failures["liveness"] >= self.liveness.failure_threshold:
-                failures["liveness"] = 0
-                _log.info("liveness probe of pod %s failed: restarting", self.name)
-                self.restart()
-
-
-def http_probe(host: str, port: int, path: str, timeout: float = _PROBE_TIMEOUT) -> bool:
-    """A kubelet's ``httpGet`` probe: one GET on a fresh connection, closed after the answer;
-    a status from 200 to 399 passes.
-
-    A fresh connection each time, as a kubelet does: a kept-alive one would be closed by the
-    server when the container stops, leaving its port in TIME_WAIT, so the restarted server
-    could not bind it. The standard library's client, not httpx2: pods are probed several times a
-    second for a whole test session, and it costs a quarter of the CPU per probe.
-    """
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers={"User-Agent": "kube-probe", "Connection": "close"})
-        status = conn.getresponse().status
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-    return 200 <= status < 400
 
 
 def delete_now(rest: KubeRest, pod: dict[str, Any]) -> None:
