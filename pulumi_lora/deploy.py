@@ -49,9 +49,6 @@ __all__ = [
 ]
 
 
-# --- admission policies -------------------------------------------------------------------------
-
-
 # --- the Pulumi component -----------------------------------------------------------------------
 
 RESOURCE_TYPE = "pulumi-lora:index:ResyncDeployment"

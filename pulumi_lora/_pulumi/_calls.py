@@ -315,7 +315,6 @@ def validation_failures(
     return staging_failures(values) if not pending & STAGING_INPUTS else []
 
 
-#: The inputs that say what a staged adapter is (``_staging.parse_source`` checks them together).
 def staging_failures(values: Mapping[str, Any]) -> list[CheckFailure]:
     """Pure: what is wrong with a staged adapter's declaration (none for an adapter by path):
     ``path`` and ``source`` together, a source, digest or endpoint the stager would refuse, a

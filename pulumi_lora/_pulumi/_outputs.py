@@ -150,6 +150,7 @@ def pod_path(pod: Mapping[str, Any], outs: Mapping[str, Any]) -> str | None:
     return None if found is None else str(found)
 
 
+#: The inputs that say what a staged adapter is (``_staging.parse_source`` checks them together).
 STAGING_INPUTS = frozenset({"path", "source", "digests", "allow_mutable", "source_endpoint"})
 
 
@@ -159,4 +160,5 @@ def inputs(props: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def unknown(value: Any) -> bool:
+    """Whether ``value`` is the engine's placeholder for a value known only after apply."""
     return bool(value == UNKNOWN)
