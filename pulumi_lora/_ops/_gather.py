@@ -141,11 +141,13 @@ def _denied(kube: Client, namespace: str, wanted: Sequence[Ask]) -> tuple[Ask, .
     return tuple(denied)
 
 
-def _api_key(kube: Client, namespace: str, secret: tuple[str, str] | None) -> Callable[[], str]:
+def _api_key(
+    kube: Client, namespace: str, secret: tuple[str, str] | None
+) -> Callable[[], str | None]:
     """Read the API key from ``secret`` (NAME, KEY) in ``namespace`` when asked (not before a
     pod is Ready: the read may be refused, and is then each probe's error)."""
     if secret is None:
-        return lambda: ""
+        return lambda: None
     return lambda: k8s.read_secret_value(kube, namespace, *secret)
 
 
@@ -193,7 +195,7 @@ def _probe_servers(
     source: KubeSource,
     transport: Transport,
     pods: Sequence[PodEndpoint],
-    api_key: Callable[[], str],
+    api_key: Callable[[], str | None],
 ) -> tuple[ServerProbe, ...]:
     """Ask every Ready pod's SGLang, through ``transport``, for its adapters and version (in
     parallel), with the clients the provider would use (``pod_clients``)."""
@@ -201,7 +203,7 @@ def _probe_servers(
     if not ready:
         return ()
     try:
-        clients = pod_clients(transport, source, ready, api_key() or None, ClientTimeouts())
+        clients = pod_clients(transport, source, ready, api_key(), ClientTimeouts())
     except PulumiLoRAError as exc:
         return tuple(ServerProbe(p.name, False, error=str(exc), reason=exc.reason) for p in ready)
 
