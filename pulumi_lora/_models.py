@@ -8,15 +8,18 @@ constructor does not); ``failures`` names every broken rule at once. Pure.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum, StrEnum
 from functools import cache
-from typing import Annotated, Any, Self, get_args, get_origin
+from typing import Annotated, Any, Self
 
 import msgspec
 from msgspec import Meta, Struct, ValidationError
+
+from pulumi_lora._explain import CREDENTIAL_INPUTS, explain, quoted
 
 GROUP = "inference.llmkube.dev"
 VERSION = "v1alpha1"
@@ -298,6 +301,7 @@ STAGING_SETTINGS = (
     "source_endpoint",
     "source_secret_name",
     "source_service_account",
+    "source_public",
     "volume_claim",
 )
 
@@ -335,7 +339,15 @@ class AdapterArgs(_Model, kw_only=True, frozen=True):
     source_endpoint: Annotated[str, _text(1, 2048)] | None = None
     source_secret_name: ObjectName | None = None
     source_service_account: ObjectName | None = None
+    # An s3:// source in a bucket the user marked public: fetched without signing.
+    source_public: bool = False
     volume_claim: ObjectName | None = None
+
+    @classmethod
+    def parse(cls, data: Any) -> Self:
+        """``data`` validated into the model (``_Model.parse``), a kubeconfig given as a mapping
+        (pulumi-eks' ``Cluster.kubeconfig`` is an object) taken as its JSON text first."""
+        return super().parse(as_text_kubeconfig(data) if isinstance(data, Mapping) else data)
 
     def __post_init__(self) -> None:
         """The rules across inputs (``declaration_rules``): the first broken one fails. The
@@ -345,7 +357,7 @@ class AdapterArgs(_Model, kw_only=True, frozen=True):
 
     def __repr__(self) -> str:
         shown = {
-            k: "***" if k == "kubeconfig" and v is not None else v
+            k: "***" if k in CREDENTIAL_INPUTS and v is not None else v
             for k, v in msgspec.structs.asdict(self).items()
         }
         return f"AdapterArgs({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
@@ -357,15 +369,15 @@ class AdapterArgs(_Model, kw_only=True, frozen=True):
         fields = _fields(cls)
         found: list[tuple[str, str]] = []
         converted: dict[str, Any] = {}
-        for name, value in values.items():
+        for name, value in as_text_kubeconfig(values).items():
             field = fields.get(name)
-            if field is None:
-                found.append((name, f"{name} {value!r}: Extra inputs are not permitted"))
+            if field is None:  # its value unquoted: a misspelt ``kubeconfig`` is a credential
+                found.append((name, f"{name}: Extra inputs are not permitted"))
                 continue
             try:
                 converted[name] = msgspec.convert(value, field.type, strict=False)
             except ValidationError as exc:
-                found.append((name, f"{name} {value!r}: {_explain(field.type, str(exc))}"))
+                found.append((name, f"{quoted(name, value)}: {explain(field.type, str(exc))}"))
         found += [
             (n, f"{n} Field required") for n, f in fields.items() if f.required and n not in values
         ]
@@ -443,6 +455,16 @@ def _defaults(model: type[Struct]) -> dict[str, Any]:
     }
 
 
+def as_text_kubeconfig(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Pure: ``values`` with a ``kubeconfig`` given as a mapping (a kubeconfig object, as
+    pulumi-eks' ``Cluster.kubeconfig`` is) turned into its JSON text, which is kubeconfig content
+    as YAML reads it; anything else as given."""
+    kubeconfig = values.get("kubeconfig")
+    if isinstance(kubeconfig, Mapping):
+        return {**values, "kubeconfig": json.dumps(kubeconfig, sort_keys=True)}
+    return dict(values)
+
+
 def declaration_rules(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Pure: ``(input, message)`` for each rule across inputs that ``values`` (valid one by one)
     break: a path or a source, and the staging settings only with a source."""
@@ -453,43 +475,6 @@ def declaration_rules(values: Mapping[str, Any]) -> list[tuple[str, str]]:
         if given:
             return [("source", f"{', '.join(given)} apply to a staged adapter: give source too")]
     return []
-
-
-_TYPE_WORDS = {"str": "a valid string", "bool": "a valid boolean", "float": "a valid number"}
-_TYPE_WORDS |= {"int": "a valid integer", "object": "a valid dictionary"}
-_BOUND_WORDS = {">": "greater than", ">=": "greater than or equal to", "<": "less than"}
-_BOUND_WORDS |= {"<=": "less than or equal to"}
-
-
-def _explain(kind: Any, error: str) -> str:
-    """Pure: msgspec's message for a value of type ``kind`` in the words ``check`` prints."""
-    if found := re.fullmatch(r"Expected `str` matching regex '(.*)'", error):
-        shown = re.sub(r"\\Z$", "$", found.group(1).replace("\\\\", "\\"))
-        return f"String should match pattern '{shown}'"
-    if found := re.fullmatch(r"Expected `str` of length ([<>])= (\d+)", error):
-        count = int(found.group(2))
-        bound = "at least" if found.group(1) == ">" else "at most"
-        return f"String should have {bound} {count} character{'s' if count != 1 else ''}"
-    if found := re.fullmatch(r"Expected `(?:float|int)` ([<>]=?) (\S+)", error):
-        limit = float(found.group(2))
-        return f"Input should be {_BOUND_WORDS[found.group(1)]} {limit:g}"
-    if error.startswith("Invalid enum value") and (enum := _enum_of(kind)) is not None:
-        names = [repr(member.value) for member in enum]
-        return f"Input should be {', '.join(names[:-1])} or {names[-1]}"
-    if found := re.fullmatch(r"Expected `(\w+)(?: \| null)?`, got `\w+`", error):
-        return f"Input should be {_TYPE_WORDS.get(found.group(1), found.group(1))}"
-    return error
-
-
-def _enum_of(kind: Any) -> type[Enum] | None:
-    """Pure: the Enum inside ``kind`` (through ``Optional`` and ``Annotated``), if any."""
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return kind
-    if get_origin(kind) is not None:
-        for arg in get_args(kind):
-            if (enum := _enum_of(arg)) is not None:
-                return enum
-    return None
 
 
 def default_resource_name(adapter_name: str) -> str:

@@ -82,6 +82,7 @@ class ResourceOutputs(AdapterOutputs):
     source_endpoint: pulumi.Output[Optional[str]]
     source_secret_name: pulumi.Output[Optional[str]]
     source_service_account: pulumi.Output[Optional[str]]
+    source_public: pulumi.Output[Optional[bool]]
     volume_claim: pulumi.Output[Optional[str]]
     cr_uid: pulumi.Output[str]
     generation: pulumi.Output[int]

@@ -151,7 +151,9 @@ def pod_path(pod: Mapping[str, Any], outs: Mapping[str, Any]) -> str | None:
 
 
 #: The inputs that say what a staged adapter is (``_staging.parse_source`` checks them together).
-STAGING_INPUTS = frozenset({"path", "source", "digests", "allow_mutable", "source_endpoint"})
+STAGING_INPUTS = frozenset(
+    {"path", "source", "digests", "allow_mutable", "source_endpoint", "source_public"}
+)
 
 
 def inputs(props: Mapping[str, Any]) -> dict[str, Any]:

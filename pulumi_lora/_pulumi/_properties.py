@@ -34,7 +34,13 @@ UPDATE_KEYS = (
 )
 #: Inputs that matter only when something is created or staged (a change alone changes nothing:
 #: the content staged with other credentials is the same content).
-CREATE_KEYS = ("adopt", "allow_mutable", "source_secret_name", "source_service_account")
+CREATE_KEYS = (
+    "adopt",
+    "allow_mutable",
+    "source_secret_name",
+    "source_service_account",
+    "source_public",
+)
 INPUT_KEYS = REPLACE_KEYS + UPDATE_KEYS + CREATE_KEYS
 #: Inputs always echoed in the outputs, defaults included (what a program reads back).
 ECHOED = ("adapter_name", "path", "inference_service", "namespace")

@@ -61,9 +61,10 @@ class AdapterInputs(TypedDict):
     kubeconfig_path: NotRequired[pulumi.Input[str]]
     """kubeconfig file for this resource (a path: the content never enters state)."""
     kubeconfig: NotRequired[pulumi.Input[str]]
-    """A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it
-    (the stack's cluster: ``cluster.kubeconfig`` is fine); kept secret in the state. Before
-    ``kubeconfigPath`` and the provider's config."""
+    """A kubeconfig's content (YAML or JSON text, or the object itself, as pulumi-eks'
+    ``cluster.kubeconfig`` is) or path for this resource, as pulumi-kubernetes' provider takes
+    it; always secret in the state, whether or not the program marked it, and never quoted in
+    a message. Before ``kubeconfigPath`` and the provider's config."""
     adopt: NotRequired[pulumi.Input[bool]]
     """Take over a CR of this name that already exists (made by kubectl or Helm) when its spec
     is what this resource declares; load only on pods that lack the adapter (default false)."""
@@ -85,6 +86,10 @@ class AdapterInputs(TypedDict):
     source_service_account: NotRequired[pulumi.Input[str]]
     """The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for
     workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys."""
+    source_public: NotRequired[pulumi.Input[bool]]
+    """The ``s3://`` source is a public bucket: fetch it without signing. Otherwise the stager
+    signs with the Secret's keys or the ServiceAccount's workload identity (EKS IRSA or Pod
+    Identity), and fails saying how to give credentials when it finds neither."""
     volume_claim: NotRequired[pulumi.Input[str]]
     """The PersistentVolumeClaim to stage onto; default: the one the target's SGLang container
     mounts."""

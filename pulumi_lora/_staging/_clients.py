@@ -1,7 +1,9 @@
 """The three source clients (``hf://``, ``s3://``, ``https://``): files fetched via `write_chunks`.
 
-S3 credentials come only from ``AWS_*`` variables, never a profile or instance metadata. A listed
-name that is not a plain relative path is refused, not skipped.
+S3 requests are signed with what botocore's own providers find in the environment given (static
+keys, web identity as EKS IRSA sets it, container credentials as EKS Pod Identity sets them),
+never a profile, a shared file or instance metadata (the node's role); unsigned only for a bucket
+the user marked public. A listed name that is not a plain relative path is refused, not skipped.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from pulumi_lora._staging._errors import (
     StagingError,
 )
 from pulumi_lora._staging._hub import fetch_hub
+from pulumi_lora._staging._s3auth import (
+    S3CredentialsMissing,
+    credential_chain,
+    credential_errors,
+)
 from pulumi_lora._staging._source import (
     HfSource,
     HttpsSource,
@@ -74,29 +81,7 @@ def _fetch_s3(
     env: Mapping[str, str],
     progress: Progress,
 ) -> dict[str, FileFacts]:
-    try:
-        import boto3  # noqa: PLC0415 - the staging extra, only for s3://
-        from botocore import UNSIGNED  # noqa: PLC0415
-        from botocore.config import Config  # noqa: PLC0415
-    except ModuleNotFoundError:
-        raise StagingError(EXTRA_MISSING.format(scheme="s3", module="boto3")) from None
-    key_id, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
-    signed = bool(key_id and secret)
-    config = Config(
-        signature_version=None if signed else UNSIGNED,
-        connect_timeout=10,
-        read_timeout=60,
-        retries={"mode": "standard", "max_attempts": 3},
-    )
-    client = boto3.client(
-        "s3",
-        endpoint_url=source.endpoint or env.get("AWS_ENDPOINT_URL") or None,
-        region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-        aws_access_key_id=key_id if signed else None,
-        aws_secret_access_key=secret if signed else None,
-        aws_session_token=(env.get("AWS_SESSION_TOKEN") or None) if signed else None,
-        config=config,
-    )
+    client = _s3_client(source, env, progress)
     written: dict[str, FileFacts] = {}
     with _s3_errors(source, progress):
         if files:
@@ -114,6 +99,50 @@ def _fetch_s3(
                 written[name] = write_chunks(chunks, into / name, progress)
             progress.done()
     return written
+
+
+def _s3_client(source: S3Source, env: Mapping[str, str], progress: Progress) -> Any:
+    """An S3 client for ``source``: unsigned for a bucket marked public, else signing with the
+    credentials botocore's providers resolve from ``env`` (resolved now, within the deadline,
+    so a web identity STS refuses fails before any file, saying how to give credentials)."""
+    try:
+        import boto3  # noqa: PLC0415 - the staging extra, only for s3://
+        from botocore import UNSIGNED  # noqa: PLC0415
+        from botocore.config import Config  # noqa: PLC0415
+        from botocore.session import Session  # noqa: PLC0415
+    except ModuleNotFoundError:
+        raise StagingError(EXTRA_MISSING.format(scheme="s3", module="boto3")) from None
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+    session = Session()
+    if not source.public:
+        session.register_component("credential_provider", credential_chain(session, env, region))
+        with credential_errors(source):
+            waited(partial(_credentials, session, source), progress)
+    config = Config(
+        signature_version=UNSIGNED if source.public else None,
+        connect_timeout=10,
+        read_timeout=60,
+        retries={"mode": "standard", "max_attempts": 3},
+    )
+    return boto3.Session(botocore_session=session).client(
+        "s3",
+        endpoint_url=source.endpoint or env.get("AWS_ENDPOINT_URL") or None,
+        region_name=region,
+        config=config,
+    )
+
+
+def _credentials(session: Any, source: S3Source) -> None:
+    """Resolve the session's credentials once (the client reuses them): refreshable ones (web
+    identity, container) are fetched now; none found is `S3CredentialsMissing`."""
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise S3CredentialsMissing(
+            f"{source.uri}: no AWS credentials in the stager's environment (no "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, web identity or container "
+            "credentials), and the bucket is not marked public"
+        )
+    credentials.get_frozen_credentials()
 
 
 def _s3_object(client: Any, source: S3Source, name: str) -> Iterator[int | bytes]:

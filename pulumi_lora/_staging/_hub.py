@@ -1,7 +1,8 @@
 """hf://: a Hub repository's files at a revision, each over one plain streaming GET (httpx2).
 
-``HF_TOKEN`` comes only from the environment given and goes to the endpoint's origin only.
-Retries (at most `ATTEMPTS`) stay within the deadline.
+The endpoint is the source's (the mirror its content key names), else ``HF_ENDPOINT``, else the
+public Hub. ``HF_TOKEN`` comes only from the environment given and goes to the endpoint's origin
+only. Retries (at most `ATTEMPTS`) stay within the deadline.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pulumi_lora._staging._errors import (
     SourceUnreachable,
     StagingError,
 )
-from pulumi_lora._staging._source import HfSource
+from pulumi_lora._staging._source import PUBLIC_HUB, HfSource
 from pulumi_lora._staging._transfer import Progress, active, bound_client, refuse_long_waits
 from pulumi_lora._staging._verify import FileFacts
 from pulumi_lora._staging._write import (
@@ -52,7 +53,7 @@ __all__ = [
     "retry_wait",
 ]
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
+DEFAULT_ENDPOINT = PUBLIC_HUB
 ATTEMPTS = 3
 """Requests for one answer, in all, when the Hub answers a rate limit or a server error."""
 _RETRIED = frozenset({408, 429, 500, 502, 503, 504})
@@ -92,7 +93,7 @@ def fetch_hub(
     progress: Progress,
 ) -> Fetched:
     """Fetch the request's files (every listed one when none is declared) into ``into``."""
-    endpoint = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    endpoint = (source.endpoint or env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     hub = _Hub(source, endpoint, env.get("HF_TOKEN") or None)
     client = bound_client(
         httpx2.Client(

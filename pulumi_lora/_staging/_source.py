@@ -22,6 +22,7 @@ from pulumi_lora._staging._errors import MutableSourceRefused, SourceRefused
 
 __all__ = [
     "KEY_HEX",
+    "PUBLIC_HUB",
     "HfSource",
     "HttpsSource",
     "S3Source",
@@ -38,6 +39,8 @@ __all__ = [
 
 KEY_HEX = 16
 """Hex characters of a content key (64 bits: as LLMKube's cache key)."""
+PUBLIC_HUB = "https://huggingface.co"
+"""The public Hub's endpoint (``HF_ENDPOINT``'s default): an hf:// source from it names none."""
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -61,13 +64,21 @@ class _Value(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     """A value with a JSON form (``kind`` tags a source: ``{"kind": "hf", ...}``)."""
 
 
-class HfSource(_Value, tag_field="kind", tag=SourceKind.HF.value, kw_only=True, frozen=True):
-    """A Hugging Face repository at a revision."""
+class _SourceValue(_Value, frozen=True, kw_only=True, omit_defaults=True):
+    """A source's JSON leaves out what is at its default, so a request that uses no newer
+    setting reads the same to a stager of an earlier version."""
+
+
+class HfSource(_SourceValue, tag_field="kind", tag=SourceKind.HF.value, kw_only=True, frozen=True):
+    """A Hugging Face repository at a revision, on the public Hub or a mirror."""
 
     repo_id: str
     """``org/repo``."""
     revision: str = "main"
     """A 40-hex commit (pinned) or a branch or tag (mutable)."""
+    endpoint: str | None = None
+    """The Hub it comes from (a mirror, as ``HF_ENDPOINT``); ``None``: the public Hub. Part of
+    the content key: a mirror's ``org/repo@commit`` may hold other bytes."""
 
     @property
     def pinned(self) -> bool:
@@ -80,7 +91,7 @@ class HfSource(_Value, tag_field="kind", tag=SourceKind.HF.value, kw_only=True, 
         return f"hf://{self.repo_id}@{self.revision}"
 
 
-class S3Source(_Value, tag_field="kind", tag=SourceKind.S3.value, kw_only=True, frozen=True):
+class S3Source(_SourceValue, tag_field="kind", tag=SourceKind.S3.value, kw_only=True, frozen=True):
     """Objects under a prefix of an S3-compatible bucket."""
 
     bucket: str
@@ -88,6 +99,9 @@ class S3Source(_Value, tag_field="kind", tag=SourceKind.S3.value, kw_only=True, 
     """Empty, or ending in ``/``."""
     endpoint: str | None = None
     """A custom endpoint URL (MinIO and the like); ``None``: the client's default."""
+    public: bool = False
+    """The user marked the bucket public: fetched without signing, no credential looked for.
+    Not part of the content key (how the bytes are asked for, not what they are)."""
 
     @property
     def pinned(self) -> bool:
@@ -100,7 +114,9 @@ class S3Source(_Value, tag_field="kind", tag=SourceKind.S3.value, kw_only=True, 
         return f"s3://{self.bucket}/{self.prefix}"
 
 
-class HttpsSource(_Value, tag_field="kind", tag=SourceKind.HTTPS.value, kw_only=True, frozen=True):
+class HttpsSource(
+    _SourceValue, tag_field="kind", tag=SourceKind.HTTPS.value, kw_only=True, frozen=True
+):
     """Files under a base URL (``https``, or ``http`` to a loopback host only)."""
 
     base_url: str
@@ -212,15 +228,19 @@ def parse_source(
     files: Iterable[str] = (),
     digests: Mapping[str, str] | None = None,
     s3_endpoint: str | None = None,
+    hf_endpoint: str | None = None,
+    s3_public: bool = False,
     allow_mutable: bool = False,
 ) -> StagingRequest:
     """A validated, pinned (or explicitly unpinned) request from a source URI. Pure.
 
-    Raises ``SourceRefused`` for a malformed source, file name or digest, and
+    ``hf_endpoint``: the Hub mirror of an ``hf://`` source (the public Hub's own URL is the same
+    as none); ``s3_public``: an ``s3://`` bucket marked public. Raises ``SourceRefused`` for a
+    malformed source, file name, digest or endpoint, or a setting of another scheme, and
     ``MutableSourceRefused`` for a mutable reference without a digest for every file unless
     ``allow_mutable``.
     """
-    source = _source(uri, s3_endpoint)
+    source = _source(uri, s3_endpoint, hf_endpoint, s3_public=s3_public)
     pinned_digests = dict(digests or {})
     try:
         request = StagingRequest(
@@ -236,16 +256,28 @@ def parse_source(
     return request
 
 
-def _source(uri: str, s3_endpoint: str | None) -> HfSource | S3Source | HttpsSource:
+def _source(
+    uri: str, s3_endpoint: str | None, hf_endpoint: str | None, *, s3_public: bool
+) -> HfSource | S3Source | HttpsSource:
     scheme, sep, rest = uri.partition("://")
     if not sep:
         raise SourceRefused(f"source {uri!r} has no scheme: use hf://, s3:// or https://")
     if s3_endpoint is not None and scheme != "s3":
         raise SourceRefused(f"an S3 endpoint was given for a {scheme}:// source")
+    if hf_endpoint is not None and scheme != "hf":
+        raise SourceRefused(f"a Hub endpoint was given for a {scheme}:// source")
+    if s3_public and scheme != "s3":
+        raise SourceRefused(
+            f"source_public applies to s3:// sources (a public bucket, fetched without "
+            f"signing), not {scheme}://"
+        )
     if scheme == "hf":
-        return _hf(uri, rest)
+        hub = _hf(uri, rest)
+        if hf_endpoint is None:
+            return hub
+        return HfSource(repo_id=hub.repo_id, revision=hub.revision, endpoint=_hub(hf_endpoint))
     if scheme == "s3":
-        return _s3(uri, rest, s3_endpoint)
+        return _s3(uri, rest, s3_endpoint, public=s3_public)
     if scheme in {"https", "http"}:
         return HttpsSource(base_url=_base_url(uri))
     raise SourceRefused(f"source {uri!r}: unknown scheme {scheme}://; use hf://, s3:// or https://")
@@ -267,7 +299,7 @@ def _hf(uri: str, rest: str) -> HfSource:
     return HfSource(repo_id=repo_id, revision=revision if sep else "main")
 
 
-def _s3(uri: str, rest: str, endpoint: str | None) -> S3Source:
+def _s3(uri: str, rest: str, endpoint: str | None, *, public: bool) -> S3Source:
     bucket, _, prefix = rest.partition("/")
     if _BUCKET.fullmatch(bucket) is None:
         raise SourceRefused(f"source {uri!r}: {bucket!r} is not an S3 bucket name")
@@ -277,7 +309,7 @@ def _s3(uri: str, rest: str, endpoint: str | None) -> S3Source:
         raise SourceRefused(f"source {uri!r}: the prefix has an empty, '.' or '..' part")
     if endpoint is not None:
         endpoint = _endpoint(endpoint)
-    return S3Source(bucket=bucket, prefix=prefix, endpoint=endpoint)
+    return S3Source(bucket=bucket, prefix=prefix, endpoint=endpoint, public=public)
 
 
 def _endpoint(url: str) -> str:
@@ -288,6 +320,21 @@ def _endpoint(url: str) -> str:
         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead",
     )
     return url.rstrip("/")
+
+
+def _hub(url: str) -> str | None:
+    """A Hub endpoint as the content key names it: scheme and host lowercased, no trailing
+    ``/``; ``None`` for the public Hub (``https://huggingface.co``), so its declarations keep the
+    keys they had before endpoints were part of them, with ``source_endpoint`` or without."""
+    _plain_url(
+        url,
+        "Hub endpoint",
+        "the Hub endpoint carries credentials or a query: give HF_TOKEN through "
+        "source_secret_name instead",
+    )
+    parts = urlsplit(url.rstrip("/"))
+    normal = f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path}"
+    return None if normal in {PUBLIC_HUB, PUBLIC_HUB + ":443"} else normal
 
 
 def _plain_url(url: str, name: str, with_credentials: str) -> str:
@@ -319,8 +366,9 @@ def _base_url(uri: str) -> str:
 
 def declared_request(values: Mapping[str, Any]) -> tuple[StagingRequest, str | None]:
     """The staging request a staged adapter's inputs declare (``source``, ``digests``,
-    ``allow_mutable``, ``source_endpoint``), and its Hub endpoint (``None``: the public Hub, or
-    not an hf:// source). Raises ``SourceRefused`` as the stager would. Pure."""
+    ``allow_mutable``, ``source_endpoint``, ``source_public``), and its Hub endpoint (``None``:
+    the public Hub, or not an hf:// source; the request's source names it too). Raises
+    ``SourceRefused`` as the stager would. Pure."""
     source = str(values["source"])
     endpoint = values.get("source_endpoint")
     if endpoint is not None:
@@ -330,9 +378,12 @@ def declared_request(values: Mapping[str, Any]) -> tuple[StagingRequest, str | N
         source,
         digests=values.get("digests") or {},
         s3_endpoint=endpoint if s3 else None,
+        hf_endpoint=None if s3 else endpoint,
+        s3_public=bool(values.get("source_public")),
         allow_mutable=bool(values.get("allow_mutable")),
     )
-    return request, (None if s3 else endpoint)
+    hub = request.source.endpoint if isinstance(request.source, HfSource) else None
+    return request, hub
 
 
 def source_endpoint(url: str, source: str) -> str:
@@ -400,9 +451,11 @@ def _why_mutable(request: StagingRequest) -> str:
 def content_key(request: StagingRequest) -> str:
     """The staged directory's name for this content: 16 hex of a canonical JSON's sha256. Pure.
 
-    The same source, revision, endpoint, files and digests always give the same key; any of
-    them changing gives another. ``allow_mutable`` is not part of it (it changes what is
-    accepted, not what the content is).
+    The same source, revision, endpoint (the Hub mirror or the S3 server), files and digests
+    always give the same key; any of them changing gives another. ``allow_mutable`` and an S3
+    source's ``public`` are not part of it (they change what is accepted or how the bytes are
+    asked for, not what the content is). The public Hub names no endpoint: its keys are those
+    of before endpoints counted.
     """
     return hashlib.sha256(canonical_json(request).encode()).hexdigest()[:KEY_HEX]
 
@@ -412,7 +465,7 @@ def canonical_json(request: StagingRequest) -> str:
     source: dict[str, Any] = {"uri": request.source.uri}
     if isinstance(request.source, HfSource):
         source["revision"] = request.source.revision
-    if isinstance(request.source, S3Source) and request.source.endpoint is not None:
+    if isinstance(request.source, HfSource | S3Source) and request.source.endpoint is not None:
         source["endpoint"] = request.source.endpoint
     document = {
         "source": source,

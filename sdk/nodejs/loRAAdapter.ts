@@ -168,6 +168,10 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly sourceEndpoint: pulumi.Output<string | undefined>;
     /**
+     * The `s3://` source is a public bucket: fetch it without signing. Otherwise the stager signs with the Secret's keys or the ServiceAccount's workload identity (EKS IRSA or Pod Identity), and fails saying how to give credentials when it finds neither.
+     */
+    declare public readonly sourcePublic: pulumi.Output<boolean | undefined>;
+    /**
      * A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
      */
     declare public readonly sourceSecretName: pulumi.Output<string | undefined>;
@@ -220,6 +224,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["resourceName"] = args?.resourceName;
             resourceInputs["source"] = args?.source;
             resourceInputs["sourceEndpoint"] = args?.sourceEndpoint;
+            resourceInputs["sourcePublic"] = (args?.sourcePublic) ?? false;
             resourceInputs["sourceSecretName"] = args?.sourceSecretName;
             resourceInputs["sourceServiceAccount"] = args?.sourceServiceAccount;
             resourceInputs["transport"] = (args?.transport) ?? "direct";
@@ -266,6 +271,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["resourceName"] = undefined /*out*/;
             resourceInputs["source"] = undefined /*out*/;
             resourceInputs["sourceEndpoint"] = undefined /*out*/;
+            resourceInputs["sourcePublic"] = undefined /*out*/;
             resourceInputs["sourceSecretName"] = undefined /*out*/;
             resourceInputs["sourceServiceAccount"] = undefined /*out*/;
             resourceInputs["transport"] = undefined /*out*/;
@@ -358,6 +364,10 @@ export interface LoRAAdapterArgs {
      * The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
      */
     sourceEndpoint?: pulumi.Input<string | undefined>;
+    /**
+     * The `s3://` source is a public bucket: fetch it without signing. Otherwise the stager signs with the Secret's keys or the ServiceAccount's workload identity (EKS IRSA or Pod Identity), and fails saying how to give credentials when it finds neither.
+     */
+    sourcePublic?: pulumi.Input<boolean | undefined>;
     /**
      * A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
      */

@@ -111,6 +111,7 @@ INPUT_TYPES = {
     "sourceEndpoint": "string",
     "sourceSecretName": "string",
     "sourceServiceAccount": "string",
+    "sourcePublic": "boolean",
     "volumeClaim": "string",
 }
 """Every input of the Python resource, camelCase, with its schema type (an enum's name)."""

@@ -137,6 +137,7 @@ def test_a_dripping_s3_object_is_cut_off_at_the_deadline(
         "s3://bucket/sql/",
         digests={"adapter_config.json": sha(DRIPPED)},
         s3_endpoint=played.url,
+        s3_public=True,  # the played server asks for no credential
     )
     with pytest.raises(SourceTooSlow) as slow:
         stage(request, tmp_path, env={}, transfer=TransferLimits(deadline=DEADLINE))

@@ -154,3 +154,48 @@ def test_allow_mutable_does_not_change_the_key_but_the_s3_endpoint_does() -> Non
     )
     elsewhere = parse_source("s3://models/x/", digests=pinned, s3_endpoint="http://minio:9000")
     assert content_key(elsewhere) != content_key(plain)
+
+
+def test_the_hub_endpoint_is_part_of_the_key_and_the_public_hub_keeps_its_keys() -> None:
+    """Issue 53: a mirror's ``org/repo@commit`` may hold other bytes than the public Hub's."""
+    public = parse_source(f"hf://acme/x@{COMMIT}")
+    mirror = parse_source(f"hf://acme/x@{COMMIT}", hf_endpoint="https://hub.example.com/")
+    assert mirror.source == HfSource(
+        repo_id="acme/x", revision=COMMIT, endpoint="https://hub.example.com"
+    )
+    other = parse_source(f"hf://acme/x@{COMMIT}", hf_endpoint="https://hub2.example.com")
+    assert len({content_key(public), content_key(mirror), content_key(other)}) == 3
+    # The same mirror however written; the public Hub named explicitly is no mirror.
+    same = parse_source(f"hf://acme/x@{COMMIT}", hf_endpoint="HTTPS://Hub.Example.com")
+    assert content_key(same) == content_key(mirror)
+    for hub in ("https://huggingface.co", "https://huggingface.co/", "https://HuggingFace.co:443"):
+        named = parse_source(f"hf://acme/x@{COMMIT}", hf_endpoint=hub)
+        assert named.source == public.source and content_key(named) == content_key(public)
+
+
+def test_a_request_without_new_settings_reads_as_before() -> None:
+    """A stager of an earlier version refuses unknown fields: defaults stay out of the JSON."""
+    hub = parse_source(f"hf://acme/x@{COMMIT}").to_json()
+    assert hub == f'{{"source":{{"kind":"hf","repo_id":"acme/x","revision":"{COMMIT}"}},' + (
+        '"files":[],"digests":{},"allow_mutable":false}'
+    )
+    bucket = parse_source("s3://models/x/", digests={"a.json": SHA_A}, s3_public=True)
+    assert type(bucket).from_json(bucket.to_json()) == bucket
+
+
+def test_a_public_bucket_is_carried_but_keyed_as_the_same_content() -> None:
+    pinned = {"a.json": SHA_A}
+    public = parse_source("s3://models/x/", digests=pinned, s3_public=True)
+    assert public.source == S3Source(bucket="models", prefix="x/", public=True)
+    assert content_key(public) == content_key(parse_source("s3://models/x/", digests=pinned))
+
+
+@pytest.mark.parametrize("uri", [f"hf://acme/x@{COMMIT}", "https://files.example/x/"])
+def test_public_applies_to_s3_only(uri: str) -> None:
+    with pytest.raises(SourceRefused, match=r"^source_public applies to s3:// sources"):
+        parse_source(uri, files=["a.json"], digests={"a.json": SHA_A}, s3_public=True)
+
+
+def test_a_hub_endpoint_applies_to_hf_only() -> None:
+    with pytest.raises(SourceRefused, match="a Hub endpoint was given for a s3:// source"):
+        parse_source("s3://models/x/", allow_mutable=True, hf_endpoint="https://hub.example.com")

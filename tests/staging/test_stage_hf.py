@@ -20,7 +20,7 @@ from pulumi_lora._staging._source import content_key, parse_source
 from pulumi_lora._staging._verify import MANIFEST, ServerLimits
 from pulumi_lora.testing.hub import PlayedHub
 
-from .conftest import TOKEN, Adapter, leftovers, make_adapter
+from .conftest import TOKEN, Adapter, leftovers, make_adapter, staged_names
 
 WEIGHTS = "adapter_model.safetensors"
 
@@ -40,7 +40,9 @@ def test_a_pinned_commit_lands_verified_at_its_key_and_stages_once(
     first = stage(request, tmp_path, env=env, log=lambda e, **f: events.append((e, f)))
     assert first.fetched and first.key == content_key(request)
     assert first.path == str(tmp_path / first.key)
-    assert leftovers(tmp_path) == [first.key]  # no temporary directory, no hub bookkeeping
+    assert leftovers(tmp_path) == staged_names(
+        first.key
+    )  # no temporary directory, no hub bookkeeping
     assert sorted(os.listdir(first.path)) == sorted([*adapter.files, MANIFEST])
     assert {n: (tmp_path / first.key / n).read_bytes() for n in adapter.files} == adapter.files
     assert {n: f.sha256 for n, f in first.files.items()} == adapter.digests
@@ -51,6 +53,19 @@ def test_a_pinned_commit_lands_verified_at_its_key_and_stages_once(
     again = stage(request, tmp_path, env=env)
     assert not again.fetched and again.path == first.path and again.files == first.files
     assert len(hub.file_requests()) == fetched  # nothing fetched again
+
+
+def test_a_mirror_named_by_the_source_is_fetched_from_and_keyed_apart(
+    hub: PlayedHub, adapter: Adapter, tmp_path: Path
+) -> None:
+    """Issue 53: the request names its Hub (``source_endpoint``), the stager fetches from it,
+    and its directory is not the public Hub's ``org/repo@commit``."""
+    commit = publish(hub, "acme/mirrored", adapter)
+    request = parse_source(f"hf://acme/mirrored@{commit}", hf_endpoint=hub.endpoint)
+    result = stage(request, tmp_path, env={})  # no HF_ENDPOINT: the request's endpoint
+    assert result.fetched and result.key == content_key(request)
+    assert result.key != content_key(parse_source(f"hf://acme/mirrored@{commit}"))
+    assert {n: f.sha256 for n, f in result.files.items()} == adapter.digests
 
 
 def test_a_commit_without_digests_stages_every_file_checked_against_the_hubs_sha256(
@@ -168,7 +183,7 @@ def test_a_changed_staged_directory_is_staged_again(
     healed = stage(request, tmp_path, env=env, log=lambda e, **_f: events.append(e))
     assert healed.fetched and "restage" in events
     assert weights.read_bytes() == adapter.files[WEIGHTS]
-    assert leftovers(tmp_path) == [first.key]
+    assert leftovers(tmp_path) == staged_names(first.key)
 
 
 def test_a_planted_directory_without_a_manifest_is_staged_again(
@@ -198,7 +213,7 @@ def test_a_planted_directory_without_a_manifest_is_staged_again(
         },
     ) in events
     assert sorted(os.listdir(planted)) == sorted([*adapter.files, MANIFEST])
-    assert leftovers(tmp_path) == [result.key]
+    assert leftovers(tmp_path) == staged_names(result.key)
 
 
 @pytest.mark.parametrize("change", ["flipped", "extra", "missing", "manifest-only"])
@@ -236,7 +251,7 @@ def test_a_staged_directory_is_reused_only_as_its_manifest_records_it(
     assert healed.fetched and "restage" in events and "already_staged" not in events
     assert sorted(os.listdir(staged)) == sorted([*adapter.files, MANIFEST])
     assert weights.read_bytes() == adapter.files[WEIGHTS]
-    assert leftovers(tmp_path) == [first.key]
+    assert leftovers(tmp_path) == staged_names(first.key)
 
 
 def test_a_staging_that_starts_mid_download_of_another_leaves_it_whole(

@@ -21,7 +21,7 @@ VALID = (
     "volume_claim, pinned, readiness_policy, ready_timeout_seconds, transport, "
     "api_key_secret_name, api_key_secret_key, kubeconfig, adopt, allow_mutable, "
     "source_secret_name, "
-    "source_service_account"
+    "source_service_account, source_public"
 )
 SQL: dict[str, Any] = {
     "adapter_name": "sql-lora",

@@ -82,6 +82,7 @@ def test_enums_defaults_config_and_names(committed: dict[str, Any]) -> None:
         "apiKeySecretKey": "api-key",
         "adopt": False,
         "allowMutable": False,
+        "sourcePublic": False,
     }
     variables = committed["config"]["variables"]
     assert variables["sglangApiKey"]["secret"] is True

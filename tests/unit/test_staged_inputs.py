@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pulumi_lora import _lifecycle
 from pulumi_lora._lifecycle import AdapterState
 from pulumi_lora._models import AdapterArgs
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -144,3 +145,47 @@ def test_unchanged_content_keeps_the_staged_path_and_new_content_stages_again() 
     assert "path" not in with_staged_path(olds, {**news, "volume_claim": "other"})
     assert with_staged_path(olds, {**news, "source": UNKNOWN}) == {**news, "source": UNKNOWN}
     assert with_staged_path(olds, {**news, "digests": UNKNOWN})["digests"] == UNKNOWN
+
+
+def test_a_new_hub_endpoint_is_new_content_that_is_staged_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 53: the mirror's ``org/repo@commit`` is not the public Hub's; changing
+    ``source_endpoint`` used to keep the old directory (the same content key)."""
+    source = f"hf://acme/sql-lora@{COMMIT}"
+    olds = staged_outputs(source=source)
+    mirror = {**BASE, "source": source, "source_endpoint": "https://hub.example.com"}
+    assert "path" not in with_staged_path(olds, mirror)
+    provider = LoRAAdapterProvider()
+    assert provider.diff("models/sql-lora", olds, mirror).changes
+    staged: list[AdapterArgs] = []
+
+    def stage(args: AdapterArgs, *_a: Any, **_k: Any) -> AdapterArgs:
+        staged.append(args)
+        return args.replace(path="/adapters/fedcba9876543210")
+
+    def swap(args: AdapterArgs, *_a: Any, **_k: Any) -> AdapterState:
+        return AdapterState(uid="u", generation=2, spec={}, annotations={})
+
+    monkeypatch.setattr(_lifecycle, "staged", stage)
+    monkeypatch.setattr(_lifecycle, "update", swap)
+    monkeypatch.setattr(_lifecycle, "unstage_unused", lambda *_a, **_k: None)
+    outs = provider.update("models/sql-lora", olds, mirror).outs or {}
+    assert [a.source_endpoint for a in staged] == ["https://hub.example.com"]
+    assert outs["content_key"] != olds["content_key"]
+    # The public Hub named explicitly is the same content as no endpoint: nothing to stage.
+    public = {**mirror, "source_endpoint": "https://huggingface.co"}
+    assert with_staged_path(olds, public)["path"] == olds["path"]
+
+
+def test_source_public_marks_an_s3_bucket_only_and_is_no_new_content() -> None:
+    digests = {"adapter_config.json": SHA}
+    assert failures(source="s3://adapters/sql/", digests=digests, source_public=True) == {}
+    found = failures(source=f"hf://acme/sql-lora@{COMMIT}", source_public=True)
+    assert list(found) in (["source"], ["source_public"])
+    assert "source_public applies to s3:// sources" in next(iter(found.values()))
+    found = failures(path="/adapters/sql", source_public=True)
+    assert found == {"source": "source_public apply to a staged adapter: give source too"}
+    olds = staged_outputs(source="s3://adapters/sql/", digests=digests)
+    news = {**BASE, "source": "s3://adapters/sql/", "digests": digests, "source_public": True}
+    assert with_staged_path(olds, news)["path"] == olds["path"]  # the same directory

@@ -76,6 +76,8 @@ type LoRAAdapter struct {
 	Source pulumi.StringPtrOutput `pulumi:"source"`
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
 	SourceEndpoint pulumi.StringPtrOutput `pulumi:"sourceEndpoint"`
+	// The `s3://` source is a public bucket: fetch it without signing. Otherwise the stager signs with the Secret's keys or the ServiceAccount's workload identity (EKS IRSA or Pod Identity), and fails saying how to give credentials when it finds neither.
+	SourcePublic pulumi.BoolPtrOutput `pulumi:"sourcePublic"`
 	// A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
 	SourceSecretName pulumi.StringPtrOutput `pulumi:"sourceSecretName"`
 	// The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
@@ -119,6 +121,9 @@ func NewLoRAAdapter(ctx *pulumi.Context,
 	}
 	if args.ReadyTimeoutSeconds == nil {
 		args.ReadyTimeoutSeconds = pulumi.Float64Ptr(300.0)
+	}
+	if args.SourcePublic == nil {
+		args.SourcePublic = pulumi.BoolPtr(false)
 	}
 	if args.Transport == nil {
 		args.Transport = Transport("direct")
@@ -207,6 +212,8 @@ type loRAAdapterArgs struct {
 	Source *string `pulumi:"source"`
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
 	SourceEndpoint *string `pulumi:"sourceEndpoint"`
+	// The `s3://` source is a public bucket: fetch it without signing. Otherwise the stager signs with the Secret's keys or the ServiceAccount's workload identity (EKS IRSA or Pod Identity), and fails saying how to give credentials when it finds neither.
+	SourcePublic *bool `pulumi:"sourcePublic"`
 	// A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
 	SourceSecretName *string `pulumi:"sourceSecretName"`
 	// The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
@@ -257,6 +264,8 @@ type LoRAAdapterArgs struct {
 	Source pulumi.StringPtrInput
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
 	SourceEndpoint pulumi.StringPtrInput
+	// The `s3://` source is a public bucket: fetch it without signing. Otherwise the stager signs with the Secret's keys or the ServiceAccount's workload identity (EKS IRSA or Pod Identity), and fails saying how to give credentials when it finds neither.
+	SourcePublic pulumi.BoolPtrInput
 	// A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.
 	SourceSecretName pulumi.StringPtrInput
 	// The ServiceAccount (in the InferenceService's namespace) the staging Job runs as, for workload identity (EKS IRSA or Pod Identity, GKE Workload Identity) instead of static keys.
@@ -502,6 +511,11 @@ func (o LoRAAdapterOutput) Source() pulumi.StringPtrOutput {
 // The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
 func (o LoRAAdapterOutput) SourceEndpoint() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.SourceEndpoint }).(pulumi.StringPtrOutput)
+}
+
+// The `s3://` source is a public bucket: fetch it without signing. Otherwise the stager signs with the Secret's keys or the ServiceAccount's workload identity (EKS IRSA or Pod Identity), and fails saying how to give credentials when it finds neither.
+func (o LoRAAdapterOutput) SourcePublic() pulumi.BoolPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.BoolPtrOutput { return v.SourcePublic }).(pulumi.BoolPtrOutput)
 }
 
 // A Secret in the InferenceService's namespace (where the staging Job runs) holding `HF_TOKEN`, or `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); the provider never reads it.

@@ -32,6 +32,9 @@ func NewProvider(ctx *pulumi.Context,
 	if args.ReadTimeoutSeconds == nil {
 		args.ReadTimeoutSeconds = pulumi.Float64Ptr(10.0)
 	}
+	if args.StagingGraceSeconds == nil {
+		args.StagingGraceSeconds = pulumi.Float64Ptr(600.0)
+	}
 	if args.UnloadTimeoutSeconds == nil {
 		args.UnloadTimeoutSeconds = pulumi.Float64Ptr(120.0)
 	}
@@ -65,6 +68,8 @@ type providerArgs struct {
 	ReadTimeoutSeconds *float64 `pulumi:"readTimeoutSeconds"`
 	// SGLang's API key (`--api-key`), sent to every pod as a bearer token when an adapter names no `apiKeySecretName`. Set it with `pulumi config set --secret`.
 	SglangApiKey *string `pulumi:"sglangApiKey"`
+	// Seconds a staged directory no LoRAAdapter names any more stays on its claim after its last staging, reuse or release; a later command on the claim removes it (a replacement, or another stack staging the same content meanwhile, finds it there). 0 removes it at once.
+	StagingGraceSeconds *float64 `pulumi:"stagingGraceSeconds"`
 	// Seconds to wait for `POST /unload_lora_adapter` to answer.
 	UnloadTimeoutSeconds *float64 `pulumi:"unloadTimeoutSeconds"`
 }
@@ -85,6 +90,8 @@ type ProviderArgs struct {
 	ReadTimeoutSeconds pulumi.Float64PtrInput
 	// SGLang's API key (`--api-key`), sent to every pod as a bearer token when an adapter names no `apiKeySecretName`. Set it with `pulumi config set --secret`.
 	SglangApiKey pulumi.StringPtrInput
+	// Seconds a staged directory no LoRAAdapter names any more stays on its claim after its last staging, reuse or release; a later command on the claim removes it (a replacement, or another stack staging the same content meanwhile, finds it there). 0 removes it at once.
+	StagingGraceSeconds pulumi.Float64PtrInput
 	// Seconds to wait for `POST /unload_lora_adapter` to answer.
 	UnloadTimeoutSeconds pulumi.Float64PtrInput
 }

@@ -85,6 +85,17 @@ Object.defineProperty(exports, "sglangApiKey", {
 });
 
 /**
+ * Seconds a staged directory no LoRAAdapter names any more stays on its claim after its last staging, reuse or release; a later command on the claim removes it (a replacement, or another stack staging the same content meanwhile, finds it there). 0 removes it at once.
+ */
+export declare const stagingGraceSeconds: number;
+Object.defineProperty(exports, "stagingGraceSeconds", {
+    get() {
+        return __config.getObject<number>("stagingGraceSeconds") ?? 600;
+    },
+    enumerable: true,
+});
+
+/**
  * Seconds to wait for `POST /unload_lora_adapter` to answer.
  */
 export declare const unloadTimeoutSeconds: number;
