@@ -168,7 +168,8 @@ def policy_command(llmkube_user: str, all_adapters: bool, name: str) -> None:
     "--namespace",
     "namespaces",
     multiple=True,
-    help="a namespace of the CRs or their targets (repeat); none: a ClusterRole",
+    help="a namespace of the CRs or their targets (repeat); none: a ClusterRole, refused for "
+    "--staging, --transport proxy and --api-key-secrets (they reach into a namespace)",
 )
 @click.option("--api-key-secrets", is_flag=True, help="the servers take a key from a Secret")
 @click.option("--staging", is_flag=True, help="some adapters are staged (source=...)")
@@ -194,6 +195,10 @@ def rbac_command(  # noqa: PLR0917 - one parameter per click option
     `pulumi` needs for these adapters, and its binding with --subject:
 
         pulumi-lora rbac -n models --subject user:ci-deployer | kubectl apply -f -
+
+    What reaches into a namespace past the CRs (Jobs for --staging, the pod proxy for
+    --staging and --transport proxy, Secrets for --api-key-secrets) is granted only in the
+    namespaces named with -n, never cluster-wide.
     """
     from pulumi_lora._kube._rbac import parse_subject, provider_rbac  # noqa: PLC0415
 

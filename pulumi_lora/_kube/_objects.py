@@ -84,7 +84,19 @@ def apiserver_errors() -> Iterator[None]:
     try:
         yield
     except TRANSPORT_ERRORS as exc:
-        raise ApiserverUnreachable(f"{type(exc).__name__}: {exc}") from exc
+        raise ApiserverUnreachable(f"{type(exc).__name__}: {exc}{_at(exc)}") from exc
+
+
+def _at(exc: Exception) -> str:
+    """Where the request went (scheme, host, port: never a path, query or credential), so the
+    user sees which endpoint of which kubeconfig did not answer."""
+    try:
+        url = exc.request.url if isinstance(exc, httpx2.RequestError) else None
+    except RuntimeError:  # raised before a request existed
+        return ""
+    if url is None:
+        return ""
+    return f" at {url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
 
 
 # --- the target ---------------------------------------------------------------------------------

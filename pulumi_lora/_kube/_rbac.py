@@ -1,13 +1,15 @@
 """The least privilege of whoever runs ``pulumi`` with LoRAAdapters: RBAC as plain manifests.
 
 Pure. The rules depend on the transport, API keys, staging and ``delegated``.
-``pulumi-lora rbac`` prints them; ``deploy/rbac/`` holds them rendered.
+``pulumi-lora rbac`` prints them; ``deploy/rbac/`` holds the ClusterRoles it prints. A grant
+that reaches into a namespace past the CRs (:data:`REACHING`) is printed only in a Role of a
+namespace named: never in a ClusterRole, which holds in every namespace, kube-system included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pulumi_lora._models import GROUP, ISVC_PLURAL, PLURAL, Transport
 
@@ -45,6 +47,51 @@ def provider_rules(transport: Transport, *, keyed: bool, staging: bool) -> list[
     return rules
 
 
+class Reach(NamedTuple):
+    """A grant that reaches into a namespace past the CRs, and what holding it amounts to."""
+
+    resource: str
+    verbs: frozenset[str]
+    amounts_to: str
+
+
+#: The grants printed only as Roles of the namespaces named (docs/operations.md, "``pulumi-lora
+#: rbac``", says what every grant amounts to). A ClusterRole would hold each in every namespace,
+#: kube-system included.
+REACHING: tuple[Reach, ...] = (
+    Reach(
+        "jobs",
+        frozenset({"create"}),
+        "runs any image as any ServiceAccount of the namespace, mounting any of its Secrets "
+        "and claims",
+    ),
+    Reach(
+        "pods/proxy",
+        frozenset({"get", "create"}),
+        "sends requests to any port of any pod of the namespace, through the apiserver and "
+        "past NetworkPolicies",
+    ),
+    Reach("secrets", frozenset({"get"}), "reads any Secret of the namespace it knows the name of"),
+)
+
+
+def reaching(rules: Sequence[dict[str, Any]]) -> list[str]:
+    """Pure: each grant of :data:`REACHING` that ``rules`` hold, as ``VERBS RESOURCE: what it
+    amounts to`` (the verbs in the rules' order)."""
+    found = []
+    for reach in REACHING:
+        verbs = [
+            verb
+            for rule in rules
+            if reach.resource in rule["resources"]
+            for verb in rule["verbs"]
+            if verb in reach.verbs
+        ]
+        if verbs:
+            found.append(f"{', '.join(dict.fromkeys(verbs))} {reach.resource}: {reach.amounts_to}")
+    return found
+
+
 #: What a delegated refresh reads where the re-sync loop runs: its Lease, to see it is alive.
 LEASE_RULE = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}
 
@@ -77,9 +124,21 @@ def provider_rbac(
     """Pure: a Role (and RoleBinding for ``subject``) in each of ``namespaces`` (the CRs' and
     their targets'), or one ClusterRole (and ClusterRoleBinding) when none is given.
 
-    ``delegated`` also reads the re-sync loop's Lease: anywhere with a ClusterRole, else in
-    ``loop_namespace`` (required then; a ``ValueError`` says so)."""
+    No namespace with rules that reach into one (:data:`REACHING`: ``staging``, the ``proxy``
+    transport, ``keyed`` ``direct``) is a ``ValueError`` naming each grant and what it amounts
+    to: those are granted only where named. ``delegated`` also reads the re-sync loop's Lease:
+    anywhere with a ClusterRole, else in ``loop_namespace`` (required then; a ``ValueError``
+    says so)."""
     rules = provider_rules(transport, keyed=keyed, staging=staging)
+    reaches = reaching(rules)
+    if reaches and not namespaces:
+        raise ValueError(
+            "these grants are printed only in the namespaces you name, never as a ClusterRole "
+            "(which holds them in every namespace, kube-system included):\n"
+            + "".join(f"  {reach}\n" for reach in reaches)
+            + "Give each namespace of the targets (the InferenceServices') and of the CRs "
+            "with -n NAMESPACE (repeat)."
+        )
     delegated = transport is Transport.DELEGATED
     if delegated and namespaces and not loop_namespace:
         raise ValueError(

@@ -28,7 +28,13 @@ from pulumi.dynamic.config import Config
 
 from pulumi_lora import _lifecycle as lifecycle
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._models import PATH_OR_SOURCE, PROXY_STRIPS_KEY, AdapterArgs, Transport
+from pulumi_lora._models import (
+    PATH_OR_SOURCE,
+    PROXY_STRIPS_KEY,
+    AdapterArgs,
+    Transport,
+    as_text_kubeconfig,
+)
 from pulumi_lora._pulumi._drift import (
     changed,
     drift_words,
@@ -107,7 +113,9 @@ class Calls:
                     "namespace and name it with api_key_secret_name",
                 )
             )
-        return CheckResult(news, failures)
+        # A kubeconfig object (pulumi-eks' ``Cluster.kubeconfig``) is kept as its JSON text, the
+        # content every later call reads, so the state holds one form (secret either way).
+        return CheckResult(as_text_kubeconfig(news), failures)
 
     def diff(
         self,
@@ -207,20 +215,22 @@ class Calls:
         config: lifecycle.ProviderConfig, _id: str, _olds: dict[str, Any], news: dict[str, Any]
     ) -> UpdateResult:
         """Swap on every pod, re-write status, return the full outputs. New content of a
-        staged adapter is staged beside the old first (the old directory stays)."""
+        staged adapter is staged beside the old first; the old directory is then released
+        (removed by a collection once nothing names it for the grace period)."""
         args = _args(with_staged_path(_olds, news))
         if args.path is None:
             args = lifecycle.staged(args, config, say=progress)
         outs = outputs(args, lifecycle.update(args, config))
         old = _olds.get("path")
-        if _olds.get("content_key") and old and old != args.path:  # the old content, unused?
+        if _olds.get("content_key") and old and old != args.path:  # the old content: released
             lifecycle.unstage_unused(_args(_olds), config, str(old), say=progress)
         return UpdateResult(outs=outs)
 
     @staticmethod
     def delete(config: lifecycle.ProviderConfig, _id: str, props: dict[str, Any]) -> None:
-        """Unload everywhere, remove the CR, wait until it is gone; a staged directory nothing
-        else names goes too."""
+        """Unload everywhere, remove the CR, wait until it is gone; a staged directory is
+        released, not removed: a replacement (``delete_before_replace``) reuses it, and a
+        later collection removes it once nothing names it for the grace period."""
         args = _args(props)
         lifecycle.delete(args, config)
         if props.get("content_key") and args.path:
@@ -335,7 +345,10 @@ def staging_failures(values: Mapping[str, Any]) -> list[CheckFailure]:
     except MutableSourceRefused as exc:
         return [CheckFailure("digests", str(exc))]
     except SourceRefused as exc:
-        field = "source_endpoint" if str(exc).startswith("source_endpoint") else "source"
+        said = str(exc)
+        field = next(
+            (f for f in ("source_endpoint", "source_public") if said.startswith(f)), "source"
+        )
         return [CheckFailure(field, str(exc))]
     return []
 

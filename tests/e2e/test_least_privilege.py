@@ -130,3 +130,37 @@ def test_the_proxy_role_is_enough_through_the_apiservers_pod_proxy(
     assert (provider.read(made.id, outs).outs or {})["loaded"] is True
     provider.delete(made.id, outs)
     assert all(pod == {} for pod in served(handle).values())
+
+
+def test_the_printed_staging_role_reaches_only_the_namespaces_named(
+    testbed: Testbed, namespace: str
+) -> None:
+    """Issue 53: what ``pulumi-lora rbac --staging --api-key-secrets -n NS`` prints, applied as
+    printed, lets its subject run Jobs, reach pods through the proxy and read Secrets in ``NS``
+    and nowhere else: not kube-system, not a namespace it did not name. Without ``-n`` there is
+    nothing to apply."""
+    home = testbed.create_namespace("deployer")
+    made = testbed.kubectl("create", "serviceaccount", "deployer", "-n", home)
+    assert made.returncode == 0, made.stderr
+    subject = ["--subject", f"serviceaccount:{home}/deployer"]
+    flags = ["rbac", "--staging", "--api-key-secrets", *subject]
+    refused = CliRunner().invoke(cli, flags)
+    assert refused.exit_code == 2 and refused.stdout == ""
+    printed = CliRunner().invoke(cli, [*flags, "-n", namespace])
+    assert printed.exit_code == 0, printed.output
+    applied = testbed.kubectl("apply", "-f", "-", input=printed.stdout)
+    assert applied.returncode == 0, applied.stderr
+    elsewhere = testbed.create_namespace("elsewhere")
+
+    def may(verb: str, resource: str, where: str) -> bool:
+        asked = testbed.kubectl(
+            "auth", "can-i", verb, *resource.split(), "-n", where,
+            "--as", f"system:serviceaccount:{home}:deployer",
+        )  # fmt: skip
+        assert asked.stdout.strip() in {"yes", "no"}, asked.stderr
+        return asked.stdout.strip() == "yes"
+
+    reaching = [("create", "jobs"), ("create", "pods --subresource=proxy"), ("get", "secrets")]
+    assert all(may(verb, resource, namespace) for verb, resource in reaching)
+    for where in ("kube-system", "default", elsewhere):
+        assert not any(may(verb, resource, where) for verb, resource in reaching), where

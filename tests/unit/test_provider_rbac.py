@@ -4,6 +4,7 @@ the command prints it (the e2e flow as exactly that role: tests/e2e/test_least_p
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,14 +19,22 @@ from pulumi_lora._ops._permissions import asks, check_permissions
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {
     "direct.yaml": ["--transport", "direct"],
-    "proxy.yaml": ["--transport", "proxy"],
     "delegated.yaml": ["--transport", "delegated"],
-    "direct-keyed-staging.yaml": ["--transport", "direct", "--api-key-secrets", "--staging"],
 }
+#: What reaches into a namespace beyond the CRs: run a pod as any of its ServiceAccounts (a Job),
+#: send requests to any port of its pods (the pod proxy), read its Secrets.
+REACHING = {("jobs", "create"), ("pods/proxy", "create"), ("pods/proxy", "get"), ("secrets", "get")}
 
 
 def granted(rules: list[dict[str, object]]) -> set[tuple[str, str]]:
     return {(str(r), str(v)) for rule in rules for r in rule["resources"] for v in rule["verbs"]}  # type: ignore[attr-defined]
+
+
+def printed(*argv: str) -> tuple[int, list[dict[str, Any]], str]:
+    """``pulumi-lora rbac ARGV`` as a user runs it: exit code, the manifests it printed on
+    stdout (parsed), and what it said on stderr."""
+    done = CliRunner().invoke(cli, ["rbac", *argv])
+    return done.exit_code, [m for m in yaml.safe_load_all(done.stdout) if m], done.stderr
 
 
 @pytest.mark.parametrize(("name", "flags"), SHIPPED.items())
@@ -33,6 +42,76 @@ def test_deploy_rbac_is_what_the_command_prints(name: str, flags: list[str]) -> 
     done = CliRunner().invoke(cli, ["rbac", *flags])
     assert done.exit_code == 0, done.output
     assert (ROOT / "deploy" / "rbac" / name).read_text(encoding="utf-8") == done.output
+
+
+def test_no_shipped_role_reaches_into_every_namespace() -> None:
+    """``deploy/rbac/`` holds only the ClusterRoles the command prints, none of which may run a
+    Job, proxy to a pod or read a Secret."""
+    shipped = sorted(p.name for p in (ROOT / "deploy" / "rbac").iterdir())
+    assert shipped == sorted(SHIPPED)
+    for name in shipped:
+        for made in yaml.safe_load_all((ROOT / "deploy" / "rbac" / name).read_text()):
+            assert not granted(made["rules"]) & REACHING, name
+
+
+@pytest.mark.parametrize(
+    ("flags", "grants"),
+    [
+        (["--staging"], ["create jobs", "create pods/proxy"]),
+        (["--transport", "proxy"], ["create pods/proxy"]),
+        (["--api-key-secrets"], ["get secrets"]),
+        (["--transport", "delegated", "--staging"], ["create jobs", "create pods/proxy"]),
+        (["--transport", "proxy", "--staging", "--subject", "user:ci"], ["create jobs"]),
+    ],
+)
+def test_what_reaches_into_a_namespace_is_refused_without_one(
+    flags: list[str], grants: list[str]
+) -> None:
+    """Issue 53: ``rbac --staging`` without ``-n`` printed a ClusterRole with ``create jobs`` and
+    ``create pods/proxy`` in every namespace, kube-system included. It prints nothing now, and
+    says which grants, what each amounts to, and to name the namespaces."""
+    code, manifests, said = printed(*flags)
+    assert code == 2
+    assert manifests == []
+    for grant in grants:
+        assert grant in said, said
+    assert "only in the namespaces you name" in said
+    assert "-n NAMESPACE" in said
+
+
+@pytest.mark.parametrize("transport", [t.value for t in Transport])
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("staging", [False, True])
+def test_no_printed_cluster_role_reaches_into_a_namespace(
+    transport: str, keyed: bool, staging: bool
+) -> None:
+    """Every combination without ``-n``: a ClusterRole that only sees (CRs, pods, workloads),
+    or a refusal; never a cluster-wide Job, pod proxy or Secret."""
+    flags = ["--transport", transport, "--subject", "group:deployers"]
+    flags += ["--api-key-secrets"] * keyed + ["--staging"] * staging
+    code, manifests, said = printed(*flags)
+    needed = granted(provider_rules(Transport(transport), keyed=keyed, staging=staging))
+    if needed & REACHING:  # refused, printing nothing
+        assert (code, manifests) == (2, []) and "-n NAMESPACE" in said, said
+        return
+    assert code == 0, said
+    assert [m["kind"] for m in manifests] == ["ClusterRole", "ClusterRoleBinding"]
+    assert not granted(manifests[0]["rules"]) & REACHING
+
+
+def test_staging_with_namespaces_is_a_role_in_each_and_nothing_cluster_wide() -> None:
+    code, manifests, _ = printed(
+        "--staging", "--api-key-secrets", "-n", "models", "-n", "serving", "--subject", "user:ci"
+    )
+    assert code == 0
+    assert [(m["kind"], m["metadata"]["namespace"]) for m in manifests] == [
+        ("Role", "models"),
+        ("RoleBinding", "models"),
+        ("Role", "serving"),
+        ("RoleBinding", "serving"),
+    ]
+    for role in (m for m in manifests if m["kind"] == "Role"):
+        assert granted(role["rules"]) >= REACHING
 
 
 def test_each_transport_gets_only_what_it_uses() -> None:
