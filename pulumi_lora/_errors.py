@@ -27,6 +27,7 @@ __all__ = [
     "LoRADisabled",
     "NameCollision",
     "NoReadyPods",
+    "PartialReach",
     "PermanentSGLangError",
     "PinStarvation",
     "PulumiLoRAError",
@@ -333,6 +334,19 @@ class InferenceServiceNotFound(ClusterError):
         self.namespace = namespace
         self.name = name
         super().__init__(f"InferenceService {namespace}/{name} not found")
+
+
+class PartialReach(ClusterError):
+    """The InferenceService's SGLang runs so that one runtime load cannot reach every request
+    of a pod (several tokenizer workers, several data-parallel replicas): refused before
+    anything is loaded (``_core._topology``)."""
+
+    reason = "PartialReach"
+
+    def __init__(self, namespace: str, name: str, why: str) -> None:
+        self.namespace = namespace
+        self.name = name
+        super().__init__(f"InferenceService {namespace}/{name}: {why}")
 
 
 class RuntimeMismatch(ClusterError):

@@ -61,6 +61,7 @@ class Target:
     uid: str = ""
     volumes: tuple[Mapping[str, Any], ...] = ()  # spec.extraVolumes
     volume_mounts: tuple[Mapping[str, Any], ...] = ()  # spec.extraVolumeMounts (sglang's)
+    data_parallel_size: int | None = None  # spec.sglangConfig.dataParallelSize (renders --dp)
 
 
 def target_from_object(obj: Mapping[str, Any]) -> Target:
@@ -78,7 +79,15 @@ def target_from_object(obj: Mapping[str, Any]) -> Target:
         uid=str(meta.get("uid", "")),
         volumes=tuple(spec.get("extraVolumes") or ()),
         volume_mounts=tuple(spec.get("extraVolumeMounts") or ()),
+        data_parallel_size=_int(sglang.get("dataParallelSize")),
     )
+
+
+def _int(value: object) -> int | None:
+    try:
+        return None if value is None else int(str(value))
+    except ValueError:
+        return None
 
 
 def container_port(spec: Mapping[str, Any]) -> int:

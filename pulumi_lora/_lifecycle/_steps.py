@@ -24,6 +24,7 @@ from pulumi_lora._core._llmkube import PodEndpoint
 from pulumi_lora._core._ownership import untrusted_message
 from pulumi_lora._core._readback import declared_by_cr
 from pulumi_lora._core._reconcile import PodOutcome, plan
+from pulumi_lora._core._topology import servable
 from pulumi_lora._errors import (
     AdapterNotLoaded,
     ClusterError,
@@ -75,7 +76,7 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     """Apply the CR and load on every Ready pod; on failure leave no CR and no partial load."""
     session = Session(args, config)
     listing = session.shared_listing()
-    target = listing.target or session.resolve_target()  # afresh: raises why it can't be used
+    target = servable(listing.target or session.resolve_target())  # afresh: raises why not
     existing = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
     if existing is not None:
         refusal = adoption_refusal(existing, args)
@@ -131,7 +132,7 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
     try:
         session.release_llmkube(cr)
         listing = session.shared_listing()
-        target = listing.target or session.resolve_target()  # afresh: raises why it can't be used
+        target = servable(listing.target or session.resolve_target())  # afresh: raises why not
         session.check_collisions(target, own_uid=cr["metadata"].get("uid"))
         if args.transport is Transport.DELEGATED:
             cr = session.apply_cr()

@@ -14,6 +14,7 @@ from typing import Any
 from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint
 from pulumi_lora._core._ownership import untrusted_message
 from pulumi_lora._core._reconcile import startup_adapters
+from pulumi_lora._core._topology import has_flag, normalize_args
 from pulumi_lora._errors import (
     MIN_SGLANG,
     MIN_SGLANG_VERSION,
@@ -31,9 +32,8 @@ from pulumi_lora._ops._spec import (
     check_enable_lora,
     check_lora_pool,
     check_ports,
+    check_reach,
     check_runtime,
-    has_flag,
-    normalize_args,
 )
 from pulumi_lora._ops._status import COEXISTENCE_FIX, llmkube_signs
 
@@ -52,6 +52,7 @@ __all__ = [
     "check_ownership",
     "check_pods",
     "check_ports",
+    "check_reach",
     "check_runtime",
     "check_server",
     "check_transport",
@@ -172,7 +173,8 @@ def diagnose(facts: DoctorFacts) -> DoctorReport:
         check_runtime(spec),
         check_enable_lora(args, startup),
         check_lora_pool(args, sglang, startup),
-        check_data_parallel(args),
+        check_data_parallel(args, sglang),
+        check_reach(args, sglang),
         check_adapter_volumes(spec),
         check_ports(spec, facts.service_port),
         check_pods(facts.pods, int(spec.get("replicas", 1))),

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pulumi_lora._core._llmkube import container_port, service_port
 from pulumi_lora._core._reconcile import extra_arg_value
+from pulumi_lora._core._topology import has_flag, partial_reach
 from pulumi_lora._ops._checks import Check, CheckStatus
-
-
-def normalize_args(extra_args: Sequence[object]) -> list[str]:
-    """Pure: ``spec.extraArgs`` as a flat list (one string holding every flag is split by shell
-    rules, as ``startup_adapters`` does: both forms appear in real manifests)."""
-    args = [str(a) for a in extra_args]
-    if len(args) == 1 and " " in args[0]:
-        return shlex.split(args[0])
-    return args
-
-
-def has_flag(args: Sequence[str], flag: str) -> bool:
-    """Pure: whether ``flag`` is given (``--flag``, ``--flag v`` or ``--flag=v``)."""
-    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def check_runtime(spec: Mapping[str, Any]) -> Check:
@@ -105,30 +91,49 @@ def check_lora_pool(
     )
 
 
-def check_data_parallel(args: Sequence[str]) -> Check:
-    """SGLang's runtime LoRA routes fail (500) with more than one data-parallel rank."""
-    for flag in ("--dp-size", "--data-parallel-size", "--dp"):
-        if not has_flag(args, flag):
-            continue
+def check_data_parallel(args: Sequence[str], sglang: Mapping[str, Any] | None = None) -> Check:
+    """SGLang's runtime LoRA routes fail (500) with more than one data-parallel replica, given
+    by a flag or by LLMKube's ``sglangConfig.dataParallelSize`` (it renders ``--dp N``)."""
+    for finding in partial_reach(args, sglang):
+        if finding.flag in DP_SOURCES:
+            return Check("data-parallel", CheckStatus.FAIL, finding.reason, finding.fix)
+    for flag in DP_SOURCES[:3]:
         value = extra_arg_value(args, flag)
-        size = _int_or_none(value)
-        if size is None:
+        if has_flag(args, flag) and _int_or_none(value) is None:
             return Check(
                 "data-parallel",
                 CheckStatus.WARN,
                 f"{flag} {value!r} is not a number",
                 f"give {flag} 1 (or drop it)",
             )
-        if size > 1:
-            return Check(
-                "data-parallel",
-                CheckStatus.FAIL,
-                f"{flag} {size}: SGLang answers runtime LoRA loads with a 500 when the data-"
-                "parallel size is above 1",
-                f"drop {flag} (one data-parallel rank per pod) and scale with spec.replicas",
-            )
-        return Check("data-parallel", CheckStatus.OK, f"{flag} {size}")
+        if has_flag(args, flag):
+            return Check("data-parallel", CheckStatus.OK, f"{flag} {value}")
     return Check("data-parallel", CheckStatus.OK, "data-parallel size 1 (no --dp-size)")
+
+
+#: Where the data-parallel size comes from (``_core._topology``'s flags, then LLMKube's field).
+DP_SOURCES = ("--dp-size", "--data-parallel-size", "--dp", "spec.sglangConfig.dataParallelSize")
+
+
+def check_reach(args: Sequence[str], sglang: Mapping[str, Any] | None = None) -> Check:
+    """One runtime load must reach every request a pod serves: several tokenizer workers do not
+    share their adapters (refused), prefill/decode disaggregation needs the adapter on both
+    sides (a warning). The data-parallel size has its own check."""
+    found = [f for f in partial_reach(args, sglang) if f.flag not in DP_SOURCES]
+    refused = [f for f in found if f.refuse]
+    if refused or found:
+        shown = refused or found
+        return Check(
+            "load-reach",
+            CheckStatus.FAIL if refused else CheckStatus.WARN,
+            "; ".join(f.reason for f in shown),
+            "; ".join(f.fix for f in shown),
+        )
+    return Check(
+        "load-reach",
+        CheckStatus.OK,
+        "one load reaches every request (one tokenizer worker, no disaggregation)",
+    )
 
 
 def check_adapter_volumes(spec: Mapping[str, Any]) -> Check:

@@ -17,6 +17,7 @@ from pulumi_lora._core._conditions import Availability
 from pulumi_lora._core._llmkube import PodEndpoint, Target
 from pulumi_lora._core._ownership import Owned, controller_chain, untrusted_message
 from pulumi_lora._core._reconcile import PodOutcome, extra_arg_value, startup_adapters
+from pulumi_lora._core._topology import refusal
 from pulumi_lora._errors import NameCollision
 from pulumi_lora._resync._decide import (
     RECOVERY_REASONS,
@@ -217,6 +218,9 @@ class World:
             return Availability(
                 False, "RuntimeMismatch", f'runtime="{target.runtime}", expected sglang'
             )
+        why = refusal(target.extra_args, {"dataParallelSize": target.data_parallel_size})
+        if why:  # one load cannot reach every request of a pod (``_core._topology``)
+            return Availability(False, "PartialReach", why)
         owner = self.owner(cr.target, cr.adapter_name)
         if owner is not None and owner != cr.key:
             collision = NameCollision(

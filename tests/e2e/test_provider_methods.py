@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pulumi_lora import AdapterNotLoaded, InferenceServiceNotFound, NoReadyPods, RuntimeMismatch
-from pulumi_lora._errors import ClusterError, NameCollision
+from pulumi_lora._errors import ClusterError, NameCollision, PartialReach
 from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import LLMKUBE_FINALIZER
@@ -143,6 +143,22 @@ class TestFailuresLeaveNothingBehind:
         with pytest.raises(RuntimeMismatch, match='runtime="vllm", expected sglang'):
             provider(config).create(props(namespace, "/adapters/x"))
         nothing_left(testbed, namespace, None)
+
+    def test_a_server_one_load_cannot_reach_is_refused_before_anything_is_applied(
+        self, testbed: Testbed, namespace: str, config: ProviderConfig
+    ) -> None:
+        """Several tokenizer workers keep their own adapters (issue 54, item 6)."""
+        extra = ("--enable-lora", "--max-lora-rank", "64", "--lora-target-modules", "all")
+        extra += ("--tokenizer-worker-num", "2")
+        handle = testbed.deploy_inference_service(namespace, "llama", replicas=1, extra_args=extra)
+        handle.wait_ready(timeout=30)
+        with pytest.raises(PartialReach) as caught:
+            provider(config).create(props(namespace, testbed.make_adapter("sql-reach")))
+        assert str(caught.value).startswith(
+            f"InferenceService {namespace}/llama: --tokenizer-worker-num 2: each of the 2 "
+            "tokenizer workers keeps its own adapter registry"
+        )
+        nothing_left(testbed, namespace, handle)
 
     def test_lora_not_enabled_tells_the_user_what_to_add(
         self, testbed: Testbed, namespace: str, config: ProviderConfig

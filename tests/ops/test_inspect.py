@@ -8,6 +8,7 @@ import pytest
 from msgspec import ValidationError
 
 from pulumi_lora._core._llmkube import PodEndpoint, container_port, service_port
+from pulumi_lora._core._topology import has_flag, normalize_args, partial_reach, refusal
 from pulumi_lora._errors import Unauthorized, UnsupportedServer
 from pulumi_lora._lifecycle import PodReport
 from pulumi_lora._models import Transport
@@ -26,9 +27,8 @@ from pulumi_lora._ops._spec import (
     check_enable_lora,
     check_lora_pool,
     check_ports,
+    check_reach,
     check_runtime,
-    has_flag,
-    normalize_args,
 )
 from pulumi_lora._ops._status import (
     AdapterVerdict,
@@ -194,6 +194,47 @@ def test_data_parallel(args: list[str], status: CheckStatus) -> None:
         assert "500" in check.message and "spec.replicas" in check.fix
 
 
+def test_data_parallel_from_llmkubes_field_too() -> None:
+    """LLMKube renders ``--dp N`` from ``sglangConfig.dataParallelSize`` (issue 54)."""
+    check = check_data_parallel([], {"dataParallelSize": 2})
+    assert check.status is CheckStatus.FAIL
+    assert check.message.startswith("spec.sglangConfig.dataParallelSize 2: SGLang refuses")
+    assert check_data_parallel([], {"dataParallelSize": 1}).status is CheckStatus.OK
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "said"),
+    [
+        ([], CheckStatus.OK, "one load reaches every request"),
+        (["--tokenizer-worker-num", "1"], CheckStatus.OK, "one load reaches every request"),
+        (
+            ["--tokenizer-worker-num", "4"],
+            CheckStatus.FAIL,
+            "--tokenizer-worker-num 4: each of the 4 tokenizer workers keeps its own adapter "
+            "registry",
+        ),
+        (["--tokenizer-worker-num=2"], CheckStatus.FAIL, "SGLang issue 31084"),
+        (["--disaggregation-mode", "prefill"], CheckStatus.WARN, "prefill and a decode server"),
+        (["--enable-dp-attention", "--tp", "4"], CheckStatus.OK, "one load reaches"),
+    ],
+)
+def test_load_reach(args: list[str], status: CheckStatus, said: str) -> None:
+    """Configurations where one runtime load cannot reach every request (issue 54, item 6)."""
+    check = check_reach(args)
+    assert check.status is status
+    assert said in check.message
+    if status is CheckStatus.FAIL:
+        assert "drop --tokenizer-worker-num" in check.fix
+
+
+def test_the_refusal_create_raises_names_each_cause_and_its_fix() -> None:
+    why = refusal(["--tokenizer-worker-num", "2", "--disaggregation-mode", "decode"], None)
+    assert why.startswith("--tokenizer-worker-num 2: each of the 2 tokenizer workers")
+    assert "scale with spec.replicas" in why and "disaggregation" not in why  # a warning only
+    assert refusal(["--enable-lora"], {"dataParallelSize": 1}) == ""
+    assert [f.flag for f in partial_reach(["--dp", "2"], {"dataParallelSize": 3})] == ["--dp"]
+
+
 def test_adapter_volumes() -> None:
     volume = [{"name": "a", "emptyDir": {}}]
     mount = [{"name": "a", "mountPath": "/adapters"}]
@@ -274,6 +315,7 @@ def test_diagnose_a_healthy_inference_service() -> None:
         "enable-lora",
         "lora-pool",
         "data-parallel",
+        "load-reach",
         "adapter-volumes",
         "ports",
         "pods",

@@ -21,6 +21,7 @@ from pulumi_lora._errors import (
     LoRADisabled,
     NameCollision,
     NoReadyPods,
+    PartialReach,
     PermanentSGLangError,
     PulumiLoRAError,
     RuntimeMismatch,
@@ -42,6 +43,7 @@ def example(cls: type[PulumiLoRAError]) -> PulumiLoRAError:
     examples: dict[type[PulumiLoRAError], PulumiLoRAError] = {
         InferenceServiceNotFound: InferenceServiceNotFound("models", "llama"),
         RuntimeMismatch: RuntimeMismatch("models", "llama", "vllm"),
+        PartialReach: PartialReach("models", "llama", "--tokenizer-worker-num 2: ..."),
         NoReadyPods: NoReadyPods("models", "llama", ["llama-0: Pending"]),
         TransportUnavailable: TransportUnavailable("no route to pods"),
         NameCollision: NameCollision("sql", "models", "llama", "LoRAAdapter models/other"),

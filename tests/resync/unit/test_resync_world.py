@@ -127,6 +127,11 @@ class TestOwnership:
         scoped = World("other")
         assert scoped.availability(cr("x")).reason == "TargetNotWatched"
 
+    def test_a_server_where_one_load_cannot_reach_every_request(self) -> None:
+        verdict = world(cr("x"), extra_args=("--tokenizer-worker-num", "2")).availability(cr("x"))
+        assert not verdict.ok and verdict.reason == "PartialReach"
+        assert verdict.message.startswith("--tokenizer-worker-num 2: each of the 2 tokenizer")
+
 
 class TestPodWork:
     def test_pinned_first_and_only_crs_the_loop_may_act_on(self) -> None:
