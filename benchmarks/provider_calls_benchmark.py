@@ -42,8 +42,9 @@ from typing import Any
 import dill
 from pulumi.runtime import rpc
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._lifecycle import AdapterState, PodReport
-from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus
+from pulumi_lora._models import Condition, ConditionStatus
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._pulumi import _calls as calls
 from pulumi_lora._pulumi import _outputs

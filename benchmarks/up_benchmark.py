@@ -69,7 +69,8 @@ import pulumi_kubernetes as kubernetes
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
-from pulumi_lora._models import API_VERSION, KIND, AdapterArgs
+from pulumi_lora._args import AdapterArgs
+from pulumi_lora._models import API_VERSION, KIND
 from pulumi_lora._pulumi._resource import unwrap_sorted_batch_setitems
 from pulumi_lora.deploy import coexistence_policy
 from pulumi_lora.testing.engine import LocalEngine

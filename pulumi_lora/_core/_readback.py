@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pulumi_lora._args import default_resource_name
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
     ANNOTATION_MANAGED_BY,
@@ -15,7 +16,6 @@ from pulumi_lora._models import (
     ANNOTATION_TRANSPORT,
     Policy,
     Transport,
-    default_resource_name,
 )
 
 

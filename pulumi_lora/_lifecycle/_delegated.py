@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._conditions import merge_conditions
 from pulumi_lora._errors import AdapterNotLoaded, Forbidden
 from pulumi_lora._kube import _objects as k8s
@@ -20,7 +21,6 @@ from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._session import TARGET_GONE, Session, as_declared, now_utc
 from pulumi_lora._lifecycle._state import AdapterState, state_from_cr
 from pulumi_lora._models import (
-    AdapterArgs,
     Condition,
     ConditionKind,
     ConditionStatus,

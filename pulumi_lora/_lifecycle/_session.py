@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from lightkube import Client
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._caches import SharedViews
 from pulumi_lora._core._conditions import (
     Availability,
@@ -66,7 +67,6 @@ from pulumi_lora._models import (
     ANNOTATION_OPERATION,
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
-    AdapterArgs,
     LoRAAdapterStatus,
     Policy,
     format_time,

@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._caches import SharedViews
 from pulumi_lora._core._conditions import (
     Availability,
@@ -61,7 +62,6 @@ from pulumi_lora._models import (
     ANNOTATION_MANAGED_BY,
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
-    AdapterArgs,
     Condition,
     ConditionKind,
     Policy,

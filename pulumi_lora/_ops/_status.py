@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 from msgspec import ValidationError
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._readback import read_annotations
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
-    AdapterArgs,
     ConditionKind,
     ConditionStatus,
     LoRAAdapterStatus,

@@ -10,7 +10,8 @@ from typing import Any
 from msgspec import ValidationError
 
 from pulumi_lora import _lifecycle as lifecycle
-from pulumi_lora._models import AdapterArgs, ConditionKind, Transport
+from pulumi_lora._args import AdapterArgs
+from pulumi_lora._models import ConditionKind, Transport
 from pulumi_lora._pulumi._outputs import inputs, pod_path, unknown
 
 

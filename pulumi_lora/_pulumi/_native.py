@@ -25,8 +25,8 @@ from pulumi.provider.experimental.server import ProviderServicer
 from pulumi.runtime._grpc_settings import _GRPC_CHANNEL_OPTIONS
 from pulumi.runtime.proto import engine_pb2, engine_pb2_grpc, provider_pb2_grpc
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._models import AdapterArgs
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._pulumi._drift import effective_inputs, report_drift
 from pulumi_lora._pulumi._properties import CREATE_KEYS, INPUT_KEYS, OUTPUT_KEYS, UNKNOWN

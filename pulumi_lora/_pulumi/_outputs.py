@@ -8,7 +8,8 @@ from typing import Any
 from msgspec import ValidationError
 
 from pulumi_lora import _lifecycle as lifecycle
-from pulumi_lora._models import AdapterArgs, Condition, ConditionKind
+from pulumi_lora._args import AdapterArgs
+from pulumi_lora._models import Condition, ConditionKind
 from pulumi_lora._pulumi._properties import (
     ECHOED,
     INPUT_KEYS,

@@ -20,7 +20,7 @@ from lightkube.core.generic_client import WatchDriver
 from lightkube.core.selector import build_selector
 
 from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint, pod_from_object
-from pulumi_lora._errors import ClusterError
+from pulumi_lora._errors import ClusterError, Forbidden
 from pulumi_lora._http._retry import retry_apiserver_answers
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._kube._auth import use_credentials
@@ -275,12 +275,24 @@ class Kube:
             return await self._blocking(
                 partial(k8s.read_secret_value, self._sync, ref.namespace, ref.name, ref.key)
             )
+        except Forbidden as exc:
+            raise Forbidden(f"{secret_refused(ref.namespace, ref.name)} ({exc})") from exc
         except ClusterError:
             raise
         except Exception as exc:
             raise ClusterError(
                 f"reading Secret {ref.namespace}/{ref.name} failed: {type(exc).__name__}"
             ) from exc
+
+
+def secret_refused(namespace: str, name: str) -> str:
+    """Pure: what to set when the loop may not read Secret ``namespace/name`` (first: a log
+    line keeps only the start of a failure)."""
+    return (
+        f"the loop may not read Secret {namespace}/{name}: add {namespace!r} to "
+        "secret_namespaces of resync_manifests or ResyncDeployment (a Role with get on secrets "
+        "there, bound to the loop's ServiceAccount) and apply them again"
+    )
 
 
 def _describe(exc: BaseException) -> str:

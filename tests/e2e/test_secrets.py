@@ -22,11 +22,11 @@ from lightkube.resources.core_v1 import Event
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._errors import ClusterError
 from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig, create
-from pulumi_lora._models import AdapterArgs
 from pulumi_lora.testing.engine import LocalEngine
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 

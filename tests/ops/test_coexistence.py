@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._commands._main import cli
 from pulumi_lora._commands._operator import _status_table
 from pulumi_lora._core._conditions import Availability
@@ -17,7 +18,6 @@ from pulumi_lora._lifecycle import PodReport, observed_conditions
 from pulumi_lora._models import (
     LLMKUBE_CONTROLLER_USER,
     LLMKUBE_FINALIZER,
-    AdapterArgs,
     Condition,
     written_by_llmkube,
 )

@@ -17,12 +17,12 @@ from click.testing import CliRunner, Result
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Secret
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._commands._operator import doctor_command, status_command
 from pulumi_lora._core._llmkube import adapter_manifest
 from pulumi_lora._kube._objects import apply_adapter
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig, create
-from pulumi_lora._models import AdapterArgs
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
 
 

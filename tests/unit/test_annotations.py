@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._readback import AdapterNotes, read_annotations
-from pulumi_lora._models import (
-    ANNOTATION_API_KEY_SECRET,
-    ANNOTATION_POLICY,
-    AdapterArgs,
-    Policy,
-    Transport,
-)
+from pulumi_lora._models import ANNOTATION_API_KEY_SECRET, ANNOTATION_POLICY, Policy, Transport
 
 
 def test_what_is_written_reads_back() -> None:

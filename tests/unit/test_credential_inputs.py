@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
-from pulumi_lora._models import AdapterArgs
 from pulumi_lora._pulumi._calls import CALLS
 
 TOKEN = "SUPER-SECRET-TOKEN-5f1d2c"  # made up: no message may show it

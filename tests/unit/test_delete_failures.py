@@ -13,6 +13,7 @@ import httpx2
 import pytest
 from lightkube import ApiError
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._errors import (
     AdapterNotLoaded,
     ApiserverUnreachable,
@@ -22,7 +23,7 @@ from pulumi_lora._errors import (
 )
 from pulumi_lora._kube import _objects
 from pulumi_lora._lifecycle import ProviderConfig, _steps
-from pulumi_lora._models import UNLOAD_FINALIZER, AdapterArgs
+from pulumi_lora._models import UNLOAD_FINALIZER
 
 ARGS = AdapterArgs(
     adapter_name="sql-lora", path="/adapters/sql", inference_service="llama", namespace="models"

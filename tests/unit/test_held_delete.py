@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._conditions import unload_conditions
 from pulumi_lora._core._llmkube import PodEndpoint, adapter_manifest
 from pulumi_lora._core._reconcile import PodOutcome
@@ -16,7 +17,6 @@ from pulumi_lora._lifecycle._steps import deletion_refusal, split_id
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
-    AdapterArgs,
     Condition,
     ConditionStatus,
     format_time,

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from pulumi_lora import _lifecycle as lifecycle
+from pulumi_lora._args import AdapterArgs, default_resource_name
 from pulumi_lora._errors import ClusterError, ConfigurationError
 from pulumi_lora._lifecycle import AdapterState, PodReport, ProviderConfig
-from pulumi_lora._models import AdapterArgs, Condition, ConditionStatus, default_resource_name
+from pulumi_lora._models import Condition, ConditionStatus
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._pulumi._drift import DriftReporter, drift_words, live_drift
 from pulumi_lora._pulumi._outputs import outputs, refreshed_inputs

@@ -19,11 +19,12 @@ import yaml
 from click.testing import CliRunner
 
 from pulumi_lora import RESOURCE_TYPE
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._commands._main import cli
+from pulumi_lora._core._topology import normalize_args
 from pulumi_lora._lifecycle._config import CONFIG_KEYS, TIMEOUT_KEYS
-from pulumi_lora._models import AdapterArgs
 from pulumi_lora._ops._checks import CheckStatus
-from pulumi_lora._ops._spec import check_adapter_volumes, check_enable_lora, normalize_args
+from pulumi_lora._ops._spec import check_adapter_volumes, check_enable_lora
 from pulumi_lora._pulumi._properties import INPUT_KEYS, OUTPUT_KEYS, REPLACE_KEYS
 from pulumi_lora._pulumi._resource import AdapterInputs
 from pulumi_lora._settings import ClientTimeouts

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from pulumi_lora import _lifecycle as lifecycle
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._lifecycle import AdapterState, PodReport
-from pulumi_lora._models import AdapterArgs
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._pulumi._calls import RecentReads, serves_one_command
 from pulumi_lora._pulumi._outputs import outputs

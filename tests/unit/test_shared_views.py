@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from pulumi_lora import _lifecycle as lifecycle
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._caches import OwnWrites, SharedViews
 from pulumi_lora._core._llmkube import Target
 from pulumi_lora._errors import ClusterError
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._kube._source import KubeSource
-from pulumi_lora._models import AdapterArgs
 
 
 class Clock:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from pulumi_lora import _lifecycle
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._lifecycle import AdapterState
-from pulumi_lora._models import AdapterArgs
 from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora._pulumi._outputs import outputs, with_staged_path
 from pulumi_lora._pulumi._properties import UNKNOWN
