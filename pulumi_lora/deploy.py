@@ -20,6 +20,7 @@ from pulumi_lora._resync._manifests import (
     DEFAULT_NAME,
     LEASE_RULES,
     RELEASE_RULE,
+    SECRET_RULE,
     WATCH_RULES,
     admission_policies,
     alert_rules,
@@ -36,6 +37,7 @@ __all__ = [
     "LEASE_RULES",
     "LLMKUBE_CONTROLLER_USER",
     "RELEASE_RULE",
+    "SECRET_RULE",
     "SERVICE_LABEL",
     "WATCH_RULES",
     "ResyncDeployment",
@@ -74,13 +76,17 @@ _CUSTOM_KINDS = ("PodMonitor", "PrometheusRule")
 
 def _label(manifest: Mapping[str, Any], name: str) -> str:
     """A Pulumi name suffix, unique within the set (two Roles when namespaced: watch, lease;
-    three policies and bindings, by what follows ``name`` in theirs)."""
-    kind, object_name = str(manifest["kind"]).lower(), str(manifest["metadata"]["name"])
+    a Role per namespace of ``secret_namespaces``, by its namespace; three policies and
+    bindings, by what follows ``name`` in theirs)."""
+    kind, meta = str(manifest["kind"]).lower(), manifest["metadata"]
+    object_name = str(meta["name"])
     if kind.startswith("validatingadmissionpolicy"):
         return kind + "-" + object_name.removeprefix(name + "-")
     if kind == "configmap":
         return "dashboard"
-    return kind + ("-lease" if object_name.endswith("-lease") else "")
+    if object_name == f"{name}-secrets":
+        return f"{kind}-secrets-{meta['namespace']}"
+    return kind + ("-lease" if object_name == f"{name}-lease" else "")
 
 
 def _snake(key: str) -> str:
@@ -91,7 +97,9 @@ class ResyncDeployment(pulumi.ComponentResource):
     """The re-sync loop in a cluster, as one Pulumi component (the objects of
     :func:`resync_manifests`, created with pulumi-kubernetes).
 
-    Takes the same keyword arguments as :func:`resync_manifests`; ``opts`` are the component's
+    Takes the same keyword arguments as :func:`resync_manifests` (``secret_namespaces``: the
+    namespaces of keyed SGLang servers, the only ones where the loop reads Secrets when it
+    watches every namespace); ``opts`` are the component's
     resource options (e.g. ``provider=`` a ``kubernetes.Provider``). ``kubeconfig`` (content or
     path; ``cluster.kubeconfig`` is fine, kept secret) makes the objects through a
     ``kubernetes.Provider`` of that cluster instead: one or the other, not both. Outputs:

@@ -59,6 +59,9 @@ def program() -> None:
         for name in ADAPTERS
     }
 
+    # The servers here take no API key, so the loop reads no Secret. For keyed servers (adapters
+    # with api_key_secret_name), add secret_namespaces=[namespace]: the loop may then get Secrets
+    # in that namespace only (a Role there, never a ClusterRole).
     loop = ResyncDeployment(
         "resync",
         namespace=config.require("loopNamespace"),

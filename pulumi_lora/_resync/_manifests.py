@@ -1,17 +1,26 @@
 """The re-sync loop's objects as plain manifests: its identity, least-privilege roles, Deployment.
 
-Every rule in :data:`WATCH_RULES` and :data:`LEASE_RULES` is one the loop uses, and nothing else is
-granted (``tests/resync/test_rbac.py`` shows both directions against a real apiserver).
+Every rule in :data:`WATCH_RULES`, :data:`SECRET_RULE` and :data:`LEASE_RULES` is one the loop
+uses, and nothing else is granted (``tests/resync/test_rbac.py`` shows both directions against a
+real apiserver). :data:`SECRET_RULE` is granted only in Roles of the namespaces named, never in
+the ClusterRole, which would hold it in every namespace, kube-system included.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pulumi_lora import _monitoring
 from pulumi_lora._kube import _admission
-from pulumi_lora._models import GROUP, ISVC_PLURAL, LLMKUBE_CONTROLLER_USER, PLURAL
+from pulumi_lora._models import (
+    DNS_LABEL_PATTERN,
+    GROUP,
+    ISVC_PLURAL,
+    LLMKUBE_CONTROLLER_USER,
+    PLURAL,
+)
 from pulumi_lora._resync._settings import DEFAULT_LEASE_NAME, DEFAULT_METRICS_PORT
 
 DEFAULT_NAME = "pulumi-lora-resync"
@@ -28,12 +37,18 @@ WATCH_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["replicasets", "deployments"],
         "verbs": ["list", "watch"],
     },
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 )
 """What the loop does where it watches: follow CRs, InferenceServices, pods and the ReplicaSets
-and Deployments of the pods' controller chain; write CR status (server-side apply); read the
-API-key Secrets CRs name; record Events."""
+and Deployments of the pods' controller chain; write CR status (server-side apply); record
+Events. Nothing here reaches past the CRs' business: Secrets are :data:`SECRET_RULE`'s."""
+
+
+SECRET_RULE: dict[str, Any] = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+"""Reading the API-key Secrets CRs name (``pulumi-lora.dev/api-key-secret``, in the
+InferenceService's namespace). It reads any Secret of the namespace whose name is known, so it is
+granted only in a Role of each namespace named: ``watch_namespace``'s, or each of
+``secret_namespaces`` (a Role ``{name}-secrets`` there); never in the ClusterRole."""
 
 
 RELEASE_RULE: dict[str, Any] = {
@@ -154,12 +169,60 @@ def monitoring_manifests(
     )
 
 
+def secret_reach(secret_namespaces: Sequence[str], watch_namespace: str | None) -> list[str]:
+    """Pure: the namespaces that get a Role of their own with :data:`SECRET_RULE` (each once, in
+    the order given); none with ``watch_namespace``, whose Role holds the rule already.
+
+    A ``ValueError`` says why for a single string (a sequence of namespaces is wanted), a name
+    that is no namespace name, or, with ``watch_namespace``, a namespace other than it."""
+    if isinstance(secret_namespaces, str):
+        raise ValueError(
+            f"secret_namespaces is a list of namespaces, not one string: [{secret_namespaces!r}]"
+        )
+    named = list(dict.fromkeys(secret_namespaces))
+    wrong = [n for n in named if len(n) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, n)]
+    if wrong:
+        raise ValueError(f"secret_namespaces: not namespace names: {wrong}")
+    if watch_namespace is None:
+        return named
+    beyond = [n for n in named if n != watch_namespace]
+    if beyond:
+        raise ValueError(
+            f"secret_namespaces {beyond}: the loop watches {watch_namespace!r} only "
+            f"(watch_namespace), and reads Secrets there already; it never reads one elsewhere"
+        )
+    return []
+
+
+def _namespaced_grant(
+    name: str, meta: dict[str, Any], rules: list[dict[str, Any]], subjects: list[dict[str, str]]
+) -> list[dict[str, Any]]:
+    """A Role ``name`` with ``rules`` and its RoleBinding to ``subjects``, in ``meta``'s
+    namespace."""
+    rbac = "rbac.authorization.k8s.io/v1"
+
+    def metadata() -> dict[str, Any]:  # one each: no YAML anchors when printed
+        return {**meta, "name": name, "labels": dict(meta.get("labels") or {})}
+
+    return [
+        {"apiVersion": rbac, "kind": "Role", "metadata": metadata(), "rules": rules},
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": metadata(),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subjects,
+        },
+    ]
+
+
 def resync_manifests(
     namespace: str,
     image: str,
     *,
     name: str = DEFAULT_NAME,
     watch_namespace: str | None = None,
+    secret_namespaces: Sequence[str] = (),
     replicas: int = 1,
     verify_interval: float = 30.0,
     metrics_port: int = DEFAULT_METRICS_PORT,
@@ -179,7 +242,14 @@ def resync_manifests(
     """Pure: the loop's manifests, in apply order.
 
     ``namespace`` is where the loop runs (its ServiceAccount, Lease and Deployment);
-    ``watch_namespace`` limits it to one namespace (a Role there instead of a ClusterRole);
+    ``watch_namespace`` limits it to one namespace (a Role there instead of a ClusterRole, with
+    ``get`` on its Secrets). Watching every namespace, the loop reads Secrets only in
+    ``secret_namespaces``: a Role ``{name}-secrets`` with ``get`` on ``secrets`` (and its
+    RoleBinding) in each, never a ClusterRole; name there every namespace of an InferenceService
+    whose CRs name an API-key Secret (keyed SGLang servers, ``api_key_secret_name``). None named
+    is no Secret at all: such a CR is reported ``ApiKeySecretUnavailable``, saying what to set.
+    With ``watch_namespace``, ``secret_namespaces`` may name that namespace only (a
+    ``ValueError`` otherwise: the loop acts there only).
     ``replicas`` above 1 gives standbys (one leader acts; failover takes at most the Lease
     duration, immediately on a clean shutdown). ``extra_args`` are appended to the command.
     ``admission_policies=True`` appends :func:`admission_policies` (named after ``name``, with
@@ -210,7 +280,11 @@ def resync_manifests(
         return data
 
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
-    rules = [dict(r) for r in WATCH_RULES] + ([dict(RELEASE_RULE)] if llmkube_coexistence else [])
+    readable = secret_reach(secret_namespaces, watch_namespace)
+    rules = [dict(r) for r in WATCH_RULES]
+    if watch_namespace is not None:
+        rules.append(dict(SECRET_RULE))
+    rules += [dict(RELEASE_RULE)] if llmkube_coexistence else []
     if watch_namespace is None:
         watch_role: dict[str, Any] = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -243,6 +317,11 @@ def resync_manifests(
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": subject,
         }
+    secret_grants = [
+        grant
+        for where in readable
+        for grant in _namespaced_grant(f"{name}-secrets", meta(where), [dict(SECRET_RULE)], subject)
+    ]
     lease_name_ = f"{name}-lease"
     lease_role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -363,6 +442,7 @@ def resync_manifests(
         service_account,
         watch_role,
         watch_binding,
+        *secret_grants,
         lease_role,
         lease_binding,
         deployment,

@@ -7,7 +7,7 @@ from ``kubectl create token``, so each test also proves the RBAC rules are enoug
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,32 +58,50 @@ def apply_manifests(testbed: Testbed, manifests: list[dict[str, Any]], path: Pat
     assert done.returncode == 0, done.stderr
 
 
-def make_identity(
-    testbed: Testbed,
-    directory: Path,
+def rendered(
+    namespace: str,
     *,
-    name: str = "pulumi-lora-resync",
+    name: str,
+    lease: str,
     watch_namespace: str | None = None,
-    lease: str = TEST_LEASE,
-) -> Identity:
-    """Render and apply the loop's manifests in a new namespace; return a kubeconfig for them.
-
-    The Deployment is applied with no replicas: the testbed would run its pods (real loops on
-    this Lease), and these tests start their loops themselves, with flags of their choosing.
-    """
-    namespace = testbed.create_namespace("resync-system")
+    secret_namespaces: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The loop's manifests as these tests apply them (with no replicas: the testbed would run
+    its pods, real loops on this Lease, and these tests start their loops themselves, with flags
+    of their choosing)."""
     manifests = resync_manifests(
         namespace,
         "pulumi-lora:test",
         name=name,
         watch_namespace=watch_namespace,
+        secret_namespaces=secret_namespaces,
         lease_name=lease,
         replicas=0,
     )
     # Not the LLMKube coexistence policy: the session testbed holds LLMKube off every CR already
     # (pulumi_lora.testing.fixtures), and a second copy of it by this name would collide with
     # the one tests/resync/test_deploy.py creates through pulumi-kubernetes.
-    kept = [m for m in manifests if not m["kind"].startswith("ValidatingAdmission")]
+    return [m for m in manifests if not m["kind"].startswith("ValidatingAdmission")]
+
+
+def make_identity(
+    testbed: Testbed,
+    directory: Path,
+    *,
+    name: str = "pulumi-lora-resync",
+    watch_namespace: str | None = None,
+    secret_namespaces: Sequence[str] = (),
+    lease: str = TEST_LEASE,
+) -> Identity:
+    """Render and apply the loop's manifests in a new namespace; return a kubeconfig for them."""
+    namespace = testbed.create_namespace("resync-system")
+    kept = rendered(
+        namespace,
+        name=name,
+        lease=lease,
+        watch_namespace=watch_namespace,
+        secret_namespaces=secret_namespaces,
+    )
     apply_manifests(testbed, kept, directory / f"{namespace}.yaml")
     token = testbed.kubectl("create", "token", name, "-n", namespace, "--duration", "2h")
     assert token.returncode == 0, token.stderr
@@ -92,6 +110,20 @@ def make_identity(
         directory / f"{namespace}.kubeconfig", token=token.stdout.strip(), user=user
     )
     return Identity(namespace, name, kubeconfig, lease)
+
+
+def name_secret_namespaces(
+    testbed: Testbed, identity: Identity, namespaces: Sequence[str], path: Path
+) -> list[dict[str, Any]]:
+    """Apply what naming ``namespaces`` in ``secret_namespaces`` adds to the manifests of
+    ``identity`` (a cluster-wide one), as re-applying them would; return those objects."""
+    kwargs: dict[str, Any] = {"name": identity.service_account, "lease": identity.lease}
+    before = rendered(identity.namespace, **kwargs)
+    after = rendered(identity.namespace, secret_namespaces=namespaces, **kwargs)
+    added = [m for m in after if m not in before]
+    assert [m for m in after if m in before] == before  # nothing else changes
+    apply_manifests(testbed, added, path)
+    return added
 
 
 @pytest.fixture(scope="session")
@@ -141,8 +173,15 @@ def loops(
 
 
 @pytest.fixture
-def cluster(testbed: Testbed, namespace: str) -> Iterator[Cluster]:
-    """The test's namespace, cleaned up (CRs deleted, pods stopped) at teardown."""
+def cluster(
+    testbed: Testbed, namespace: str, resync_identity: Identity, tmp_path: Path
+) -> Iterator[Cluster]:
+    """The test's namespace, cleaned up (CRs deleted, pods stopped) at teardown.
+
+    It is one of the session identity's ``secret_namespaces``, as a user names the namespaces
+    of keyed SGLang servers: the loops read the API-key Secrets their CRs name there.
+    """
+    name_secret_namespaces(testbed, resync_identity, [namespace], tmp_path / "secret-grants.yaml")
     helper = Cluster(testbed, namespace)
     yield helper
     helper.close()

@@ -22,7 +22,8 @@ import yaml
 from _resync_harness import Cluster, everywhere, wait_until
 from conftest import LoopFactory, apply_manifests
 
-from pulumi_lora._models import AdapterArgs, Transport, format_time
+from pulumi_lora._args import AdapterArgs
+from pulumi_lora._models import Transport, format_time
 from pulumi_lora.deploy import (
     ACCEPT_FOREIGN_ADAPTERS_LABEL,
     DEFAULT_NAME,

@@ -14,6 +14,7 @@ from pulumi_lora.deploy import (
     LEASE_RULES,
     RELEASE_RULE,
     RESOURCE_TYPE,
+    SECRET_RULE,
     WATCH_RULES,
     ResyncDeployment,
     resync_manifests,
@@ -75,7 +76,8 @@ def test_cluster_wide_manifests() -> None:
     assert {e["name"] for e in container["env"]} == {"POD_NAME", "POD_NAMESPACE"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     verbs = {verb for rule in WATCH_RULES for verb in rule["verbs"]}
-    assert verbs == {"list", "watch", "patch", "get", "create"}  # never delete, update or *
+    assert verbs == {"list", "watch", "patch", "create"}  # never delete, update or *
+    assert not any("secrets" in rule["resources"] for rule in kinds["ClusterRole"][0]["rules"])
 
 
 def test_namespaced_manifests_use_a_role_in_the_watched_namespace() -> None:
@@ -83,6 +85,7 @@ def test_namespaced_manifests_use_a_role_in_the_watched_namespace() -> None:
     kinds = by_kind(manifests)
     assert "ClusterRole" not in kinds and len(kinds["Role"]) == 2
     watch_role, lease_role = kinds["Role"]
+    assert SECRET_RULE in watch_role["rules"]  # the watched namespace's API-key Secrets
     assert watch_role["metadata"] == {
         **watch_role["metadata"],
         "name": "loop",

@@ -73,7 +73,8 @@ class PodInfo:
     url: str
     """Base URL of the pod's emulator, e.g. ``http://198.18.0.2:30000``."""
     ready: bool
-    """True while the readiness probe answers 200."""
+    """The pod's Ready: its readiness probe answers 200 and every readiness gate's condition is
+    True (the kubelet's rule)."""
     restart_count: int
     """``containerStatuses[sglang].restartCount``."""
     started_at: str
@@ -82,6 +83,8 @@ class PodInfo:
     """``loopback`` or ``netns``."""
     pid: int | None
     """Process id of the emulator, while one runs."""
+    containers_ready: bool = False
+    """``ContainersReady``: the readiness probe answers 200 (whatever the gates say)."""
 
 
 def _info(runtime: PodRuntime) -> PodInfo:
@@ -93,11 +96,12 @@ def _info(runtime: PodRuntime) -> PodInfo:
             ip=runtime.ip,
             port=runtime.port,
             url=runtime.url,
-            ready=runtime.ready,
+            ready=runtime.pod_ready,
             restart_count=runtime.restart_count,
             started_at=runtime.started_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
             network=runtime.network,
             pid=runtime.pid(),
+            containers_ready=runtime.ready,
         )
 
 
@@ -300,7 +304,7 @@ class InferenceServiceHandle:
         runtimes = self._runtimes()
         current = self.player.current_hash(self.namespace, self.name)
         return len(runtimes) == self.replicas and all(
-            r.ready and r.labels.get(HASH_LABEL) == current for r in runtimes
+            r.pod_ready and r.labels.get(HASH_LABEL) == current for r in runtimes
         )
 
     def wait_ready(self, timeout: float = 30.0) -> list[PodInfo]:
@@ -313,11 +317,11 @@ class InferenceServiceHandle:
             if time.monotonic() > deadline:
                 runtimes = self._runtimes()
                 details = "\n".join(
-                    f"- {r.name} ready={r.ready} pid={r.pid()} url={r.url}\n"
+                    f"- {r.name} ready={r.pod_ready} pid={r.pid()} url={r.url}\n"
                     + (tail(r.process.log_path, 15) if r.process else str(r.state))
                     for r in runtimes
                 )
-                ready = sum(r.ready for r in runtimes)
+                ready = sum(r.pod_ready for r in runtimes)
                 raise TimeoutError(
                     f"{self.namespace}/{self.name}: {ready}/{self.replicas}"
                     f" pods Ready after {timeout:.1f}s\n{details}"

@@ -39,6 +39,7 @@ from pulumi_lora.testing.testbed._netns import PodNetwork, allocate_pod_network
 from pulumi_lora.testing.testbed._podnet import LoopbackRoutes
 from pulumi_lora.testing.testbed._probes import PROBE_TIME_SCALE, Probe, Prober
 from pulumi_lora.testing.testbed._process import ManagedProcess, free_loopback_address
+from pulumi_lora.testing.testbed._readiness import gates_of, needs_reconcile, pod_ready
 from pulumi_lora.testing.testbed._rest import ApiRequestError, KubeRest
 from pulumi_lora.testing.testbed._workloads import (
     ANNOTATION_EMULATOR_ARGS,
@@ -140,6 +141,13 @@ class PodRuntime(Prober):
         self.state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
         self.last_state: dict[str, Any] = {}
         self.ready_since = self.created
+        #: The readiness gates (``spec.readinessGates``, fixed at creation), their conditions as
+        #: other writers last set them, and the pod's Ready computed from both
+        #: (``_readiness.pod_ready``), with when it last changed.
+        self.gates = gates_of(pod)
+        self.gate_conditions: tuple[dict[str, Any], ...] = ()
+        self.pod_ready_state = ("False", "", "")
+        self.pod_ready_since = self.created
         self.phase = "Pending"
         self.dirty = False
         self.gone = False
@@ -276,8 +284,46 @@ class PodRuntime(Prober):
 
     # --- status ---------------------------------------------------------------------------------
 
+    @property
+    def pod_ready(self) -> bool:
+        """The pod's Ready: its containers ready and every readiness gate's condition True."""
+        return self.pod_ready_state[0] == "True"
+
+    def observe(self, pod: dict[str, Any]) -> bool:
+        """Take the gates' conditions from the pod as the apiserver has it now (another writer
+        may have changed one); returns whether its Ready must be written again."""
+        with self.lock:
+            conditions = (pod.get("status") or {}).get("conditions") or ()
+            self.gate_conditions = tuple(c for c in conditions if c.get("type") in self.gates)
+            return needs_reconcile(pod, self.ready, self.container_name)
+
+    @property
+    def container_name(self) -> str:
+        """The (one) container's name."""
+        return str(self.container.get("name", CONTAINER_NAME))
+
+    def _ready_condition(self) -> dict[str, Any]:
+        """Ready, as the kubelet computes it (``_readiness.pod_ready``), since when it last
+        changed (caller holds lock)."""
+        state = pod_ready(self.ready, self.container_name, self.gates, self.gate_conditions)
+        if state[0] != self.pod_ready_state[0]:
+            self.pod_ready_since = _now()
+        self.pod_ready_state = state
+        status, reason, message = state
+        condition = {
+            "type": "Ready",
+            "status": status,
+            "lastTransitionTime": _rfc3339(self.pod_ready_since),
+            "reason": reason or None,  # null: a strategic merge patch removes the old one
+            "message": message or None,
+        }
+        return condition
+
     def status_body(self) -> dict[str, Any]:
-        """The kubelet's view of this pod as a ``pods/status`` merge patch (caller holds lock).
+        """The kubelet's view of this pod as a ``pods/status`` strategic merge patch (caller
+        holds lock): its own conditions merged by type, so the conditions of other writers (a
+        readiness gate's) stay, as the kubelet keeps them; ``containerStatuses`` (an atomic list)
+        replaced whole.
 
         No ``qosClass``: the apiserver sets it from the resources and refuses any change.
         """
@@ -294,7 +340,7 @@ class PodRuntime(Prober):
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": created},
                 {"type": "Initialized", "status": "True", "lastTransitionTime": created},
                 {"type": "ContainersReady", "status": ready, "lastTransitionTime": since},
-                {"type": "Ready", "status": ready, "lastTransitionTime": since},
+                self._ready_condition(),
             ],
             "containerStatuses": [
                 {
@@ -324,7 +370,9 @@ class PodRuntime(Prober):
                 return
             self.dirty = True
             try:
-                written = self.ctx.rest.merge_patch(f"{self.path}/status", self.status_body())
+                written = self.ctx.rest.strategic_merge_patch(
+                    f"{self.path}/status", self.status_body()
+                )
             except _API_ERRORS as exc:
                 _log.debug("status of pod %s not published yet: %s", self.name, exc)
                 return

@@ -203,6 +203,9 @@ class ClusterPlay:
                 self._stop(runtime)
         for uid, pod in bound.items():
             if uid in self.runtimes:
+                if self.runtimes[uid].observe(pod):  # a gate's condition changed: Ready again
+                    self.writes += 1
+                    self.runtimes[uid].publish()
                 continue
             if _terminating(pod):
                 # Deleted before its containers started: nothing to stop, so the kubelet

@@ -98,6 +98,17 @@ class KubeRest:
             "PATCH", path, body=body, content_type="application/merge-patch+json", allow=allow
         )
 
+    def strategic_merge_patch(self, path: str, body: Any, *, allow: tuple[int, ...] = ()) -> Any:
+        """Strategic-merge-patch the object at ``path`` (lists merged by their keys, as the
+        kubelet patches a pod's status: ``conditions`` by ``type``)."""
+        return self.request(
+            "PATCH",
+            path,
+            body=body,
+            content_type="application/strategic-merge-patch+json",
+            allow=allow,
+        )
+
     def apply(self, path: str, body: Any, field_manager: str) -> Any:
         """Server-side apply ``body`` at ``path`` as ``field_manager``, forcing conflicts."""
         return self.request(
