@@ -72,8 +72,10 @@ class SourceUnauthorized(StagingError):
 
     reason = "SourceUnauthorized"
     advice = (
-        "give the stager credentials through the Job's Secret environment (HF_TOKEN for hf://; "
-        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://), with read access to it"
+        "give the stager credentials with read access to it: a Secret named by "
+        "source_secret_name (HF_TOKEN for hf://; AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for "
+        "s3://), or for s3:// a ServiceAccount with a workload identity (IRSA, Pod Identity) named "
+        "by source_service_account"
     )
 
 

@@ -40,9 +40,8 @@ def test_a_pinned_commit_lands_verified_at_its_key_and_stages_once(
     first = stage(request, tmp_path, env=env, log=lambda e, **f: events.append((e, f)))
     assert first.fetched and first.key == content_key(request)
     assert first.path == str(tmp_path / first.key)
-    assert leftovers(tmp_path) == staged_names(
-        first.key
-    )  # no temporary directory, no hub bookkeeping
+    # No temporary directory, no hub bookkeeping: the directory and its in-use mark.
+    assert leftovers(tmp_path) == staged_names(first.key)
     assert sorted(os.listdir(first.path)) == sorted([*adapter.files, MANIFEST])
     assert {n: (tmp_path / first.key / n).read_bytes() for n in adapter.files} == adapter.files
     assert {n: f.sha256 for n, f in first.files.items()} == adapter.digests
@@ -109,9 +108,10 @@ def test_a_private_repo_needs_hf_token_and_the_token_stays_off_the_cdn(
         stage(request, tmp_path, env={"HF_ENDPOINT": hub.endpoint})
     assert str(refused.value) == (
         f"hf://acme/private@{commit}: adapter_config.json: HTTP 401: the repository is private, "
-        "or does not exist: give the stager credentials through the Job's Secret environment "
-        "(HF_TOKEN for hf://; AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://), with read "
-        "access to it"
+        "or does not exist: give the stager credentials with read access to it: a Secret named "
+        "by source_secret_name (HF_TOKEN for hf://; AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+        "for s3://), or for s3:// a ServiceAccount with a workload identity (IRSA, Pod Identity) "
+        "named by source_service_account"
     )
     assert leftovers(tmp_path) == []
 
