@@ -36,6 +36,9 @@ __all__ = [
 #: Label LLMKube puts on every pod of an InferenceService (and on its Deployment and, through the
 #: pod template, its ReplicaSets); the provider and the loop select pods by it.
 SERVICE_LABEL = "inference.llmkube.dev/service"
+#: pulumi-lora's readiness gate: the pod condition that turns True once the pod serves every
+#: adapter declared for its InferenceService (``_core._gate``; added by ``_kube._gate_policy``).
+GATE_CONDITION = "pulumi-lora.dev/adapters-loaded"
 #: The SGLang container and its port, as LLMKube's operator names them.
 SGLANG_CONTAINER = "sglang"
 HTTP_PORT_NAME = "http"
@@ -120,6 +123,11 @@ class PodEndpoint:
     started_at: str | None = None
     controller: ControllerRef | None = None
     service: str = ""  # its SERVICE_LABEL: the InferenceService it is labelled as ("" if none)
+    #: Whether the pod carries pulumi-lora's readiness gate (``GATE_CONDITION``): its ``ready``
+    #: is then ``ContainersReady`` (its Ready waits for its adapters, which are loaded first).
+    gated: bool = False
+    container_id: str = ""  # the sglang container's id (a restart makes a new one)
+    gate: Mapping[str, Any] | None = None  # the gate's condition as the pod has it, if any
 
     @property
     def key(self) -> tuple[str, str]:
@@ -162,8 +170,12 @@ def pod_from_object(obj: Mapping[str, Any]) -> PodEndpoint:
         DEFAULT_SGLANG_PORT,
     )
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    ready_cond = conditions.get("Ready") or {}
-    ready = ready_cond.get("status") == "True" and not meta.get("deletionTimestamp")
+    gates = {g.get("conditionType") for g in spec.get("readinessGates") or []}
+    gated = GATE_CONDITION in gates
+    # A gated pod is Ready only once its adapters are loaded: loads go to its ready containers.
+    kind = "ContainersReady" if gated else "Ready"
+    ready = (conditions.get(kind) or {}).get("status") == "True"
+    ready = ready and not meta.get("deletionTimestamp")
     container_status: Mapping[str, Any] = next(
         (c for c in status.get("containerStatuses") or [] if c.get("name") == SGLANG_CONTAINER), {}
     )
@@ -180,6 +192,9 @@ def pod_from_object(obj: Mapping[str, Any]) -> PodEndpoint:
         started_at=running.get("startedAt"),
         controller=controller_of(obj),
         service=str((meta.get("labels") or {}).get(SERVICE_LABEL) or ""),
+        gated=gated,
+        container_id=str(container_status.get("containerID") or ""),
+        gate=conditions.get(GATE_CONDITION),
     )
 
 

@@ -22,12 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pulumi_lora._core._llmkube import SERVICE_LABEL
+from pulumi_lora._core._llmkube import GATE_CONDITION, SERVICE_LABEL
 
 __all__ = ["GATE_CONDITION", "RUNTIME_LABEL", "readiness_gate_policy"]
 
-#: The pod condition the gate waits for; pulumi-lora writes it (``_core._gate``).
-GATE_CONDITION = "pulumi-lora.dev/adapters-loaded"
 #: LLMKube's label carrying an InferenceService's ``spec.runtime`` on its pods.
 RUNTIME_LABEL = "inference.llmkube.dev/runtime"
 API_VERSION = "admissionregistration.k8s.io/v1"
