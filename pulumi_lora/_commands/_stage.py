@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -263,6 +264,11 @@ _SETTINGS = {**COMMAND_SETTINGS, "show_default": True}
 )
 @click.option("--s3-endpoint", metavar="URL", help="A custom S3 endpoint (MinIO and the like).")
 @click.option(
+    "--s3-public",
+    is_flag=True,
+    help="The s3:// bucket is public: fetch without signing (else credentials are required).",
+)
+@click.option(
     "--allow-mutable",
     is_flag=True,
     help="Stage a branch, a tag or an unpinned URL without a digest for every file.",
@@ -273,6 +279,7 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
     digests: Sequence[str],
     files: Sequence[str],
     s3_endpoint: str | None,
+    s3_public: bool,
     allow_mutable: bool,
     root: Path,
     max_bytes: int,
@@ -292,6 +299,9 @@ def stage_command(  # noqa: PLR0917 - one parameter per option, as click passes 
             files=files,
             digests=pinned,
             s3_endpoint=s3_endpoint,
+            # the Hub mirror the fetch uses (HF_ENDPOINT) is part of the content key
+            hf_endpoint=os.environ.get("HF_ENDPOINT") if source.startswith("hf://") else None,
+            s3_public=s3_public,
             allow_mutable=allow_mutable,
         )
         transfer = TransferLimits(max_bytes=max_bytes, deadline=deadline)
@@ -347,7 +357,12 @@ def stage_serve_command(  # noqa: PLR0917 - one parameter per option, as click p
     served = {"stagings": 0}
 
     def run() -> dict[str, Any]:
-        from pulumi_lora._staging._claim import unstage, verify_keys  # noqa: PLC0415
+        from pulumi_lora._staging._claim import (  # noqa: PLC0415
+            STALE_MARGIN,
+            collect,
+            unstage,
+            verify_keys,
+        )
         from pulumi_lora._staging._fetch import stage  # noqa: PLC0415 - the extra's libraries
         from pulumi_lora._staging._serve import Work, serve  # noqa: PLC0415
 
@@ -356,11 +371,15 @@ def stage_serve_command(  # noqa: PLR0917 - one parameter per option, as click p
             transfer = TransferLimits(max_bytes=max_bytes, deadline=seconds)
             return stage(request, root, limits=limits, transfer=transfer, log=_emit).document()
 
+        stale = deadline + STALE_MARGIN  # a temporary directory past it is no live staging
         work = Work(
             stage=staged,
             verify=lambda keys: {"keys": verify_keys(root, keys)},
-            unstage=lambda keys: dict(unstage(root, keys)),
+            unstage=lambda keys: dict(unstage(root, keys, stale=stale)),
             deadline=deadline,
+            collect=lambda named, released, grace: dict(
+                collect(root, named, grace=grace, stale=stale, released=released)
+            ),
         )
         serve(
             work,

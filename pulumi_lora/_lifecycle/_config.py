@@ -13,6 +13,11 @@ from pulumi_lora._errors import (
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._settings import ClientTimeouts
 
+#: How long a staged directory no CR names stays after its last staging, reuse or release
+#: (``pulumi-lora:stagingGraceSeconds``): a replacement, or another stack staging the same
+#: content meanwhile, finds it there.
+STAGING_GRACE_SECONDS = 600.0
+
 
 @dataclass(frozen=True)
 class ProviderConfig:
@@ -27,6 +32,9 @@ class ProviderConfig:
     api_key: str | None = None
     timeouts: ClientTimeouts = field(default_factory=ClientTimeouts)
     image: str | None = None  # the project's image, for the stager's Job (``_stage.DEFAULT_IMAGE``)
+    staging_grace: float = STAGING_GRACE_SECONDS
+    """Seconds a staged directory no CR names stays on its claim after its last use
+    (``pulumi-lora:stagingGraceSeconds``; docs/staging.md, "Revisions and cleanup")."""
 
     @classmethod
     def from_config(cls, values: Mapping[str, str]) -> ProviderConfig:
@@ -43,11 +51,15 @@ class ProviderConfig:
         for key, attribute in TIMEOUT_KEYS.items():
             if (text := get(key)) is not None:
                 seconds[attribute] = _positive_seconds(f"pulumi-lora:{key}", text)
+        grace = values.get("pulumi-lora:stagingGraceSeconds")  # 0 is a value: removal at once
         return cls(
             KubeSource(get("kubeconfig"), get("context")),
             get("sglangApiKey"),
             ClientTimeouts(**seconds),
             get("image"),
+            STAGING_GRACE_SECONDS
+            if grace is None or grace == ""
+            else _seconds("pulumi-lora:stagingGraceSeconds", grace, zero=True),
         )
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
@@ -67,7 +79,8 @@ class ProviderConfig:
     def __repr__(self) -> str:
         return (
             f"ProviderConfig(kube={self.kube!r}, api_key={'set' if self.api_key else None}, "
-            f"timeouts={self.timeouts!r}, image={self.image!r})"
+            f"timeouts={self.timeouts!r}, image={self.image!r}, "
+            f"staging_grace={self.staging_grace!r})"
         )
 
 
@@ -77,17 +90,32 @@ TIMEOUT_KEYS = {
     "readTimeoutSeconds": "read",
     "loadTimeoutSeconds": "load",
     "unloadTimeoutSeconds": "unload",
+    "smokeTimeoutSeconds": "smoke",
 }
 #: Every stack config key the provider reads.
-CONFIG_KEYS = ("kubeconfig", "context", "sglangApiKey", "image", *TIMEOUT_KEYS)
+CONFIG_KEYS = (
+    "kubeconfig",
+    "context",
+    "sglangApiKey",
+    "image",
+    "stagingGraceSeconds",
+    *TIMEOUT_KEYS,
+)
 
 
 def _positive_seconds(key: str, text: str) -> float:
     """``text`` as a positive, finite number of seconds, else a ``ConfigurationError``."""
+    return _seconds(key, text)
+
+
+def _seconds(key: str, text: str, *, zero: bool = False) -> float:
+    """``text`` as a finite number of seconds, positive (or 0 with ``zero``), else a
+    ``ConfigurationError`` naming ``key``."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigurationError(f"{key} must be a positive number of seconds, got {text!r}")
+    if not (math.isfinite(value) and (value > 0 or (zero and value == 0))):
+        what = "0 or a positive" if zero else "a positive"
+        raise ConfigurationError(f"{key} must be {what} number of seconds, got {text!r}")
     return value

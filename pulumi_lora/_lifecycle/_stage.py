@@ -7,24 +7,25 @@ before any pod is touched.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._caches import SharedViews
 from pulumi_lora._core._llmkube import Target
-from pulumi_lora._errors import PulumiLoRAError
+from pulumi_lora._core._topology import servable
+from pulumi_lora._errors import Forbidden, PulumiLoRAError
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._looks import LOOK_MAX_AGE_SECONDS
 from pulumi_lora._lifecycle._pool import POOL
 from pulumi_lora._lifecycle._session import Session
 from pulumi_lora._lifecycle._stager import DEADLINE_SECONDS, STAGERS, Stager
-from pulumi_lora._models import AdapterArgs
+from pulumi_lora._staging._named import named_keys
 from pulumi_lora._staging._plan import (
     AdapterMount,
     FetchSettings,
     adapter_mount,
-    checked_document,
     server_flags,
     stage_result,
 )
@@ -112,6 +113,7 @@ def staged(args: AdapterArgs, config: ProviderConfig, *, say: Say = _to_stderr) 
     request, hf_endpoint = declared_request(args.to_dict())
     key = content_key(request)
     session, target, mount = _claim(args, config)
+    servable(target)  # nothing fetched for a server no load can fully reach (``PartialReach``)
     label = f"staging {args.adapter_name} ({key}) from {request.source.uri} onto {mount.claim}"
     settings = _settings(target, mount, config, args, hf_endpoint)
     try:
@@ -157,7 +159,7 @@ def verify_staged(
             document = _on_server(
                 session,
                 _settings(target, mount, config),
-                lambda server: checked_document(server.call("/verify", {"keys": [key]})),
+                lambda server: server.polled("/verify", {"keys": [key]}, say=say, label=label),
                 say=say,
                 label=label,
                 any_credentials=True,
@@ -177,39 +179,34 @@ def unstage_unused(
     *,
     say: Say = _to_stderr,
 ) -> bool:
-    """Remove the staged directory ``path`` (of ``args``' claim) once no LoRAAdapter CR of the
-    adapter's or the target's namespace and no pod of the target names it; returns whether it
-    was removed. Best effort: a directory left behind is reported, never an error (nothing
-    loaded depends on it)."""
+    """Release the staged directory ``path`` of ``args``' claim (this adapter's CR no longer
+    names it), then have the claim's stager collect: every staged directory of the claim no
+    CR names is removed once unused for ``pulumi-lora:stagingGraceSeconds`` (its last
+    staging, reuse or release), each under its key's lock (docs/staging.md, "Revisions and
+    cleanup"). So a replacement, or another stack staging the same content meanwhile, finds
+    ``path`` there, and a later command on the claim removes it. What names a key is decided
+    from the CRs alone: no pod, no Secret is read. Returns whether ``path`` was removed. Best
+    effort: a directory left behind is reported, never an error (nothing loaded depends on
+    it)."""
     key = path.rstrip("/").rpartition("/")[2]
     try:
         session, target, mount = _claim(args, config)
         if mount.staged_path(key) != path:
-            return False  # not a directory of this claim: not ours to remove
-        namespaces = {args.namespace, target.namespace}
-        named = [
-            f"LoRAAdapter {cr['metadata']['namespace']}/{cr['metadata']['name']}"
-            for namespace in sorted(namespaces)
-            for cr in k8s.list_adapters(session.kube, namespace)
-            if (cr.get("spec") or {}).get("path") == path
-        ]
-        pods = list(k8s.list_target_pods(session.kube, target).pods)
-        views, _ = session.views(pods, session.clients(pods, session.api_key(target)))
-        named += [
-            f"pod {v.name}" + (" (could not be read)" if v.adapters is None else "")
-            for v in views
-            if v.adapters is None or path in v.adapters.values()
-        ]
-        if named:
-            say(f"staged directory {path} kept: {', '.join(named)} still name it")
-            return False
+            return False  # not a directory of this claim: not ours to release
+        named = _named(session, args, target, mount, say)
+        body = {
+            "named": sorted(named),
+            "released": [key],
+            "grace_seconds": config.staging_grace,
+        }
+        label = f"collecting the staged directories of {mount.claim}"
         try:
-            _on_server(
+            document = _on_server(
                 session,
                 _settings(target, mount, config),
-                lambda server: checked_document(server.call("/unstage", {"keys": [key]})),
+                lambda server: server.polled("/collect", body, say=say, label=label),
                 say=say,
-                label=f"removing {path}",
+                label=label,
                 any_credentials=True,
             )
         finally:
@@ -217,5 +214,63 @@ def unstage_unused(
     except PulumiLoRAError as exc:
         say(f"staged directory {path} left on the claim: {exc}")
         return False
-    say(f"staged directory {path} removed: nothing names it any more")
-    return True
+    _report(document, path, key, named=named, mount=mount, grace=config.staging_grace, say=say)
+    return key in (document.get("removed") or ())
+
+
+def _named(
+    session: Session, args: AdapterArgs, target: Target, mount: AdapterMount, say: Say
+) -> dict[str, list[str]]:
+    """The keys of ``mount``'s claim some CR names (``named_keys``), from the CRs this
+    identity may list (the cluster's, else the adapter's and the target's namespaces') and
+    the InferenceServices of the claim's namespace they name."""
+    try:
+        crs = k8s.list_adapters(session.kube)
+    except Forbidden:  # a Role per namespace (``pulumi-lora rbac -n``): what it grants
+        namespaces = list(dict.fromkeys((args.namespace, target.namespace)))
+        say(
+            f"LoRAAdapters listed in {', '.join(namespaces)} only (no right to list them in "
+            f"every namespace): one elsewhere naming a directory of {mount.claim} is not seen"
+        )
+        crs = [cr for namespace in namespaces for cr in k8s.list_adapters(session.kube, namespace)]
+    workloads: dict[str, Target | None] = {target.name: target}
+    for cr in crs:
+        ref = (cr.get("spec") or {}).get("inferenceServiceRef") or {}
+        name = str(ref.get("name") or "")
+        in_claims_namespace = (
+            ref.get("namespace") or (cr.get("metadata") or {}).get("namespace")
+        ) == target.namespace
+        if in_claims_namespace and name and name not in workloads:
+            try:
+                workloads[name] = k8s.get_target(session.kube, target.namespace, name)
+            except PulumiLoRAError:  # gone or unreadable: its CRs name what their paths end with
+                workloads[name] = None
+    return named_keys(crs, workloads, target.namespace, mount)
+
+
+def _report(
+    document: Mapping[str, Any],
+    path: str,
+    key: str,
+    *,
+    named: Mapping[str, Sequence[str]],
+    mount: AdapterMount,
+    grace: float,
+    say: Say,
+) -> None:
+    """Say on the command's output what became of ``path`` and what else was removed."""
+    removed = [str(k) for k in document.get("removed") or ()]
+    if key in named:
+        say(f"staged directory {path} kept: {', '.join(named[key])} still names it")
+    elif key in removed:
+        say(f"staged directory {path} removed: nothing names it any more")
+    elif key in (document.get("busy") or ()):
+        say(f"staged directory {path} kept: a staging of the same content uses it now")
+    else:
+        say(
+            f"staged directory {path} released: a later command on {mount.claim} removes it "
+            f"once nothing names it for {grace:g}s (pulumi-lora:stagingGraceSeconds)"
+        )
+    others = [mount.staged_path(k) for k in removed if k != key]
+    if others:
+        say(f"staged directories nothing named for {grace:g}s removed: {', '.join(others)}")

@@ -11,7 +11,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import httpx2
@@ -33,11 +33,15 @@ DEADLINE_SECONDS = 3600
 START_SECONDS = 300.0
 """How long the server's pod may take to start (pull the image, mount the claim) before the
 staging fails naming what it waits for."""
-POLL = 0.1
-"""Seconds between two looks at a starting server."""
+POLL_FIRST, POLL_GROWTH, POLL_MAX = 0.1, 1.5, 2.0
+"""Seconds between two looks at a starting server: 0.1 s, then half as long again each time, up
+to 2 s (a pod that starts at once is seen at once; a slow image pull costs the apiserver one
+look every 2 s, not ten a second)."""
 WAIT = 10.0
-"""Seconds one ``/stage`` call waits on the server for the staging to end (then the progress
-line, and the next call)."""
+"""Seconds one call waits on the server for its staging (verification, removal) to end (then
+the progress line, and the next call)."""
+READ_TIMEOUT = 60.0
+"""Seconds a call's answer may take (the server answers within ``WAIT``)."""
 WAITING_FAILURES = frozenset(
     {
         "ErrImagePull",
@@ -61,18 +65,27 @@ class Stager:
     """One running server: its Job, its pod, the token, a client through the pod proxy."""
 
     def __init__(
-        self, kube: Client, access: ProxyAccess, namespace: str, name: str, token: str
+        self,
+        kube: Client,
+        access: ProxyAccess,
+        namespace: str,
+        name: str,
+        token: str,
+        *,
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
         self.kube, self.namespace, self.name = kube, namespace, name
         self.pod = ""
         self._token = token
         self._access = access
+        self.wait = min(WAIT, read_timeout / 3)
+        """Seconds the server may wait before answering: well within the read timeout."""
         verify: Any = access.ssl_context if access.ssl_context is not None else True
         transport: Any = RetryingTransport(httpx2.HTTPTransport(verify=verify), PROXY_POLICY)
         self._http = httpx2.Client(
             headers=dict(access.headers),
             auth=access.auth,
-            timeout=httpx2.Timeout(60.0, connect=10.0),
+            timeout=httpx2.Timeout(read_timeout, connect=10.0),
             transport=transport,
         )
         self.lost = threading.Event()
@@ -93,21 +106,27 @@ class Stager:
         return self._document(answer)
 
     def stage(self, request: StagingRequest, *, say: Say, label: str) -> dict[str, Any]:
-        """Stage ``request`` and wait for its result document (raises the stager's error):
-        each call waits on the server up to ``WAIT`` seconds for the staging to end, so the
-        end is seen at once, and progress is said between two calls."""
-        body = json.loads(request.to_json())
+        """Stage ``request`` and wait for its result document (raises the stager's error)."""
+        return self.polled("/stage", json.loads(request.to_json()), say=say, label=label)
+
+    def polled(self, path: str, body: Mapping[str, Any], *, say: Say, label: str) -> dict[str, Any]:
+        """POST ``body`` to ``path`` until its call ended; its document (raises the stager's
+        error). Each call waits on the server up to ``self.wait`` seconds for the end, so it
+        is seen at once, and a long call (a staging, a multi-GB verification, a removal
+        waiting for a key's lock) is never taken for a lost server; progress is said between
+        two calls. An older server (an image of 0.3.0) answers ``/verify`` and ``/unstage``
+        with the document itself."""
         started = time.monotonic()
-        path = f"/stage?wait={WAIT:g}"
+        asked = f"{path}?wait={self.wait:g}"
         while True:
-            answer = self.call(path, body)
-            if answer.get("state") == "done":
-                return checked_document(answer.get("document") or {})
+            answer = self.call(asked, body)
+            if "state" not in answer or answer.get("state") == "done":
+                return checked_document(answer.get("document", answer) or {})
             ticket = answer.get("ticket", "")
-            path = f"/stage?wait={WAIT:g}&ticket={ticket}"  # this staging's end, no later one's
+            asked = f"{path}?wait={self.wait:g}&ticket={ticket}"  # this call's end, no later one's
             now = time.monotonic()
             if now - started > DEADLINE_SECONDS + START_SECONDS:
-                raise StagingError(f"{label}: not staged within {DEADLINE_SECONDS}s")
+                raise StagingError(f"{label}: not done within {DEADLINE_SECONDS}s")
             say(f"{label}: running for {now - started:.0f}s")
 
     def start(self, manifest: Mapping[str, Any], *, say: Say, label: str) -> None:
@@ -156,9 +175,11 @@ class Stager:
             f"{answer.text[:300]}"
         )
 
-    def _wait_serving(self) -> None:
-        """Until the server's pod answers ``/healthz``; fails naming why it cannot start."""
+    def _wait_serving(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Until the server's pod answers ``/healthz``; fails naming why it cannot start.
+        Looks again after ``poll_delays``: often at first, then every 2 s."""
         started = time.monotonic()
+        delays = poll_delays()
         while True:
             pods = _jobs.job_pods(self.kube, self.namespace, self.name)
             pod = pods[-1] if pods else None
@@ -186,7 +207,7 @@ class Stager:
                     f"stager Job {self.namespace}/{self.name} did not serve within "
                     f"{START_SECONDS:.0f}s"
                 )
-            time.sleep(POLL)
+            sleep(next(delays))
 
     def _healthy(self) -> bool:
         try:
@@ -217,6 +238,15 @@ class Stager:
                 self.lost.set()
                 return
             self.lost.wait(0.5)
+
+
+def poll_delays() -> Iterator[float]:
+    """Pure: the waits between two looks at a starting server (``POLL_FIRST`` growing by
+    ``POLL_GROWTH`` up to ``POLL_MAX``), endless."""
+    delay = POLL_FIRST
+    while True:
+        yield delay
+        delay = min(delay * POLL_GROWTH, POLL_MAX)
 
 
 def _failed(job: Mapping[str, Any]) -> str:

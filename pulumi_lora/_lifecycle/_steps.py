@@ -84,7 +84,8 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
             raise ClusterError(refusal)
     adopted = existing is not None
     session.check_collisions(target, own_uid=(existing or {}).get("metadata", {}).get("uid"))
-    ensure_reachable(args.transport, session.api_key(target))
+    if not args.transport.carries_key:  # a key only matters where it cannot go (delegated:
+        ensure_reachable(args.transport, session.api_key(target))  # the loop reads it)
     cr = session.apply_cr()
     loads: tuple[Sequence[PodEndpoint], Sequence[PodOutcome]] | None = None
     try:

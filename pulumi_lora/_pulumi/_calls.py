@@ -27,14 +27,9 @@ from pulumi.dynamic import (
 from pulumi.dynamic.config import Config
 
 from pulumi_lora import _lifecycle as lifecycle
+from pulumi_lora._args import PATH_OR_SOURCE, AdapterArgs, as_text_kubeconfig
 from pulumi_lora._errors import PulumiLoRAError
-from pulumi_lora._models import (
-    PATH_OR_SOURCE,
-    PROXY_STRIPS_KEY,
-    AdapterArgs,
-    Transport,
-    as_text_kubeconfig,
-)
+from pulumi_lora._models import PROXY_STRIPS_KEY, Transport
 from pulumi_lora._pulumi._drift import (
     changed,
     drift_words,

@@ -10,8 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pulumi_lora._args import AdapterArgs
 from pulumi_lora._lifecycle import TIMEOUT_KEYS
-from pulumi_lora._models import AdapterArgs, Policy, Transport
+from pulumi_lora._lifecycle._config import STAGING_GRACE_SECONDS
+from pulumi_lora._models import Policy, Transport
 from pulumi_lora._settings import ClientTimeouts
 
 PACKAGE = "pulumi-lora"
@@ -79,6 +81,14 @@ CONFIG: dict[str, dict[str, Any]] = {
         "description": "The project's image (where you pushed what `tools/image.py` builds), "
         "which staging Jobs run (default: `localhost/pulumi-lora:VERSION`, the local build).",
     },
+    "stagingGraceSeconds": {
+        "type": "number",
+        "default": STAGING_GRACE_SECONDS,
+        "description": "Seconds a staged directory no LoRAAdapter names any more stays on its "
+        "claim after its last staging, reuse or release; a later command on the claim removes "
+        "it (a replacement, or another stack staging the same content meanwhile, finds it "
+        "there). 0 removes it at once.",
+    },
     "sglangApiKey": {
         "type": "string",
         "secret": True,
@@ -91,6 +101,7 @@ _TIMEOUT_DOCS = {
     "read": "for an SGLang answer other than a load or an unload",
     "load": "for `POST /load_lora_adapter` to answer",
     "unload": "for `POST /unload_lora_adapter` to answer",
+    "smoke": "for the smoke generation after a load (`POST /generate`, one token) to answer",
 }
 for _key, _field in TIMEOUT_KEYS.items():
     CONFIG[_key] = {

@@ -1,6 +1,8 @@
 """Stages one request: fetch into a temporary directory beside the final one, verify, rename.
 
-``<root>/<key>`` is either absent or complete and verified. `stage` raises only staging errors.
+``<root>/<key>`` is either absent or complete and verified. Every staging holds the key's lock
+on the claim (``_claim.key_lock``) from its reuse check to its rename, and marks the key used.
+`stage` raises only staging errors.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pulumi_lora._staging._claim import key_lock, mark_used
 from pulumi_lora._staging._clients import fetch_files
 from pulumi_lora._staging._errors import (
     AdapterConfigInvalid,
@@ -109,14 +112,16 @@ def stage(
     try:
         _make_root(root)
         log("stage", key=key, source=request.source.uri, files=len(request.files) or None)
-        reused = _reuse(final, request, limits, log)
-        if reused is None:
-            facts, config = _fetch(
-                request, root, final, env=env, limits=limits, progress=progress, log=log
-            )
-            log("staged", key=key, path=str(final), bytes=progress.total_bytes)
-        else:
-            facts, config = reused
+        with key_lock(root, key):  # no other staging, reuse or removal of the key meanwhile
+            reused = _reuse(final, request, limits, log)
+            if reused is None:
+                facts, config = _fetch(
+                    request, root, final, env=env, limits=limits, progress=progress, log=log
+                )
+                log("staged", key=key, path=str(final), bytes=progress.total_bytes)
+            else:
+                facts, config = reused
+            mark_used(root, key)
     except StagingError:
         raise
     except Exception as exc:
@@ -177,10 +182,9 @@ def _fetch(
         manifest = manifest_text(final.name, request.source.uri, facts)
         _write_flushed(temporary / MANIFEST, manifest.encode())
         _seal(temporary)
-        _install(temporary, final, request, limits, log)
+        return _install(temporary, final, request, limits, log) or (facts, config)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
-    return facts, config
 
 
 def _translated(exc: Exception, file: str | None, root: Path) -> StagingError:
@@ -238,27 +242,49 @@ def _install(
     request: StagingRequest,
     limits: ServerLimits | None,
     log: Log,
-) -> None:
-    """Rename ``temporary`` to ``final``; a directory there (one that failed verification) is
-    set aside first and removed after. A concurrent stager's complete directory is kept."""
+) -> tuple[dict[str, FileFacts], AdapterConfig] | None:
+    """Rename ``temporary`` to ``final``. A directory already there is verified again and
+    kept when it verifies (a stager that ignored the lock renamed the same content first: its
+    facts are returned); only one that does not (the one this staging replaces) is set aside
+    and removed after the rename."""
     aside: Path | None = None
-    if final.exists():
-        aside = final.with_name(f".{final.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+    if final.exists() or final.is_symlink():
+        kept = _verified_there(final, request, limits)
+        if kept is not None:
+            log("staged_concurrently", key=final.name)
+            return kept
+        aside = final.with_name(f".{final.name}.removing-{os.getpid()}-{time.monotonic_ns()}")
         os.rename(final, aside)
     try:
         os.rename(temporary, final)
     except OSError as exc:
         if exc.errno not in {errno.EEXIST, errno.ENOTEMPTY}:
             raise
-        # Another stager renamed the same content into place first: keep it if it verifies.
-        verify_staged(
+        # Another stager renamed the same content into place meanwhile: keep it if it verifies.
+        there = verify_staged(
             final, key=final.name, files=request.files, digests=request.digests, limits=limits
         )
         log("staged_concurrently", key=final.name)
+        return there
     finally:
         if aside is not None:
             shutil.rmtree(aside, ignore_errors=True)
     _fsync_directory(final.parent)
+    return None
+
+
+def _verified_there(
+    final: Path, request: StagingRequest, limits: ServerLimits | None
+) -> tuple[dict[str, FileFacts], AdapterConfig] | None:
+    """What is at ``final`` if it verifies against its manifest and ``request``, else None."""
+    if final.is_symlink() or not final.is_dir():
+        return None
+    try:
+        return verify_staged(
+            final, key=final.name, files=request.files, digests=request.digests, limits=limits
+        )
+    except (DigestMismatch, AdapterConfigInvalid):
+        return None
 
 
 def _volume_error(exc: OSError, file: str | None, root: Path) -> StagingError:

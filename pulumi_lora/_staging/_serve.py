@@ -35,7 +35,8 @@ TOKEN_HEADER = "X-Pulumi-LoRA-Token"  # noqa: S105 - a header name
 BODY_LIMIT = 1 << 20
 """Bytes a request body may have (a staging request is a few hundred)."""
 MAX_WAIT = 30.0
-"""Seconds a ``/stage`` call may wait for its staging to end before answering ``running``."""
+"""Seconds a call may wait for its staging (verification, removal) to end before answering
+``running``."""
 KEEPALIVE_SECONDS = 10.0
 """A held connection gets a byte this often, so no proxy in between closes it as idle."""
 
@@ -43,6 +44,8 @@ Stage = Callable[[StagingRequest, float], dict[str, Any]]
 """Stages one request within a deadline (seconds) and returns the stager's result document."""
 ClaimCall = Callable[[Sequence[str]], dict[str, Any]]
 """Verifies or removes staged directories by content key."""
+CollectCall = Callable[[Sequence[str], Sequence[str], float], dict[str, Any]]
+"""Collects the claim: ``(named, released, grace_seconds)`` (``_claim.collect``)."""
 
 
 def token_digest(token: str) -> str:
@@ -53,6 +56,7 @@ def token_digest(token: str) -> str:
 @dataclass
 class _Task:
     started: float
+    kind: str = "/stage"
     ticket: str = field(default_factory=lambda: secrets.token_hex(8))
     document: dict[str, Any] | None = None
     ended: float | None = None
@@ -68,10 +72,12 @@ class Work:
     verify: ClaimCall
     unstage: ClaimCall
     deadline: float
+    collect: CollectCall | None = None
     workers: int = 4
     keep: float = 60.0
     clock: Callable[[], float] = time.monotonic
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _collecting: threading.Lock = field(default_factory=threading.Lock)
     _key_locks: dict[str, threading.Lock] = field(default_factory=dict)
     _tasks: dict[str, _Task] = field(default_factory=dict)
     _tickets: dict[str, _Task] = field(default_factory=dict)
@@ -98,25 +104,18 @@ class Work:
             now = self.clock()
             self._last = now
             self._expire(now)
-            task = self._tickets.get(ticket or "") or self._tasks.get(key)
+            task = self._ticket(ticket, "/stage") or self._tasks.get(key)
             if task is None:
                 task = self._tasks[key] = _Task(started=now)
                 self._tickets[task.ticket] = task
                 self._active += 1
                 assert self._pool is not None
                 self._pool.submit(self._run, key, request, task)
-        if wait > 0:
-            with self._counted(holds=0):  # a caller waiting is not a quiet server
-                task.ended_event.wait(wait)
-        with self._lock:
-            state = {"key": key, "ticket": task.ticket}
-            if task.document is None:
-                seconds = round(self.clock() - task.started, 1)
-                return {"state": "running", **state, "seconds": seconds}
-            return {"state": "done", **state, "document": task.document}
+        return {"key": key, **self._state(task, wait)}
 
     def claim(self, call: ClaimCall, keys: Sequence[str]) -> dict[str, Any]:
-        """``call`` (verify or unstage) on ``keys``, none of them staging meanwhile."""
+        """``call`` (verify or unstage) on ``keys``, none of them staging meanwhile in this
+        server (the keys' locks on the claim hold across servers)."""
         with self._counted(holds=0):
             locks = [self._key_lock(key) for key in sorted(set(keys))]
             for lock in locks:
@@ -126,6 +125,41 @@ class Work:
             finally:
                 for lock in locks:
                     lock.release()
+
+    def polled(
+        self, kind: str, run: Callable[[], dict[str, Any]], ticket: str | None, wait: float
+    ) -> dict[str, Any]:
+        """A verification, removal or collection as a staging is: the state of the call
+        ``ticket`` names (one of ``kind`` this server gave), else of ``run()`` started now,
+        once it ended or ``wait`` seconds passed (``{"state": "running", "ticket", "seconds"}``
+        or ``{"state": "done", "ticket", "document"}``). A slow call is never taken for a lost
+        server: each answer comes within ``wait``."""
+        with self._lock:
+            now = self.clock()
+            self._last = now
+            self._expire(now)
+            task = self._ticket(ticket, kind)
+            if task is None:
+                task = _Task(started=now, kind=kind)
+                self._tickets[task.ticket] = task
+                self._active += 1
+                threading.Thread(
+                    target=self._run_call, args=(run, task), name=kind, daemon=True
+                ).start()
+        return self._state(task, wait)
+
+    def collected(
+        self, named: Sequence[str], released: Sequence[str], grace: float
+    ) -> dict[str, Any]:
+        """The claim collected (``collect``): what no CR names, unused for ``grace`` seconds.
+        It takes the keys' locks on the claim itself, never waiting for one (a key busy
+        staging is in use); one collection at a time, so the concurrent deletes of a command
+        never find each other's key busy."""
+        collect = self.collect
+        if collect is None:
+            raise ValueError("this server does not collect")
+        with self._counted(holds=0), self._collecting:
+            return _reported(lambda: collect(named, released, grace))
 
     @contextmanager
     def hold(self) -> Iterator[None]:
@@ -144,6 +178,30 @@ class Work:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _ticket(self, ticket: str | None, kind: str) -> _Task | None:
+        """The task ``ticket`` names if it is one of ``kind`` (lock held)."""
+        task = self._tickets.get(ticket or "")
+        return task if task is not None and task.kind == kind else None
+
+    def _state(self, task: _Task, wait: float) -> dict[str, Any]:
+        """``task``'s state once it ended or ``wait`` seconds passed."""
+        if wait > 0:
+            with self._counted(holds=0):  # a caller waiting is not a quiet server
+                task.ended_event.wait(wait)
+        with self._lock:
+            if task.document is None:
+                seconds = round(self.clock() - task.started, 1)
+                return {"state": "running", "ticket": task.ticket, "seconds": seconds}
+            return {"state": "done", "ticket": task.ticket, "document": task.document}
+
+    def _run_call(self, run: Callable[[], dict[str, Any]], task: _Task) -> None:
+        document = _reported(run)
+        with self._lock:
+            task.document, task.ended = document, self.clock()
+            self._active -= 1
+            self._last = task.ended
+        task.ended_event.set()
 
     def _run(self, key: str, request: StagingRequest, task: _Task) -> None:
         with self._key_lock(key):
@@ -195,10 +253,39 @@ def _reported(make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"error": str(error), "reason": error.reason, "file": error.file}
 
 
+_CALLS = frozenset({"/verify", "/unstage", "/collect"})
+
+
+def _call(work: Work, path: str, body: Mapping[str, Any]) -> Callable[[], dict[str, Any]]:
+    """The call a body asks ``path`` for (raises ``ValueError`` for a malformed one):
+    ``{"keys": [...]}`` to verify or unstage, ``{"named": [...], "released": [...],
+    "grace_seconds": G}`` to collect."""
+    if path != "/collect":
+        keys = [str(k) for k in body.get("keys") or ()]
+        call = work.verify if path == "/verify" else work.unstage
+        return lambda: work.claim(call, keys)
+    if work.collect is None:
+        raise ValueError("this server does not collect")
+    named = [str(k) for k in _listed(body, "named")]
+    released = [str(k) for k in _listed(body, "released")]
+    grace = body.get("grace_seconds")
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+        raise ValueError("grace_seconds must be a number of seconds, 0 or more")
+    return lambda: work.collected(named, released, float(grace))
+
+
+def _listed(body: Mapping[str, Any], name: str) -> list[Any]:
+    value = body.get(name, [])
+    if not isinstance(value, list):
+        raise TypeError(f"{name} must be a list of content keys")
+    return value
+
+
 class StagerServer(ThreadingHTTPServer):
     """The HTTP face of :class:`Work`: ``GET /healthz``; with the token, ``GET /hold``,
     ``POST /stage`` (a staging request's JSON), ``POST /verify`` and ``POST /unstage``
-    (``{"keys": [...]}``)."""
+    (``{"keys": [...]}``), ``POST /collect`` (``{"named", "released", "grace_seconds"}``);
+    every POST long-polled with ``?wait=SECONDS[&ticket=T]``."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -235,16 +322,18 @@ class _Handler(BaseHTTPRequestHandler):
             return
         work = self.server.work
         path, _, query = self.path.partition("?")
+        asked = parse_qs(query)
         try:
+            ticket = asked.get("ticket", [None])[0]
+            wait = min(max(float(asked.get("wait", ["0"])[0]), 0.0), MAX_WAIT)
             if path == "/stage":
-                asked = parse_qs(query)
-                ticket = asked.get("ticket", [None])[0]
-                wait = min(max(float(asked.get("wait", ["0"])[0]), 0.0), MAX_WAIT)
                 answer = work.submit(StagingRequest.from_json(json.dumps(body)), ticket, wait)
-            elif path in {"/verify", "/unstage"}:
-                keys = [str(k) for k in body.get("keys") or ()]
-                call = work.verify if path == "/verify" else work.unstage
-                answer = work.claim(call, keys)
+            elif path in _CALLS:
+                run = _call(work, path, body)
+                # Long-polled when asked (``wait``, ``ticket``); a bare call (a provider of
+                # 0.3.0) is answered with the document once the call ended.
+                polled = "wait" in asked or "ticket" in asked
+                answer = work.polled(path, run, ticket, wait) if polled else run()
             else:
                 self._answer(HTTPStatus.NOT_FOUND, {"error": f"no such path: {self.path}"})
                 return

@@ -108,7 +108,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly kubeContext: pulumi.Output<string | undefined>;
     /**
-     * A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+     * A kubeconfig's content (YAML or JSON text, or the object itself, as pulumi-eks' `cluster.kubeconfig` is) or path for this resource, as pulumi-kubernetes' provider takes it; always secret in the state, whether or not the program marked it, and never quoted in a message. Before `kubeconfigPath` and the provider's config.
      */
     declare public readonly kubeconfig: pulumi.Output<string | undefined>;
     /**
@@ -159,6 +159,10 @@ export class LoRAAdapter extends pulumi.CustomResource {
      * The CR's name; defaults to the adapter name made DNS-1123 safe.
      */
     declare public readonly resourceName: pulumi.Output<string | undefined>;
+    /**
+     * After every load (create, swap, the re-sync loop's heal), one greedy token through the adapter (SGLang's `/generate`); unless it answers a finite logprob the load fails in SGLang's words and the adapter is unloaded from that pod (default true).
+     */
+    declare public readonly smokeTest: pulumi.Output<boolean | undefined>;
     /**
      * Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
      */
@@ -222,6 +226,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["readinessPolicy"] = (args?.readinessPolicy) ?? "AllReadyPods";
             resourceInputs["readyTimeoutSeconds"] = (args?.readyTimeoutSeconds) ?? 300;
             resourceInputs["resourceName"] = args?.resourceName;
+            resourceInputs["smokeTest"] = (args?.smokeTest) ?? true;
             resourceInputs["source"] = args?.source;
             resourceInputs["sourceEndpoint"] = args?.sourceEndpoint;
             resourceInputs["sourcePublic"] = (args?.sourcePublic) ?? false;
@@ -269,6 +274,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["ready"] = undefined /*out*/;
             resourceInputs["readyTimeoutSeconds"] = undefined /*out*/;
             resourceInputs["resourceName"] = undefined /*out*/;
+            resourceInputs["smokeTest"] = undefined /*out*/;
             resourceInputs["source"] = undefined /*out*/;
             resourceInputs["sourceEndpoint"] = undefined /*out*/;
             resourceInputs["sourcePublic"] = undefined /*out*/;
@@ -325,7 +331,7 @@ export interface LoRAAdapterArgs {
      */
     kubeContext?: pulumi.Input<string | undefined>;
     /**
-     * A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+     * A kubeconfig's content (YAML or JSON text, or the object itself, as pulumi-eks' `cluster.kubeconfig` is) or path for this resource, as pulumi-kubernetes' provider takes it; always secret in the state, whether or not the program marked it, and never quoted in a message. Before `kubeconfigPath` and the provider's config.
      */
     kubeconfig?: pulumi.Input<string | undefined>;
     /**
@@ -356,6 +362,10 @@ export interface LoRAAdapterArgs {
      * The CR's name; defaults to the adapter name made DNS-1123 safe.
      */
     resourceName?: pulumi.Input<string | undefined>;
+    /**
+     * After every load (create, swap, the re-sync loop's heal), one greedy token through the adapter (SGLang's `/generate`); unless it answers a finite logprob the load fails in SGLang's words and the adapter is unloaded from that pod (default true).
+     */
+    smokeTest?: pulumi.Input<boolean | undefined>;
     /**
      * Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
      */

@@ -41,6 +41,7 @@ export class Provider extends pulumi.ProviderResource {
             resourceInputs["loadTimeoutSeconds"] = pulumi.output((args?.loadTimeoutSeconds) ?? 300).apply(JSON.stringify);
             resourceInputs["readTimeoutSeconds"] = pulumi.output((args?.readTimeoutSeconds) ?? 10).apply(JSON.stringify);
             resourceInputs["sglangApiKey"] = args?.sglangApiKey ? pulumi.secret(args.sglangApiKey) : undefined;
+            resourceInputs["smokeTimeoutSeconds"] = pulumi.output((args?.smokeTimeoutSeconds) ?? 60).apply(JSON.stringify);
             resourceInputs["stagingGraceSeconds"] = pulumi.output((args?.stagingGraceSeconds) ?? 600).apply(JSON.stringify);
             resourceInputs["unloadTimeoutSeconds"] = pulumi.output((args?.unloadTimeoutSeconds) ?? 120).apply(JSON.stringify);
         }
@@ -81,6 +82,10 @@ export interface ProviderArgs {
      * SGLang's API key (`--api-key`), sent to every pod as a bearer token when an adapter names no `apiKeySecretName`. Set it with `pulumi config set --secret`.
      */
     sglangApiKey?: pulumi.Input<string | undefined>;
+    /**
+     * Seconds to wait for the smoke generation after a load (`POST /generate`, one token) to answer.
+     */
+    smokeTimeoutSeconds?: pulumi.Input<number | undefined>;
     /**
      * Seconds a staged directory no LoRAAdapter names any more stays on its claim after its last staging, reuse or release; a later command on the claim removes it (a replacement, or another stack staging the same content meanwhile, finds it there). 0 removes it at once.
      */

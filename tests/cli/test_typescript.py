@@ -32,7 +32,8 @@ def test_typescript_example_up_stages_from_a_source_and_destroys(
 ) -> None:
     """examples/typescript by ``path``, then with the config ``source`` set: the adapter is
     staged from a played Hub onto the claim and every pod swaps to the staged output ``path``;
-    refresh is clean both times; destroy leaves no CR, no Job and no staged directory."""
+    refresh is clean both times; destroy leaves no CR and no Job, and releases the staged
+    directory (a later command on the claim removes it after the grace period)."""
     require_program("pulumi-language-nodejs")
     require_program("npm")
     path = "/adapters/sql-lora"
@@ -92,4 +93,9 @@ def test_typescript_example_up_stages_from_a_source_and_destroys(
         runner.pulumi("destroy", "--yes", "--skip-preview")
     assert_nothing_left(testbed, [handle])
     assert testbed.jobs_left(namespace) == []  # the stager went with the command
-    assert sorted(p.name for p in claim.iterdir() if not p.name.startswith(".")) == ["sql-lora"]
+    # the staged directory released (its in-use mark refreshed), removed by a later command on
+    # the claim once unused for the grace period (600 s by default)
+    assert sorted(p.name for p in claim.iterdir() if not p.name.startswith(".")) == sorted(
+        ["sql-lora", key]
+    )
+    assert (claim / f".{key}.used").is_file()

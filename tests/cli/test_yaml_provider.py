@@ -165,7 +165,12 @@ def test_the_staged_yaml_example_stages_loads_refreshes_clean_and_destroys(
     finally:
         moto.stop()
     assert_nothing_left(testbed, [handle])
-    assert list(testbed.claim_directory(namespace, "adapters").iterdir()) == []
+    # By default a destroy releases the staged directories (each key's in-use mark refreshed);
+    # a later command on the claim removes them once unused for the grace period (600 s).
+    root = testbed.claim_directory(namespace, "adapters")
+    staged = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+    assert staged == sorted(Path(v).name for v in (outputs["path"], outputs["chatPath"]))
+    assert all((root / f".{key}.used").is_file() for key in staged)
     assert testbed.jobs_left(namespace) == []  # the stager went with the command
 
 

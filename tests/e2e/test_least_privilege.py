@@ -89,7 +89,8 @@ def test_the_staging_role_is_enough_to_stage_load_and_clean_up(
     write_adapter(tmp_path / "weights", seed="least-staged")
     files = {p.name: p.read_bytes() for p in (tmp_path / "weights").iterdir()}
     kubeconfig = bound_identity(testbed, namespace, tmp_path, staging=True)
-    provider = provider_for(ProviderConfig(kube=KubeSource(str(kubeconfig))))
+    # no grace period: the delete's collection removes the directory, as that role
+    provider = provider_for(ProviderConfig(kube=KubeSource(str(kubeconfig)), staging_grace=0))
     with PlayedHub() as hub:
         commit = hub.publish("acme/least", files, lfs=frozenset({"adapter_model.safetensors"}))
         testbed.expose_to_pods(hub.port)

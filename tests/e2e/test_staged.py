@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -138,6 +139,11 @@ def stager_jobs(testbed: Testbed, namespace: str) -> list[str]:
     ]
 
 
+def visible(root: Path) -> list[str]:
+    """The staged directories on a claim (not their keys' in-use marks)."""
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+
+
 def staged_props(namespace: str, hub: PlayedHub, **extra: Any) -> dict[str, Any]:
     props = adapter_props(namespace, "", **extra)
     del props["path"]
@@ -221,13 +227,18 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
     claimed: InferenceServiceHandle,
     hub: PlayedHub,
     s3: S3Adapter,
+    files: dict[str, bytes],
+    config: ProviderConfig,
     tmp_path: Path,
 ) -> None:
     """The issue's path through Pulumi: three staged adapters (a Hub repository at a commit, a
     private one with its token in a Secret, an S3 prefix with its keys in a Secret; the provider
     reads neither), a clean refresh, no credential in the state (``stack export --show-secrets``),
-    a wrong digest failing the up naming the file with nothing loaded, a new commit swapped on
-    every pod and the old directory gone, a destroy that leaves no CR, no Job, no directory."""
+    a replacement (a new ``adapter_name``) that reuses the staged directory (issue 53: its
+    delete ran first and removed it), a wrong digest failing the up naming the file with
+    nothing loaded, a new commit swapped on every pod and the old directory released (kept for
+    the grace period), a destroy that leaves no CR and no Job and releases every directory, and
+    a later command on the claim that removes them once the grace period passed."""
     made = testbed.kubectl(
         "create",
         "secret",
@@ -266,6 +277,22 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
     assert TOKEN not in state and "hub-token" in state and "s3-keys" in state
     assert all(value not in state for value in s3.server.env.values() if value != "us-east-1")
 
+    # A replacement (delete first, then create) finds the directory there: nothing fetched.
+    def downloads() -> int:
+        return len([r for r in hub.requests if "/resolve/" in r.path or "/cdn/" in r.path])
+
+    before, printed = downloads(), []
+    declared["sql"]["adapter_name"] = "sql-renamed"
+    renamed = stack.up(on_output=printed.append)
+    assert renamed.summary.resource_changes is not None
+    assert renamed.summary.resource_changes.get("replace") == 1, renamed.summary.resource_changes
+    assert renamed.outputs["sql_path"].value == sql_path
+    assert downloads() == before  # the Hub saw no second download
+    shown = "".join(printed)
+    assert f"staging sql-renamed ({Path(sql_path).name})" in shown, shown
+    assert ": already staged, " in shown and f"staged directory {sql_path} released" in shown
+    assert all(pod.get("sql-renamed") == sql_path for pod in served(claimed).values())
+
     # A wrong digest fails the up naming the file; nothing of it is loaded anywhere.
     wrong = {"adapter_config.json": "0" * 64}
     declared["wrong"] = {
@@ -289,17 +316,33 @@ def test_a_stack_stages_refreshes_clean_swaps_a_new_commit_and_destroys(
     new_path = swapped.outputs["sql_path"].value
     assert new_path != sql_path
     assert swapped.summary.resource_changes == {"update": 1, "same": 3}
-    assert all(pod["sql-lora"] == new_path for pod in served(claimed).values())
+    assert all(pod["sql-renamed"] == new_path for pod in served(claimed).values())
     root = testbed.claim_directory(namespace, "adapters")
-    staged = sorted(p.name for p in root.iterdir())
+    staged = visible(root)
     kept = {Path(private_path).name, Path(new_path).name, Path(bucket_path).name}
-    assert staged == sorted(kept)  # the old one gone
+    assert staged == sorted({*kept, Path(sql_path).name})  # the old one released, still there
 
-    stack.destroy()
+    destroyed: list[str] = []
+    stack.destroy(on_output=destroyed.append)
     assert testbed.jobs_left(namespace) == []  # the stager went with the command
     assert left_in(testbed, namespace, "loraadapters") == ""
     assert all(pod == {} for pod in served(claimed).values())
-    assert list(root.iterdir()) == []  # every directory only these adapters named: gone
+    # Released, not removed: each directory stays for the grace period (10 minutes), ...
+    assert visible(root) == staged, "".join(destroyed)
+    assert f"staged directory {new_path} released" in "".join(destroyed)
+
+    # ... and a later command on the claim removes them once it passed (their marks aged).
+    for mark in root.glob(".*.used"):
+        ago = time.time() - 11 * 60
+        os.utime(mark, (ago, ago))
+    commit = hub.publish("acme/later-lora", files, lfs=frozenset({"adapter_model.safetensors"}))
+    later = staged_props(namespace, hub, adapter_name="later-lora")
+    later["source"] = f"hf://acme/later-lora@{commit}"
+    provider = provider_for(config)
+    made = provider.create(later)
+    key = (made.outs or {})["content_key"]
+    provider.delete(made.id, {**later, **(made.outs or {})})
+    assert sorted(p.name for p in root.iterdir()) == [f".{key}.used", key]  # just released
 
 
 def test_a_private_repository_without_its_secret_fails_saying_so(

@@ -72,8 +72,8 @@ def test_a_delegated_staged_adapter_is_collected_reading_no_secret_and_reaching_
     asked every pod what it serves. The delete here runs as exactly ``pulumi-lora rbac
     --transport delegated --staging -n NS`` (no Secret, and LoRAAdapters listed in its
     namespace only), with no grace period: its collection removes the directory, deciding
-    from the CRs alone. (The create runs as the cluster's admin: a delegated create still reads
-    the key's Secret, ``_lifecycle._steps.create``.)"""
+    from the CRs alone. The create runs as that role too: a delegated create read the key's
+    Secret as well (``_lifecycle._steps.create``), which the role does not grant."""
     key = f"sk-{secrets.token_hex(16)}"
     handle = cluster.deploy(replicas=2, adapter_claim="adapters", emulator_args=("--api-key", key))
     cluster.kubectl("create", "secret", "generic", "sglang-key", f"--from-literal=api-key={key}")
@@ -88,8 +88,8 @@ def test_a_delegated_staged_adapter_is_collected_reading_no_secret_and_reaching_
         staging=True,
         loop_namespace=resync_identity.namespace,
     )
-    provider = LoRAAdapterProvider()
-    provider._config = ProviderConfig(kube=KubeSource(str(cluster.tb.kubeconfig_path)))
+    provider = LoRAAdapterProvider()  # the up's command, as the delegated role
+    provider._config = ProviderConfig(kube=KubeSource(str(kubeconfig)))
     with PlayedHub() as hub:
         hub.publish("acme/sql-lora", files, commit=COMMIT)
         cluster.tb.expose_to_pods(hub.port)

@@ -59,6 +59,11 @@ def leftovers(root: Path) -> list[str]:
     return sorted(os.listdir(root)) if root.exists() else []
 
 
+def staged_names(key: str) -> list[str]:
+    """What a staging leaves in its root: the directory, and its key's in-use mark."""
+    return sorted([key, f".{key}.used"])
+
+
 @pytest.fixture(scope="module")
 def moto() -> Iterator[MotoServer]:
     """moto's S3-compatible server (``moto_server``) on 127.0.0.1, a free port."""

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from pulumi_lora._commands._main import cli
 from pulumi_lora._commands._stage import termination_message
+from pulumi_lora._staging._source import content_key, declared_request
 from pulumi_lora.testing.hub import PlayedHub
 
 from .conftest import TOKEN, Adapter
@@ -47,6 +48,15 @@ def test_stage_prints_the_result_and_writes_the_termination_log(
     assert out.count("\n") == 1 and json.loads(termination.read_text()) == document
     assert document["path"] == str(tmp_path / "adapters" / document["key"])
     assert document["fetched"] is True and document["rank"] == 16
+    # the key the provider gives the same declaration with the Hub mirror as source_endpoint
+    declared, _ = declared_request(
+        {
+            "source": f"hf://acme/cli@{commit}",
+            "digests": adapter.digests,
+            "source_endpoint": hub.endpoint,
+        }
+    )
+    assert document["key"] == content_key(declared)
     assert (
         document["files"]["adapter_config.json"]["sha256"] == adapter.digests["adapter_config.json"]
     )

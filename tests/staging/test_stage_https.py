@@ -25,7 +25,7 @@ from pulumi_lora._staging._fetch import stage
 from pulumi_lora._staging._source import parse_source
 from pulumi_lora.testing.hub import PlayedHub
 
-from .conftest import Adapter, leftovers, make_adapter
+from .conftest import Adapter, leftovers, make_adapter, staged_names
 
 WEIGHTS = "adapter_model.safetensors"
 
@@ -69,7 +69,7 @@ def test_pinned_files_over_http_land_verified(
     request = parse_source(f"{base}/sql/", digests=adapter.digests)
     result = stage(request, tmp_path / "root")
     assert result.fetched and sorted(result.files) == sorted(adapter.files)
-    assert leftovers(tmp_path / "root") == [result.key]
+    assert leftovers(tmp_path / "root") == staged_names(result.key)
 
 
 def test_a_missing_file_a_403_and_a_closed_port_are_told_apart(

@@ -47,14 +47,22 @@ class Served:
 
     def stage(self, body: dict[str, Any], ticket: str = "") -> dict[str, Any]:
         """POST the request until its staging is done (as the provider polls, by ticket)."""
-        ends = time.monotonic() + 30
-        while time.monotonic() < ends:
-            answer = self.post(f"/stage?ticket={ticket}", body).json()
+        return self.polled("/stage", body, ticket)
+
+    def polled(self, path: str, body: dict[str, Any], ticket: str = "") -> dict[str, Any]:
+        """POST ``body`` to ``path`` until its call is done (as the provider polls, by ticket,
+        each call waiting on the server)."""
+        for _ in range(60):
+            answer = self.post(f"{path}?wait=1&ticket={ticket}", body).json()
             if answer["state"] == "done":
                 return dict(answer["document"])
             ticket = answer["ticket"]
-            time.sleep(0.05)
-        raise AssertionError(f"not staged: {answer}")
+        raise AssertionError(f"not done: {answer}")
+
+
+def visible(root: Path) -> list[str]:
+    """The staged directories under ``root`` (not the keys' hidden locks and marks)."""
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
 
 
 def start(tmp_path: Path, hub: PlayedHub, *options: str) -> Served:
@@ -135,20 +143,36 @@ def test_the_server_stages_verifies_and_removes_for_its_token_only(
     assert all(d["fetched"] is True for d in documents[:2])
     assert documents[2]["reason"] == "DigestMismatch"
     assert documents[2]["file"] == "adapter_config.json"
-    assert sorted(p.name for p in served.root.iterdir()) == sorted(keys)  # nothing partial
+    assert visible(served.root) == sorted(keys)  # nothing partial
 
     again = served.stage(bodies[1])  # a new request: staged afresh (verified, not fetched)
     assert again["key"] == keys[1] and again["fetched"] is False
     (served.root / keys[0] / "adapter_config.json").write_text("{}")
-    verdicts = served.post("/verify", {"keys": keys}).json()["keys"]
+    verdicts = served.polled("/verify", {"keys": keys})["keys"]
     assert verdicts[keys[1]] == "verified" and "adapter_config.json" in verdicts[keys[0]]
+    bare = served.post("/verify", {"keys": keys[1:]}).json()  # a provider of 0.3.0: no wait
+    assert bare == {"keys": {keys[1]: "verified"}}
     assert served.post("/unstage", {"keys": [keys[0]]}).json() == {
         "removed": [keys[0]],
         "absent": [],
     }
-    assert sorted(p.name for p in served.root.iterdir()) == [keys[1]]
+    assert visible(served.root) == [keys[1]]
     refused = served.post("/unstage", {"keys": ["../etc"]}).json()
     assert refused["reason"] and "not content keys" in refused["error"]
+
+    # The collection: a released key stays for the grace period, then goes with its mark.
+    released = {"named": [], "released": [keys[1]], "grace_seconds": 600}
+    assert served.polled("/collect", released) == {"removed": [], "young": [keys[1]], "busy": []}
+    assert served.polled("/collect", {"named": [keys[1]], "grace_seconds": 0})["removed"] == []
+    assert served.polled("/collect", {"grace_seconds": 0})["removed"] == [keys[1]]
+    assert list(served.root.iterdir()) == []  # marks and locks too: nothing left of any key
+    assert (
+        served.post("/collect?wait=1", {"named": ["../etc"], "grace_seconds": 0}).json()[
+            "document"
+        ]["reason"]
+        == "InvalidSource"
+    )
+    assert served.post("/collect", {"grace_seconds": -1}).status_code == 400
 
     time.sleep(1.0)
     assert served.process.poll() is None  # held: it stays, however quiet
@@ -255,4 +279,35 @@ def test_a_call_may_wait_for_its_staging_to_end() -> None:
     answer = work.submit(request, wait=20)
     assert answer["state"] == "done" and answer["document"] == {"key": content_key(request)}
     assert work.submit(request, wait=0)["state"] == "running"  # a new request: not waited for
+    work.close()
+
+
+def test_a_slow_call_is_long_polled_by_its_ticket() -> None:
+    """A verification (or removal, collection) that takes longer than a call may wait answers
+    ``running`` with a ticket, then its document: each answer within ``wait``, so a slow call
+    is never taken for a lost server; a ticket of another kind of call is not this one's."""
+    ended, runs = threading.Event(), []
+
+    def slow(keys: Any) -> dict[str, Any]:
+        runs.append(list(keys))
+        ended.wait(10)
+        return {"keys": dict.fromkeys(keys, "verified")}
+
+    work = Work(stage=lambda r, s: {}, verify=slow, unstage=slow, deadline=1.0)
+    key = "0" * 16
+    first = work.polled("/verify", lambda: work.claim(slow, [key]), None, wait=0.01)
+    assert first["state"] == "running"
+    again = work.polled("/verify", lambda: work.claim(slow, [key]), first["ticket"], wait=0.01)
+    assert again["state"] == "running" and again["ticket"] == first["ticket"]  # joined
+    assert not work.finished(grace=0, start_grace=0)  # a call runs
+    ended.set()
+    done = work.polled("/verify", lambda: work.claim(slow, [key]), first["ticket"], wait=10)
+    assert done == {
+        "state": "done",
+        "ticket": first["ticket"],
+        "document": {"keys": {key: "verified"}},
+    }
+    assert runs == [[key]]  # run once, however often asked
+    other = work.polled("/unstage", lambda: {"removed": []}, first["ticket"], wait=10)
+    assert other["ticket"] != first["ticket"]  # not the verification's
     work.close()

@@ -81,6 +81,7 @@ def test_enums_defaults_config_and_names(committed: dict[str, Any]) -> None:
         "transport": "direct",
         "apiKeySecretKey": "api-key",
         "adopt": False,
+        "smokeTest": True,
         "allowMutable": False,
         "sourcePublic": False,
     }
@@ -95,6 +96,8 @@ def test_enums_defaults_config_and_names(committed: dict[str, Any]) -> None:
         "readTimeoutSeconds",
         "loadTimeoutSeconds",
         "unloadTimeoutSeconds",
+        "smokeTimeoutSeconds",
+        "stagingGraceSeconds",
     }
     assert committed["license"] == "Apache-2.0" and committed["keywords"]
     assert committed["publisher"] and committed["repository"].startswith("https://")

@@ -46,7 +46,7 @@ type LoRAAdapter struct {
 	InferenceServiceNamespace pulumi.StringPtrOutput `pulumi:"inferenceServiceNamespace"`
 	// kubeconfig context for this resource (several clusters in one stack).
 	KubeContext pulumi.StringPtrOutput `pulumi:"kubeContext"`
-	// A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+	// A kubeconfig's content (YAML or JSON text, or the object itself, as pulumi-eks' `cluster.kubeconfig` is) or path for this resource, as pulumi-kubernetes' provider takes it; always secret in the state, whether or not the program marked it, and never quoted in a message. Before `kubeconfigPath` and the provider's config.
 	Kubeconfig pulumi.StringPtrOutput `pulumi:"kubeconfig"`
 	// kubeconfig file for this resource (a path: the content never enters state).
 	KubeconfigPath pulumi.StringPtrOutput `pulumi:"kubeconfigPath"`
@@ -72,6 +72,8 @@ type LoRAAdapter struct {
 	ReadyTimeoutSeconds pulumi.Float64PtrOutput `pulumi:"readyTimeoutSeconds"`
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName pulumi.StringPtrOutput `pulumi:"resourceName"`
+	// After every load (create, swap, the re-sync loop's heal), one greedy token through the adapter (SGLang's `/generate`); unless it answers a finite logprob the load fails in SGLang's words and the adapter is unloaded from that pod (default true).
+	SmokeTest pulumi.BoolPtrOutput `pulumi:"smokeTest"`
 	// Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
 	Source pulumi.StringPtrOutput `pulumi:"source"`
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
@@ -121,6 +123,9 @@ func NewLoRAAdapter(ctx *pulumi.Context,
 	}
 	if args.ReadyTimeoutSeconds == nil {
 		args.ReadyTimeoutSeconds = pulumi.Float64Ptr(300.0)
+	}
+	if args.SmokeTest == nil {
+		args.SmokeTest = pulumi.BoolPtr(true)
 	}
 	if args.SourcePublic == nil {
 		args.SourcePublic = pulumi.BoolPtr(false)
@@ -192,7 +197,7 @@ type loRAAdapterArgs struct {
 	InferenceServiceNamespace *string `pulumi:"inferenceServiceNamespace"`
 	// kubeconfig context for this resource (several clusters in one stack).
 	KubeContext *string `pulumi:"kubeContext"`
-	// A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+	// A kubeconfig's content (YAML or JSON text, or the object itself, as pulumi-eks' `cluster.kubeconfig` is) or path for this resource, as pulumi-kubernetes' provider takes it; always secret in the state, whether or not the program marked it, and never quoted in a message. Before `kubeconfigPath` and the provider's config.
 	Kubeconfig *string `pulumi:"kubeconfig"`
 	// kubeconfig file for this resource (a path: the content never enters state).
 	KubeconfigPath *string `pulumi:"kubeconfigPath"`
@@ -208,6 +213,8 @@ type loRAAdapterArgs struct {
 	ReadyTimeoutSeconds *float64 `pulumi:"readyTimeoutSeconds"`
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName *string `pulumi:"resourceName"`
+	// After every load (create, swap, the re-sync loop's heal), one greedy token through the adapter (SGLang's `/generate`); unless it answers a finite logprob the load fails in SGLang's words and the adapter is unloaded from that pod (default true).
+	SmokeTest *bool `pulumi:"smokeTest"`
 	// Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
 	Source *string `pulumi:"source"`
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
@@ -244,7 +251,7 @@ type LoRAAdapterArgs struct {
 	InferenceServiceNamespace pulumi.StringPtrInput
 	// kubeconfig context for this resource (several clusters in one stack).
 	KubeContext pulumi.StringPtrInput
-	// A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+	// A kubeconfig's content (YAML or JSON text, or the object itself, as pulumi-eks' `cluster.kubeconfig` is) or path for this resource, as pulumi-kubernetes' provider takes it; always secret in the state, whether or not the program marked it, and never quoted in a message. Before `kubeconfigPath` and the provider's config.
 	Kubeconfig pulumi.StringPtrInput
 	// kubeconfig file for this resource (a path: the content never enters state).
 	KubeconfigPath pulumi.StringPtrInput
@@ -260,6 +267,8 @@ type LoRAAdapterArgs struct {
 	ReadyTimeoutSeconds pulumi.Float64PtrInput
 	// The CR's name; defaults to the adapter name made DNS-1123 safe.
 	ResourceName pulumi.StringPtrInput
+	// After every load (create, swap, the re-sync loop's heal), one greedy token through the adapter (SGLang's `/generate`); unless it answers a finite logprob the load fails in SGLang's words and the adapter is unloaded from that pod (default true).
+	SmokeTest pulumi.BoolPtrInput
 	// Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.
 	Source pulumi.StringPtrInput
 	// The Hub endpoint (a private mirror, as `HF_ENDPOINT`) or the S3-compatible server; `https`, or `http` only to a loopback or cluster-internal host.
@@ -438,7 +447,7 @@ func (o LoRAAdapterOutput) KubeContext() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.KubeContext }).(pulumi.StringPtrOutput)
 }
 
-// A kubeconfig's content or path for this resource, as pulumi-kubernetes' provider takes it (the stack's cluster: `cluster.kubeconfig` is fine); kept secret in the state. Before `kubeconfigPath` and the provider's config.
+// A kubeconfig's content (YAML or JSON text, or the object itself, as pulumi-eks' `cluster.kubeconfig` is) or path for this resource, as pulumi-kubernetes' provider takes it; always secret in the state, whether or not the program marked it, and never quoted in a message. Before `kubeconfigPath` and the provider's config.
 func (o LoRAAdapterOutput) Kubeconfig() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.Kubeconfig }).(pulumi.StringPtrOutput)
 }
@@ -501,6 +510,11 @@ func (o LoRAAdapterOutput) ReadyTimeoutSeconds() pulumi.Float64PtrOutput {
 // The CR's name; defaults to the adapter name made DNS-1123 safe.
 func (o LoRAAdapterOutput) ResourceName() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.ResourceName }).(pulumi.StringPtrOutput)
+}
+
+// After every load (create, swap, the re-sync loop's heal), one greedy token through the adapter (SGLang's `/generate`); unless it answers a finite logprob the load fails in SGLang's words and the adapter is unloaded from that pod (default true).
+func (o LoRAAdapterOutput) SmokeTest() pulumi.BoolPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.BoolPtrOutput { return v.SmokeTest }).(pulumi.BoolPtrOutput)
 }
 
 // Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of `path`): `hf://ORG/REPO@COMMIT`, `s3://BUCKET/PREFIX/` or `https://HOST/PATH/`.

@@ -32,6 +32,9 @@ func NewProvider(ctx *pulumi.Context,
 	if args.ReadTimeoutSeconds == nil {
 		args.ReadTimeoutSeconds = pulumi.Float64Ptr(10.0)
 	}
+	if args.SmokeTimeoutSeconds == nil {
+		args.SmokeTimeoutSeconds = pulumi.Float64Ptr(60.0)
+	}
 	if args.StagingGraceSeconds == nil {
 		args.StagingGraceSeconds = pulumi.Float64Ptr(600.0)
 	}
@@ -68,6 +71,8 @@ type providerArgs struct {
 	ReadTimeoutSeconds *float64 `pulumi:"readTimeoutSeconds"`
 	// SGLang's API key (`--api-key`), sent to every pod as a bearer token when an adapter names no `apiKeySecretName`. Set it with `pulumi config set --secret`.
 	SglangApiKey *string `pulumi:"sglangApiKey"`
+	// Seconds to wait for the smoke generation after a load (`POST /generate`, one token) to answer.
+	SmokeTimeoutSeconds *float64 `pulumi:"smokeTimeoutSeconds"`
 	// Seconds a staged directory no LoRAAdapter names any more stays on its claim after its last staging, reuse or release; a later command on the claim removes it (a replacement, or another stack staging the same content meanwhile, finds it there). 0 removes it at once.
 	StagingGraceSeconds *float64 `pulumi:"stagingGraceSeconds"`
 	// Seconds to wait for `POST /unload_lora_adapter` to answer.
@@ -90,6 +95,8 @@ type ProviderArgs struct {
 	ReadTimeoutSeconds pulumi.Float64PtrInput
 	// SGLang's API key (`--api-key`), sent to every pod as a bearer token when an adapter names no `apiKeySecretName`. Set it with `pulumi config set --secret`.
 	SglangApiKey pulumi.StringPtrInput
+	// Seconds to wait for the smoke generation after a load (`POST /generate`, one token) to answer.
+	SmokeTimeoutSeconds pulumi.Float64PtrInput
 	// Seconds a staged directory no LoRAAdapter names any more stays on its claim after its last staging, reuse or release; a later command on the claim removes it (a replacement, or another stack staging the same content meanwhile, finds it there). 0 removes it at once.
 	StagingGraceSeconds pulumi.Float64PtrInput
 	// Seconds to wait for `POST /unload_lora_adapter` to answer.

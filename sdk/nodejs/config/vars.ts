@@ -85,6 +85,17 @@ Object.defineProperty(exports, "sglangApiKey", {
 });
 
 /**
+ * Seconds to wait for the smoke generation after a load (`POST /generate`, one token) to answer.
+ */
+export declare const smokeTimeoutSeconds: number;
+Object.defineProperty(exports, "smokeTimeoutSeconds", {
+    get() {
+        return __config.getObject<number>("smokeTimeoutSeconds") ?? 60;
+    },
+    enumerable: true,
+});
+
+/**
  * Seconds a staged directory no LoRAAdapter names any more stays on its claim after its last staging, reuse or release; a later command on the claim removes it (a replacement, or another stack staging the same content meanwhile, finds it there). 0 removes it at once.
  */
 export declare const stagingGraceSeconds: number;

@@ -64,6 +64,17 @@ func GetSglangApiKey(ctx *pulumi.Context) string {
 	return config.Get(ctx, "pulumi-lora:sglangApiKey")
 }
 
+// Seconds to wait for the smoke generation after a load (`POST /generate`, one token) to answer.
+func GetSmokeTimeoutSeconds(ctx *pulumi.Context) float64 {
+	v, err := config.TryFloat64(ctx, "pulumi-lora:smokeTimeoutSeconds")
+	if err == nil {
+		return v
+	}
+	var value float64
+	value = 60.0
+	return value
+}
+
 // Seconds a staged directory no LoRAAdapter names any more stays on its claim after its last staging, reuse or release; a later command on the claim removes it (a replacement, or another stack staging the same content meanwhile, finds it there). 0 removes it at once.
 func GetStagingGraceSeconds(ctx *pulumi.Context) float64 {
 	v, err := config.TryFloat64(ctx, "pulumi-lora:stagingGraceSeconds")
