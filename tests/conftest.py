@@ -33,6 +33,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "resync/unit": (),  # the loop's pure parts and its command's wiring
     "sglang": SGLANG,
     "testbed": FULL,
+    "testbed/test_probes.py": (),  # the prober against a stand-in server: no cluster
     "ops/test_examples.py": FULL,
     "ops/test_ops_cluster.py": FULL,
     "staging/test_stage_s3.py": FULL,  # a real S3-compatible server

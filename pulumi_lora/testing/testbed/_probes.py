@@ -36,6 +36,7 @@ CRASH_BACKOFF = 1.0
 """Seconds before an exited re-sync container restarts (the kubelet's first 10 s, scaled)."""
 
 _PROBE_TIMEOUT = 1.0
+"""A kubelet's default ``timeoutSeconds`` (and its least: the field counts whole seconds)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,15 @@ class Probe:
     @staticmethod
     def of(spec: dict[str, Any] | None, ports: dict[str, int], scale: float) -> Probe | None:
         """The probe a container declares (``None`` without an httpGet probe), its periods
-        multiplied by ``scale``."""
+        (``periodSeconds``, ``initialDelaySeconds``) multiplied by ``scale``.
+
+        Its ``timeoutSeconds`` is never scaled: it is how long the server may take to answer,
+        which a test does not make any shorter. A kubelet waits that long, and so does this
+        prober: SGLang's ``/health_generate`` answers only after its one-token generation, in
+        one-second steps (LLMKube declares 5 s for it). Scaled down to the floor of a second,
+        its answer (a second and a few milliseconds) raced the timeout, and with
+        ``failureThreshold: 1`` each lost race took the pod out of Ready.
+        """
         get = (spec or {}).get("httpGet")
         if not get:
             return None
@@ -64,9 +73,7 @@ class Probe:
             period=max(0.05, float((spec or {}).get("periodSeconds", 10)) * scale),
             failure_threshold=int((spec or {}).get("failureThreshold", 3)),
             initial_delay=float((spec or {}).get("initialDelaySeconds", 0)) * scale,
-            # Scaled as the periods, never below a second: an emulator answers at once, and a
-            # starved machine must not fail its probes faster than a kubelet would.
-            timeout=max(_PROBE_TIMEOUT, float((spec or {}).get("timeoutSeconds", 1)) * scale),
+            timeout=max(_PROBE_TIMEOUT, float((spec or {}).get("timeoutSeconds") or 1)),
         )
 
 

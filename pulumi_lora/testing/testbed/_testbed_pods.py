@@ -66,7 +66,8 @@ class PodHelpers:
         one only carries the test knobs (``network``, ``startup_delay``, ``emulator_args``,
         ``probe_time_scale``) as ``testbed.pulumi-lora.dev/`` annotations. ``probe_time_scale``
         is the factor on the readiness probe's periods (default 0.1, ten probes a second per
-        pod; benchmarks pass 1.0 so that the probes cost what a real kubelet's would). Returns
+        pod; benchmarks pass 1.0 so that the probes cost what a real kubelet's would), never on
+        its ``timeoutSeconds``, which the kubelet waits as declared. Returns
         once the pods exist and their emulators were started (not yet Ready: use
         :meth:`InferenceServiceHandle.wait_ready`). ``network="netns"`` needs root; see
         :func:`netns_available`. ``endpoint_port`` sets ``spec.endpoint.port``: the port of the

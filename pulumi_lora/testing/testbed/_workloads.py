@@ -150,10 +150,13 @@ def render_deployment(isvc: dict[str, Any]) -> dict[str, Any]:
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "readinessProbe": {
             "httpGet": {"path": "/health_generate", "port": "http"},
+            # The testbed's own, stricter than LLMKube's 10 s and 3 failures (907ac8d8
+            # runtime_sglang.go, which also declares a startup and a liveness probe).
             "periodSeconds": 1,
             "failureThreshold": 1,
             # LLMKube's (runtime_sglang.go): SGLang's /health_generate waits for its generation
-            # in one-second steps, so it never answers within a kubelet's default second.
+            # in one-second steps, so it never answers within a kubelet's default second. The
+            # kubelet waits it whatever the probe time scale (_probes.Probe.of).
             "timeoutSeconds": 5,
         },
     }
