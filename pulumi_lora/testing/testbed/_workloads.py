@@ -165,7 +165,7 @@ def render_deployment(isvc: dict[str, Any]) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 30}
     if spec.get("extraVolumes"):
         pod_spec["volumes"] = spec["extraVolumes"]
-    deployment_spec = {
+    deployment_spec: dict[str, Any] = {
         "replicas": int(spec.get("replicas", 1)),
         "selector": {"matchLabels": {"app": name, SERVICE_LABEL: name}},
         "template": {
@@ -173,6 +173,11 @@ def render_deployment(isvc: dict[str, Any]) -> dict[str, Any]:
             "spec": pod_spec,
         },
     }
+    if int((spec.get("resources") or {}).get("gpu") or 0) > 0:
+        # LLMKube (deployment_builder.go, apiutil.GPUCount): a GPU InferenceService is replaced
+        # all at once, since a new pod could not schedule while the old holds the GPUs; a CPU
+        # one rolls with the Deployment's default (25 % surge, 25 % unavailable).
+        deployment_spec["strategy"] = {"type": "Recreate"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
