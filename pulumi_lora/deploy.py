@@ -18,6 +18,7 @@ from pulumi_lora._kube._admission import ACCEPT_FOREIGN_ADAPTERS_LABEL, SERVICE_
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER
 from pulumi_lora._resync._manifests import (
     DEFAULT_NAME,
+    GATE_RULE,
     LEASE_RULES,
     RELEASE_RULE,
     SECRET_RULE,
@@ -34,6 +35,7 @@ from pulumi_lora._resync._manifests import (
 __all__ = [
     "ACCEPT_FOREIGN_ADAPTERS_LABEL",
     "DEFAULT_NAME",
+    "GATE_RULE",
     "LEASE_RULES",
     "LLMKUBE_CONTROLLER_USER",
     "RELEASE_RULE",
@@ -70,8 +72,18 @@ _KINDS = {
     ),
     "ConfigMap": ("core", "ConfigMap"),
 }
-#: Kinds of the Prometheus Operator, created as ``apiextensions.CustomResource``.
-_CUSTOM_KINDS = ("PodMonitor", "PrometheusRule")
+#: Kinds created as ``apiextensions.CustomResource`` (any kind at its apiVersion): the Prometheus
+#: Operator's, and the readiness gate's MutatingAdmissionPolicy and binding, which
+#: pulumi-kubernetes 4.25 has at ``admissionregistration.k8s.io/v1alpha1`` only (1.36 serves v1).
+_CUSTOM_KINDS = (
+    "PodMonitor",
+    "PrometheusRule",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+)
+#: Created after the loop's Deployment, and so deleted before it on ``destroy``: no pod is ever
+#: gated while no loop runs to write its gate.
+_AFTER_THE_LOOP = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
 
 
 def _label(manifest: Mapping[str, Any], name: str) -> str:
@@ -80,6 +92,8 @@ def _label(manifest: Mapping[str, Any], name: str) -> str:
     bindings, by what follows ``name`` in theirs)."""
     kind, meta = str(manifest["kind"]).lower(), manifest["metadata"]
     object_name = str(meta["name"])
+    if kind.startswith("mutatingadmissionpolicy"):
+        return kind
     if kind.startswith("validatingadmissionpolicy"):
         return kind + "-" + object_name.removeprefix(name + "-")
     if kind == "configmap":
@@ -142,6 +156,10 @@ class ResyncDeployment(pulumi.ComponentResource):
         for manifest in manifests:
             label = f"{resource_name}-{_label(manifest, name)}"
             if manifest["kind"] in _CUSTOM_KINDS:
+                loop = [
+                    c for c, m in zip(created, manifests, strict=False) if m["kind"] == "Deployment"
+                ]
+                after_loop = loop if manifest["kind"] in _AFTER_THE_LOOP else []
                 created.append(
                     kubernetes.apiextensions.CustomResource(
                         label,
@@ -149,7 +167,9 @@ class ResyncDeployment(pulumi.ComponentResource):
                         kind=manifest["kind"],
                         metadata=manifest["metadata"],
                         spec=manifest["spec"],
-                        opts=child,
+                        opts=pulumi.ResourceOptions.merge(
+                            child, pulumi.ResourceOptions(depends_on=after_loop)
+                        ),
                     )
                 )
                 continue

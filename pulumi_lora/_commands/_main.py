@@ -52,6 +52,7 @@ _SUBCOMMANDS = {
     "status": "pulumi_lora._commands._operator:status_command",
     "doctor": "pulumi_lora._commands._operator:doctor_command",
     "coexistence-policy": "pulumi_lora._commands._operator:policy_command",
+    "readiness-gate": "pulumi_lora._commands._operator:gate_command",
     "rbac": "pulumi_lora._commands._operator:rbac_command",
     "finish-delete": "pulumi_lora._commands._finish_delete:finish_delete_command",
     "component-moves": "pulumi_lora._commands._component_moves:moves_command",

@@ -20,7 +20,13 @@ from pulumi_lora._lifecycle import POOL
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER, Transport
 from pulumi_lora._ops import _doctor, _gather, _status
 
-__all__ = ["doctor_command", "policy_command", "render_table", "status_command"]
+__all__ = [
+    "doctor_command",
+    "gate_command",
+    "policy_command",
+    "render_table",
+    "status_command",
+]
 
 #: Exit code for "could not run": click uses it for usage errors too.
 EXIT_UNUSABLE = 2
@@ -152,6 +158,38 @@ def policy_command(llmkube_user: str, all_adapters: bool, name: str) -> None:
     from pulumi_lora.deploy import coexistence_policy  # noqa: PLC0415 - it imports pulumi
 
     manifests = coexistence_policy(name, llmkube_user=llmkube_user, managed_only=not all_adapters)
+    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+
+
+@click.command("readiness-gate", context_settings=COMMAND_SETTINGS)
+@click.option(
+    "-n",
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="a namespace whose SGLang pods get the gate (repeat it; default: every namespace)",
+)
+@click.option(
+    "--name",
+    default="pulumi-lora-resync-readiness-gate",
+    show_default=True,
+    help="name of the policy and its binding",
+)
+def gate_command(namespaces: tuple[str, ...], name: str) -> None:
+    """Print the admission policy that gives SGLang pods pulumi-lora's readiness gate.
+
+    A MutatingAdmissionPolicy and its binding (admissionregistration.k8s.io/v1, Kubernetes 1.36
+    and later) that add readinessGates: [{conditionType: pulumi-lora.dev/adapters-loaded}] to
+    every new SGLang pod of an LLMKube InferenceService. Such a pod turns Ready only once the
+    re-sync loop says it serves its InferenceService's adapters, so the loop must run, with
+    patch on pods/status in those namespaces (resync_manifests(readiness_gate=True) renders
+    both): without it the gated pods never turn Ready. Apply it with:
+
+        pulumi-lora readiness-gate -n models | kubectl apply -f -
+    """
+    from pulumi_lora._kube._gate_policy import readiness_gate_policy  # noqa: PLC0415
+
+    manifests = readiness_gate_policy(name, list(namespaces))
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 

@@ -128,6 +128,8 @@ class PodEndpoint:
     gated: bool = False
     container_id: str = ""  # the sglang container's id (a restart makes a new one)
     gate: Mapping[str, Any] | None = None  # the gate's condition as the pod has it, if any
+    #: The pod object's resourceVersion (a gate's True is written on this version only).
+    resource_version: str = field(default="", compare=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -195,6 +197,7 @@ def pod_from_object(obj: Mapping[str, Any]) -> PodEndpoint:
         gated=gated,
         container_id=str(container_status.get("containerID") or ""),
         gate=conditions.get(GATE_CONDITION),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

@@ -18,8 +18,6 @@ from typing import Any
 from pulumi_lora._core._llmkube import SERVICE_LABEL, target_from_object
 from pulumi_lora._core._ownership import owned_from_object
 from pulumi_lora._core._reconcile import PodOutcome
-from pulumi_lora._errors import ClusterError
-from pulumi_lora._models import LLMKUBE_FINALIZER
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import (
     Permission,
@@ -28,11 +26,13 @@ from pulumi_lora._resync._decide import (
     permission,
 )
 from pulumi_lora._resync._events import EVENT_SENDERS, EventRecorder
+from pulumi_lora._resync._gate import GateKeeper
 from pulumi_lora._resync._held import HeldDeletes, is_held
 from pulumi_lora._resync._kube import Kube, Objects, jitter, labelled_pod
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._podrun import run_pod
 from pulumi_lora._resync._recorder import RunRecorder
+from pulumi_lora._resync._releases import FinalizerRelease
 from pulumi_lora._resync._served import FleetState, NotServedClock, fleet_state
 from pulumi_lora._resync._settings import ResyncSettings
 from pulumi_lora._resync._trust import UNTRUSTED_EVENT, TrustReview
@@ -44,10 +44,6 @@ from pulumi_lora._resync._writer import StatusWriter
 #: Kinds the loop lists and watches, in the order of the first listing: the links of the pods'
 #: controller chain before the pods, so a pod listed is judged with its owners known.
 KINDS = ("inferenceservices", "deployments", "replicasets", "loraadapters", "pods")
-#: How often the loop removes LLMKube's finalizer from one CR before it calls the policy missing,
-#: and the time between two looks (a policy just applied takes a moment to hold).
-RELEASES = 3
-RELEASE_SPACING = 5.0
 
 
 class Controller:
@@ -73,14 +69,14 @@ class Controller:
         )
         self.trust = TrustReview(self.world, self.events, self.statuses, lambda: self.stopping)
         self.recorder = RunRecorder(self.world, metrics, self.events, self.statuses, settings)
+        self.gate = GateKeeper(self.world, kube, metrics)  # the readiness gate's condition
         self.held = HeldDeletes(self.world, kube, self._request, lambda: self.synced)
         self._secrets: dict[SecretRef, tuple[str, float]] = {}
         self._watchers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
-        self._released: set[str] = set()  # CR UIDs taken from LLMKube's controller
-        self._releases: set[asyncio.Task[None]] = set()
+        self.releases = FinalizerRelease(kube, settings.release_llmkube_finalizer)
         self._not_served = NotServedClock()
-        self.contested: set[Key] = set()  # CRs LLMKube's controller keeps its finalizer on
+        self.contested = self.releases.contested
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -156,7 +152,7 @@ class Controller:
             if kind == "inferenceservices":
                 self.world.put_target(target_from_object(obj))
             elif kind == "loraadapters":
-                self._take_over(obj)
+                self.releases.take_over(obj)
                 if (cr := adapter_from_object(obj)) is not None:
                     if is_held(obj):
                         self.held.hold(cr)
@@ -188,8 +184,8 @@ class Controller:
 
     def _cancel_all(self) -> None:
         self.held.cancel_all()
-        for task in list(self._releases):
-            task.cancel()
+        self.releases.cancel_all()
+        self.gate.cancel_all()
         self.stopping = True
         for worker in self._workers.values():
             worker.task.cancel()
@@ -238,7 +234,7 @@ class Controller:
         if event_type == "DELETED":
             self._cr_deleted(object_key(obj), obj)
             return
-        self._take_over(obj)
+        self.releases.take_over(obj)
         cr = adapter_from_object(obj)
         if cr is None:
             logs.event(
@@ -249,6 +245,7 @@ class Controller:
             self.held.hold(cr)
             return
         old = self.world.put_cr(cr)
+        self.gate.target_changed(cr.target)  # a first status.loadedPath makes it required
         if old is not None and old.declaration() == cr.declaration():
             return  # a status write (ours, or the provider's): nothing to act on
         if old is not None and (old.target, old.adapter_name) != (cr.target, cr.adapter_name):
@@ -259,49 +256,6 @@ class Controller:
             self.events.record(cr.raw, UNTRUSTED_EVENT, note, warning=True)  # news to this CR
         self.statuses.mark(c.key for c in self.world.crs_of(cr.target))
         self._request(self.world.serving_pods([cr.target]), ReloadReason.CR_CHANGE)
-
-    def _take_over(self, obj: Mapping[str, Any]) -> None:
-        """With ``release_llmkube_finalizer``: take a CR from LLMKube's LoRA controller (once).
-
-        ``_release`` removes its finalizer; the coexistence policy keeps LLMKube from adding it
-        back. A policy applied moments before may not hold yet, so a finalizer that returns is
-        removed again, at most :data:`RELEASES` times :data:`RELEASE_SPACING` seconds apart;
-        after that the policy is missing: say so once and leave it (never a write war).
-        """
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        if (
-            not self.settings.release_llmkube_finalizer
-            or uid in self._released
-            or LLMKUBE_FINALIZER not in (meta.get("finalizers") or [])
-        ):
-            return
-        self._released.add(uid)
-        namespace, name = object_key(obj)
-        task = asyncio.create_task(self._release(namespace, name), name=f"release {uid}")
-        self._releases.add(task)
-        task.add_done_callback(self._releases.discard)
-
-    async def _release(self, namespace: str, name: str) -> None:
-        key = f"{namespace}/{name}"
-        try:
-            for _ in range(RELEASES):
-                if await self.kube.release_finalizer(namespace, name, LLMKUBE_FINALIZER):
-                    logs.event("llmkube_finalizer_released", cr=key)
-                await asyncio.sleep(RELEASE_SPACING)
-                if not await self.kube.has_finalizer(namespace, name, LLMKUBE_FINALIZER):
-                    return
-        except ClusterError as exc:
-            logs.event("llmkube_finalizer_kept", logging.WARNING, cr=key, error=str(exc))
-            return
-        self.contested.add((namespace, name))
-        logs.event(
-            "llmkube_finalizer_returned",
-            logging.WARNING,
-            cr=key,
-            why="LLMKube's LoRA controller keeps adding its finalizer back: apply the coexistence "
-            "policy (pulumi-lora coexistence-policy | kubectl apply -f -)",
-        )
 
     def on_cr_snapshot(self, items: Objects) -> None:
         """A relist of LoRAAdapters: CRs missing from it were deleted while the watch was down."""
@@ -342,6 +296,7 @@ class Controller:
             return
         verdict = self.world.put_pod(facts, time.monotonic())
         self._worker(key)
+        self.gate.decide(key)  # a stopped or new container: False at once, before any run
         self.trust.review(facts.target)
         if verdict.act is not None:
             self._request([key], verdict.act)
@@ -362,6 +317,7 @@ class Controller:
         if worker is not None:
             worker.close()
         self.trust.forget(key)
+        self.gate.forget(key)
         if state is not None:
             self.recorder.forget_failures(lambda cr, pod: pod == state.facts.name)
             self.statuses.mark(c.key for c in self.world.crs_of(state.facts.target))
@@ -439,6 +395,7 @@ class Controller:
         work = self.world.pod_work(worker.key, now)
         self.metrics.pod_runs.labels(reason.value).inc()
         if work.empty:
+            self.gate.decide(worker.key)
             return
         started = time.monotonic()
         streamed: dict[int, PodOutcome] = {}
@@ -467,6 +424,7 @@ class Controller:
             )
             return
         state.settle(run.settled)
+        self.gate.ran(state, run.ledger.served if run.listed else None)
         if run.untouched:
             return  # exactly as the last clean run left it: every outcome stands
         late = [r for i, r in enumerate(run.results) if streamed.get(i) is not r[1]]

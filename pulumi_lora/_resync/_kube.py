@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 from lightkube import ApiError, AsyncClient, Client, operators
 from lightkube.core.generic_client import WatchDriver
 from lightkube.core.selector import build_selector
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
 
 from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint, pod_from_object
 from pulumi_lora._errors import ClusterError, Forbidden
@@ -251,6 +253,20 @@ class Kube:
         """Whether the CR (read afresh) carries ``finalizer``; False when it is gone."""
         cr = await self._blocking(partial(k8s.get_adapter, self._sync, namespace, name))
         return finalizer in (((cr or {}).get("metadata") or {}).get("finalizers") or [])
+
+    async def patch_pod_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> bool:
+        """A strategic merge patch of ``pods/NAME/status`` (the readiness gate's condition, merged
+        by type: the kubelet's conditions stay); False on 409 Conflict (a ``resourceVersion``
+        precondition the pod has moved past) or 404 (the pod is gone). Other errors raise."""
+        try:
+            await self.client.patch(
+                Pod.Status, name, dict(body), namespace=namespace, patch_type=PatchType.STRATEGIC
+            )
+        except ApiError as exc:
+            if exc.status.code in (404, 409):
+                return False
+            raise
+        return True
 
     async def emit_event(
         self, cr: Mapping[str, Any], reason: str, message: str, *, warning: bool = False

@@ -14,6 +14,7 @@ from typing import Any
 
 from pulumi_lora import _monitoring
 from pulumi_lora._kube import _admission
+from pulumi_lora._kube._gate_policy import readiness_gate_policy
 from pulumi_lora._models import (
     DNS_LABEL_PATTERN,
     GROUP,
@@ -61,6 +62,12 @@ RELEASE_RULE: dict[str, Any] = {
 the entry first, a read 5 s later to see whether it came back); and pulumi-lora's own finalizer
 from a CR a failed delete left held, once the loop unloaded it everywhere (docs/protocol.md rule
 4; without this rule ``pulumi-lora finish-delete`` does it)."""
+
+
+GATE_RULE: dict[str, Any] = {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}
+"""With the readiness gate (``readiness_gate=True``): write the ``pulumi-lora.dev/adapters-loaded``
+condition of the pods it serves (a strategic merge patch of ``pods/status``). The verb reaches
+every field of a pod's status in the namespaces the loop watches (see docs/threat-model.md)."""
 
 
 _LEASE_GROUP = "coordination.k8s.io"
@@ -238,6 +245,7 @@ def resync_manifests(
     llmkube_user: str = LLMKUBE_CONTROLLER_USER,
     monitoring: bool = False,
     monitoring_labels: Mapping[str, str] | None = None,
+    readiness_gate: bool = False,
 ) -> list[dict[str, Any]]:
     """Pure: the loop's manifests, in apply order.
 
@@ -264,6 +272,11 @@ def resync_manifests(
 
     ``monitoring=True`` (opt-in: it needs the Prometheus Operator's CRDs) appends
     :func:`monitoring_manifests` in ``namespace`` with ``monitoring_labels``.
+
+    ``readiness_gate=True`` (Kubernetes 1.36 and later) appends, after the Deployment, the
+    ``MutatingAdmissionPolicy`` and binding (named after ``name``) that give new SGLang pods of
+    InferenceServices in ``watch_namespace`` (every namespace, unscoped) the readiness gate
+    ``pulumi-lora.dev/adapters-loaded``, and grants the loop :data:`GATE_RULE` to write it.
     """
     meta_labels = {
         "app.kubernetes.io/name": "pulumi-lora-resync",
@@ -285,6 +298,7 @@ def resync_manifests(
     if watch_namespace is not None:
         rules.append(dict(SECRET_RULE))
     rules += [dict(RELEASE_RULE)] if llmkube_coexistence else []
+    rules += [dict(GATE_RULE)] if readiness_gate else []
     if watch_namespace is None:
         watch_role: dict[str, Any] = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -446,6 +460,11 @@ def resync_manifests(
         lease_role,
         lease_binding,
         deployment,
+        *(
+            readiness_gate_policy(name, [watch_namespace] if watch_namespace else [])
+            if readiness_gate
+            else []
+        ),
         *policies,
         *(monitoring_manifests(namespace, name, labels=monitoring_labels) if monitoring else []),
     ]

@@ -180,6 +180,19 @@ class Metrics:
             ["resource", "action"],
             registry=reg,
         )
+        self.gate_writes = Counter(
+            f"{prefix}_gate_writes",
+            "Readiness gate condition writes (pulumi-lora.dev/adapters-loaded), by status",
+            ["status"],
+            registry=reg,
+        )
+        self.gate_unready_since = Gauge(
+            f"{prefix}_pod_gate_unready_since_timestamp_seconds",
+            "Since when a gated pod's containers are ready while its readiness gate is not True "
+            "(held out of the Service: its adapters are not all loaded yet)",
+            ["namespace", "pod", "inference_service"],
+            registry=reg,
+        )
         self.leader = Gauge(
             f"{prefix}_leader", "1 while this replica holds the Lease", registry=reg
         )

@@ -65,6 +65,7 @@ def rendered(
     lease: str,
     watch_namespace: str | None = None,
     secret_namespaces: Sequence[str] = (),
+    readiness_gate: bool = False,
 ) -> list[dict[str, Any]]:
     """The loop's manifests as these tests apply them (with no replicas: the testbed would run
     its pods, real loops on this Lease, and these tests start their loops themselves, with flags
@@ -77,6 +78,7 @@ def rendered(
         secret_namespaces=secret_namespaces,
         lease_name=lease,
         replicas=0,
+        readiness_gate=readiness_gate,
     )
     # Not the LLMKube coexistence policy: the session testbed holds LLMKube off every CR already
     # (pulumi_lora.testing.fixtures), and a second copy of it by this name would collide with
@@ -92,6 +94,7 @@ def make_identity(
     watch_namespace: str | None = None,
     secret_namespaces: Sequence[str] = (),
     lease: str = TEST_LEASE,
+    readiness_gate: bool = False,
 ) -> Identity:
     """Render and apply the loop's manifests in a new namespace; return a kubeconfig for them."""
     namespace = testbed.create_namespace("resync-system")
@@ -101,6 +104,7 @@ def make_identity(
         lease=lease,
         watch_namespace=watch_namespace,
         secret_namespaces=secret_namespaces,
+        readiness_gate=readiness_gate,
     )
     apply_manifests(testbed, kept, directory / f"{namespace}.yaml")
     token = testbed.kubectl("create", "token", name, "-n", namespace, "--duration", "2h")

@@ -20,8 +20,8 @@ from _resync_harness import Cluster, everywhere, wait_until
 from conftest import Identity, LoopFactory, make_identity, name_secret_namespaces
 
 from pulumi_lora._models import ANNOTATION_API_KEY_SECRET, LLMKUBE_FINALIZER
-from pulumi_lora._resync._controller import RELEASE_SPACING
 from pulumi_lora._resync._podrun import SECRET_REASON
+from pulumi_lora._resync._releases import RELEASE_SPACING
 from pulumi_lora.deploy import (
     RELEASE_RULE,
     SECRET_RULE,

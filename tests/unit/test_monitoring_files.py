@@ -98,6 +98,7 @@ def test_every_alert_has_a_runbook_and_names_what_it_is_about() -> None:
         "PulumiLoRALoadsFailing",
         "PulumiLoRACapacityExhausted",
         "PulumiLoRALLMKubeContested",
+        "PulumiLoRAPodHeldUnready",
     ]
     for alert in alerts():
         anchor = alert["annotations"]["runbook_url"].split("#", 1)[1]
