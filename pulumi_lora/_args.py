@@ -22,6 +22,7 @@ from pulumi_lora._models import (
     ANNOTATION_MANAGED_BY,
     ANNOTATION_PINNED,
     ANNOTATION_POLICY,
+    ANNOTATION_SMOKE_TEST,
     ANNOTATION_SOURCE,
     ANNOTATION_TRANSPORT,
     AdapterName,
@@ -73,6 +74,8 @@ class AdapterArgs(Model, kw_only=True, frozen=True):
     # credential, so never in a repr (``__repr__``), a log or the CR.
     kubeconfig: str | None = None
     adopt: bool = False
+    # One greedy generation through the adapter after each load; a failed one fails the load.
+    smoke_test: bool = True
     # Where the weights come from, when pulumi-lora stages them (docs/staging.md); the provider
     # checks the source itself (``_staging``) and sets ``path`` to the staged directory.
     source: Annotated[str, bounded_text(1, 2048)] | None = None
@@ -171,6 +174,8 @@ class AdapterArgs(Model, kw_only=True, frozen=True):
             )
         if self.source:
             notes[ANNOTATION_SOURCE] = self.source
+        if not self.smoke_test:  # absent is the default, so CRs made before it stay unchanged
+            notes[ANNOTATION_SMOKE_TEST] = "false"
         return notes
 
 

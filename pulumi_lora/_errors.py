@@ -38,6 +38,7 @@ __all__ = [
     "SGLangServerError",
     "SGLangTimeout",
     "ServerStarting",
+    "SmokeFailed",
     "TransientSGLangError",
     "TransportUnavailable",
     "Unauthorized",
@@ -262,6 +263,15 @@ class BadRequest(PermanentSGLangError):
 
     reason = "BadRequest"
     default_message = "SGLang rejected the request body as malformed"
+
+
+class SmokeFailed(PermanentSGLangError):
+    """The one-token generation through a just-loaded adapter did not answer 200 with a finite
+    logprob: SGLang refused it (its 400 says why), or the adapter's weights give NaN or infinite
+    logits (SGLang writes those as ``null``). The adapter loads, but would not serve."""
+
+    reason = "SmokeFailed"
+    default_message = "the smoke generation through the adapter failed"
 
 
 MIN_SGLANG_VERSION = (0, 5, 5)

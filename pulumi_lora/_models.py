@@ -279,6 +279,9 @@ ANNOTATION_TRANSPORT = ANNOTATION_PREFIX + "transport"
 ANNOTATION_POLICY = ANNOTATION_PREFIX + "readiness-policy"
 ANNOTATION_API_KEY_SECRET = ANNOTATION_PREFIX + "api-key-secret"  # "name/key", never the key
 ANNOTATION_MANAGED_BY = ANNOTATION_PREFIX + "managed-by"
+#: ``"false"``: loads are not followed by a smoke generation (``smoke_test=False``); absent, or
+#: any other value, they are. A loop older than this annotation ignores it and smokes nothing.
+ANNOTATION_SMOKE_TEST = ANNOTATION_PREFIX + "smoke-test"
 #: Where a staged adapter's weights came from (its ``source``: a URI that carries no credential).
 ANNOTATION_SOURCE = ANNOTATION_PREFIX + "source"
 #: Set by the provider while it swaps or deletes, so the loop does not re-apply meanwhile.

@@ -45,3 +45,11 @@ class ClientTimeouts:
     timeout); 2 minutes covers long generations. The name is unregistered at once, so a retry
     after a timeout sees "does not exist".
     """
+
+    smoke: float = 60.0
+    """Seconds to wait for the smoke generation after a load (``POST /generate``, one token).
+
+    One token of one short prompt takes milliseconds on a GPU, but the request queues behind
+    the batch the server is running and, on a busy or CPU server, a whole prefill; 60 s covers
+    that without letting a hung server hold a load for the load timeout.
+    """

@@ -87,6 +87,12 @@ _DEFAULTS = ClientTimeouts()
     help="Seconds to wait for one /unload_lora_adapter answer (it waits for in-flight requests).",
 )
 @click.option(
+    "--smoke-timeout",
+    type=_SECONDS,
+    default=_DEFAULTS.smoke,
+    help="Seconds to wait for the one-token /generate through an adapter after each load.",
+)
+@click.option(
     "--lease-name",
     default=DEFAULT_LEASE_NAME,
     help="Name of the coordination.k8s.io Lease replicas elect a leader with.",
@@ -169,6 +175,7 @@ def resync_command(
     read_timeout: float,
     load_timeout: float,
     unload_timeout: float,
+    smoke_timeout: float,
     lease_name: str,
     lease_namespace: str | None,
     lease_duration: float,
@@ -211,7 +218,11 @@ def resync_command(
         backoff_base=backoff_base,
         backoff_cap=backoff_max,
         timeouts=ClientTimeouts(
-            connect=connect_timeout, read=read_timeout, load=load_timeout, unload=unload_timeout
+            connect=connect_timeout,
+            read=read_timeout,
+            load=load_timeout,
+            unload=unload_timeout,
+            smoke=smoke_timeout,
         ),
         shutdown_timeout=shutdown_timeout,
         release_llmkube_finalizer=release_llmkube_finalizer,

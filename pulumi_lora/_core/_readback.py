@@ -13,6 +13,7 @@ from pulumi_lora._models import (
     ANNOTATION_OPERATION,
     ANNOTATION_PINNED,
     ANNOTATION_POLICY,
+    ANNOTATION_SMOKE_TEST,
     ANNOTATION_TRANSPORT,
     Policy,
     Transport,
@@ -25,9 +26,10 @@ class AdapterNotes:
     writes them): the one reader, for the re-sync loop and the operator commands alike.
 
     What a reader does not know reads as its default (CHANGELOG.md, version skew): ``pinned``
-    anything but ``true`` is not pinned, an unknown readiness policy is ``AllReadyPods``, an
-    ``api-key-secret`` that is not ``NAME/KEY`` is no key. ``transport`` is kept as written
-    (``direct`` when absent), so each reader decides what an unknown one means.
+    anything but ``true`` is not pinned, ``smoke-test`` anything but ``false`` smokes, an unknown
+    readiness policy is ``AllReadyPods``, an ``api-key-secret`` that is not ``NAME/KEY`` is no
+    key. ``transport`` is kept as written (``direct`` when absent), so each reader decides what
+    an unknown one means.
     """
 
     managed: bool = False  # ``managed-by`` is set: a pulumi-lora stack made the CR
@@ -36,6 +38,7 @@ class AdapterNotes:
     readiness_policy: Policy = Policy.ALL_READY_PODS
     api_key_secret: tuple[str, str] | None = None  # (Secret name, key), in the target's namespace
     operation: str | None = None  # ``update@<time>`` / ``delete@<time>``, see docs/protocol.md
+    smoke_test: bool = True  # a smoke generation after each load
 
 
 def read_annotations(annotations: Mapping[str, str] | None) -> AdapterNotes:
@@ -54,6 +57,7 @@ def read_annotations(annotations: Mapping[str, str] | None) -> AdapterNotes:
         readiness_policy=policy,
         api_key_secret=(name, key) if name and key else None,
         operation=notes.get(ANNOTATION_OPERATION) or None,
+        smoke_test=notes.get(ANNOTATION_SMOKE_TEST, "true").lower() != "false",
     )
 
 
@@ -86,6 +90,8 @@ def declared_by_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
         declared["transport"] = notes.transport
     if notes.readiness_policy is not Policy.ALL_READY_PODS:
         declared["readiness_policy"] = notes.readiness_policy.value
+    if not notes.smoke_test:
+        declared["smoke_test"] = False
     if notes.api_key_secret is not None:
         declared["api_key_secret_name"], key = notes.api_key_secret
         if key != "api-key":

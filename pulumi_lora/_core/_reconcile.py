@@ -10,17 +10,19 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
 @dataclass(frozen=True)
 class Desired:
-    """The adapter one LoRAAdapter CR declares."""
+    """The adapter one LoRAAdapter CR declares; ``smoke``: each load is followed by one
+    generation through it (``smoke_test``), and counts only if that answers a finite logprob."""
 
     name: str
     path: str
     pinned: bool = False
+    smoke: bool = True
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,10 @@ class PodView:
     state: str = ""
     uid: str = ""
     adapters: Mapping[str, str] | None = None
+
+
+#: The failure reason of a load whose smoke generation failed (:class:`SmokeCall`).
+SMOKE_FAILED = "SmokeFailed"
 
 
 class ActionKind(StrEnum):
@@ -110,7 +116,14 @@ class ListCall:
     """Ask the pod for its adapters (``/v1/models``)."""
 
 
-Call = LoadCall | UnloadCall | ListCall
+@dataclass(frozen=True)
+class SmokeCall:
+    """Ask the pod for one greedy token through ``name``, with its logprob (``/generate``)."""
+
+    name: str
+
+
+Call = LoadCall | UnloadCall | ListCall | SmokeCall
 
 
 class ReplyKind(StrEnum):
@@ -121,6 +134,7 @@ class ReplyKind(StrEnum):
     UNLOADED = "unloaded"
     NOT_LOADED = "not_loaded"  # unload of a name the server does not have
     LISTED = "listed"
+    SMOKED = "smoked"  # the generation through the adapter gave a finite logprob
     FAILED = "failed"
 
 
@@ -178,7 +192,8 @@ def pod_program(action: PodAction, desired: Desired | None, name: str) -> PodPro
 def _load(pod: str, desired: Desired) -> PodProgram:
     reply = yield LoadCall(desired.name, desired.path, desired.pinned)
     if reply.kind is ReplyKind.LOADED:
-        return PodOutcome(pod, loaded=True, path=desired.path, did_load=True)
+        loaded = PodOutcome(pod, loaded=True, path=desired.path, did_load=True)
+        return (yield from _smoke(desired, loaded))
     if reply.kind is ReplyKind.FAILED:
         return _failed(pod, reply, loaded=False, maybe_loaded=reply.unknown)
     # Already loaded: success with the same path, a swap with another one.
@@ -207,7 +222,8 @@ def _swap(pod: str, desired: Desired, old_path: str | None) -> PodProgram:
         )
     reply = yield LoadCall(desired.name, desired.path, desired.pinned)
     if reply.kind is ReplyKind.LOADED:
-        return PodOutcome(pod, loaded=True, path=desired.path, did_load=True, did_unload=True)
+        loaded = PodOutcome(pod, loaded=True, path=desired.path, did_load=True, did_unload=True)
+        return (yield from _smoke(desired, loaded))
     if reply.kind is ReplyKind.ALREADY_LOADED and reply.path == desired.path:
         # Someone else (the re-sync loop, an implicit reload) won the race with the same path.
         return PodOutcome(pod, loaded=True, path=desired.path, did_unload=True)
@@ -225,6 +241,31 @@ def _swap(pod: str, desired: Desired, old_path: str | None) -> PodProgram:
         reason="SwapConflict",
         retryable=True,
         error=f"{desired.name!r} reappeared with path {reply.path!r} during a swap",
+    )
+
+
+def _smoke(desired: Desired, loaded: PodOutcome) -> PodProgram:
+    """After a successful load (``loaded``), when ``desired.smoke``: one generation through the
+    adapter. A failed one is a failed load: the adapter is unloaded again, so the pod is left
+    without it (the outcome counts a load only if that unload failed: a rollback retries it)."""
+    if not desired.smoke:
+        return loaded
+    reply = yield SmokeCall(desired.name)
+    if reply.kind is not ReplyKind.FAILED:
+        return loaded
+    error = f"smoke generation after the load: {reply.message}"
+    unload = yield UnloadCall(desired.name)
+    stuck = unload.kind is ReplyKind.FAILED
+    if stuck:
+        error += f"; unloading it again failed: {unload.message}"
+    return replace(
+        loaded,
+        loaded=False,
+        path=None,
+        did_load=stuck,
+        reason=SMOKE_FAILED,
+        error=error,
+        retryable=reply.retryable,
     )
 
 

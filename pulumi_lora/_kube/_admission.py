@@ -17,6 +17,7 @@ from pulumi_lora._models import (
     ANNOTATION_PINNED,
     ANNOTATION_POLICY,
     ANNOTATION_PREFIX,
+    ANNOTATION_SMOKE_TEST,
     ANNOTATION_TRANSPORT,
     GROUP,
     LLMKUBE_CONTROLLER_USER,
@@ -70,12 +71,14 @@ def _annotation_rules() -> list[dict[str, Any]]:
         ANNOTATION_POLICY,
         ANNOTATION_API_KEY_SECRET,
         ANNOTATION_OPERATION,
+        ANNOTATION_SMOKE_TEST,
     ]
     allowed = {
         ANNOTATION_MANAGED_BY: ["pulumi"],
         ANNOTATION_PINNED: ["true", "false"],
         ANNOTATION_TRANSPORT: [t.value for t in Transport],
         ANNOTATION_POLICY: [p.value for p in Policy],
+        ANNOTATION_SMOKE_TEST: ["true", "false"],
     }
     rules: list[dict[str, Any]] = [
         {

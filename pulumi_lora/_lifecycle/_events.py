@@ -64,6 +64,12 @@ def advice(outcomes: Sequence[PodOutcome]) -> str:
             "--max-loras-per-batch in spec.extraArgs"
         ),
         "IncompleteUnload": "restart the pod: SGLang refuses this adapter name until it restarts",
+        "SmokeFailed": (
+            "the adapter loads but a one-token generation through it failed, so it was unloaded: "
+            "check its weights (NaN or infinite ones load without a word) and that it was "
+            "trained for this base model; if the generation only timed out, raise "
+            "pulumi-lora:smokeTimeoutSeconds; smoke_test=false loads it unchecked"
+        ),
         "BadRequest": (
             f"SGLang refused the request's shape: report it with the pod's SGLang version ({logs})"
         ),

@@ -453,7 +453,8 @@ class Session:
             views, _ = self.views(pods, clients)
         else:
             views = [PodView(p.name, p.ready and p.name in clients, p.state, p.uid) for p in pods]
-        desired = Desired(self.args.adapter_name, self.args.load_path, self.args.pinned)
+        args = self.args
+        desired = Desired(args.adapter_name, args.load_path, args.pinned, args.smoke_test)
         return self.execute(desired, plan(desired, views, desired.name), clients), listing
 
 

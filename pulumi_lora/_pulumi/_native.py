@@ -76,6 +76,7 @@ class ResourceOutputs(AdapterOutputs):
     kubeconfig_path: pulumi.Output[Optional[str]]
     kubeconfig: pulumi.Output[Optional[str]]
     adopt: pulumi.Output[Optional[bool]]
+    smoke_test: pulumi.Output[Optional[bool]]
     source: pulumi.Output[Optional[str]]
     digests: pulumi.Output[Optional[Mapping[str, str]]]
     allow_mutable: pulumi.Output[Optional[bool]]

@@ -17,7 +17,8 @@ REPLACE_KEYS = (
 )
 #: Inputs changed in place (a path change is a swap on every pod; a source, digest, endpoint or
 #: claim change stages the new content beside the old, then swaps; a new ``kubeconfig`` is the
-#: same cluster's credentials, kept for the next operation).
+#: same cluster's credentials, kept for the next operation; ``smoke_test`` alone reloads nothing,
+#: it changes the CR's annotation, which later loads follow).
 UPDATE_KEYS = (
     "path",
     "source",
@@ -31,6 +32,7 @@ UPDATE_KEYS = (
     "api_key_secret_name",
     "api_key_secret_key",
     "kubeconfig",
+    "smoke_test",
 )
 #: Inputs that matter only when something is created or staged (a change alone changes nothing:
 #: the content staged with other credentials is the same content).

@@ -68,6 +68,10 @@ class AdapterInputs(TypedDict):
     adopt: NotRequired[pulumi.Input[bool]]
     """Take over a CR of this name that already exists (made by kubectl or Helm) when its spec
     is what this resource declares; load only on pods that lack the adapter (default false)."""
+    smoke_test: NotRequired[pulumi.Input[bool]]
+    """After every load (create, swap, the re-sync loop's heal), one greedy token through the
+    adapter (SGLang's ``/generate``); unless it answers a finite logprob the load fails in
+    SGLang's words and the adapter is unloaded from that pod (default true)."""
     source: NotRequired[pulumi.Input[str]]
     """Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of
     ``path``): ``hf://ORG/REPO@COMMIT``, ``s3://BUCKET/PREFIX/`` or ``https://HOST/PATH/``."""

@@ -26,6 +26,7 @@ from pulumi_lora._sglang import (
     Loaded,
     ModelList,
     NotLoaded,
+    Smoked,
     Unloaded,
     asyncio_transport,
 )
@@ -107,6 +108,9 @@ class _Observed:
         listed = await self._client.list_models()
         self._run.ledger.listed(listed.adapters)
         return listed
+
+    async def smoke(self, name: str) -> Smoked:
+        return await self._client.smoke(name)
 
 
 async def run_pod(
@@ -197,7 +201,7 @@ async def _apply(
     served = run.ledger.served if run.listed else None
     if task.name in work.capacity_skips and (served is None or task.name not in served):
         return _evicted(facts.name, task.name)
-    desired = Desired(task.name, task.path, task.pinned)
+    desired = Desired(task.name, task.path, task.pinned, task.smoke)
     action = plan(desired, [PodView(facts.name, True, adapters=served)], task.name)[0]
     return await run_async(pod_program(action, desired, task.name), client)
 

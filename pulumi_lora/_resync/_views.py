@@ -44,6 +44,7 @@ class AdapterCR:
     transport: str = "direct"
     api_key: SecretRef | None = None
     operation: str | None = None
+    smoke: bool = True
     status: Mapping[str, Any] = field(default_factory=dict, compare=False)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -55,7 +56,7 @@ class AdapterCR:
     @property
     def desired(self) -> Desired:
         """The adapter this CR declares, as the decision core takes it."""
-        return Desired(self.adapter_name, self.path, self.pinned)
+        return Desired(self.adapter_name, self.path, self.pinned, self.smoke)
 
     def declaration(self) -> tuple[object, ...]:
         """Everything whose change means "act again" (a status-only update is not one)."""
@@ -97,6 +98,7 @@ def adapter_from_object(obj: Mapping[str, Any]) -> AdapterCR | None:
         transport=notes.transport,
         api_key=SecretRef(target[0], *secret) if secret else None,
         operation=notes.operation,
+        smoke=notes.smoke_test,
         status=dict(obj.get("status") or {}),
         raw=_reference(obj),
     )

@@ -103,6 +103,7 @@ class AdapterTask:
     path: str
     pinned: bool
     api_key: SecretRef | None
+    smoke: bool = True  # a smoke generation after each load (``pulumi-lora.dev/smoke-test``)
 
 
 @dataclass(frozen=True)
@@ -390,7 +391,9 @@ class World:
         # The per-target half of ``availability`` once, the per-CR half inline: one pod run
         # asks this of every CR of a target, every sweep.
         tasks = [
-            AdapterTask(cr.key, cr.generation, cr.adapter_name, cr.path, cr.pinned, cr.api_key)
+            AdapterTask(
+                cr.key, cr.generation, cr.adapter_name, cr.path, cr.pinned, cr.api_key, cr.smoke
+            )
             for cr in owned
             if usable
             and startup.get(cr.adapter_name, cr.path) == cr.path

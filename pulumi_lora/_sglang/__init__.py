@@ -15,6 +15,7 @@ from pulumi_lora._sglang._protocol import (
     ModelList,
     NotLoaded,
     ServerInfo,
+    Smoked,
     Unloaded,
     UnloadOutcome,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "NotLoaded",
     "SGLangClient",
     "ServerInfo",
+    "Smoked",
     "UnloadOutcome",
     "Unloaded",
     "asyncio_transport",

@@ -7,6 +7,7 @@ and ``error_message`` may be ``""`` or ``null``, so answers of SGLang 0.4.10 to 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Final, TypeAlias, TypeVar
 
@@ -25,10 +26,12 @@ from pulumi_lora._errors import (
     SGLangError,
     SGLangProtocolError,
     SGLangServerError,
+    SmokeFailed,
     Unauthorized,
     UnsupportedServer,
 )
 from pulumi_lora._sglang._protocol import (
+    GENERATE_ROUTE,
     HEALTH_ROUTE,
     LOAD_ROUTE,
     MAX_BODY_BYTES,
@@ -44,6 +47,7 @@ from pulumi_lora._sglang._protocol import (
     NotLoaded,
     Peer,
     ServerInfo,
+    Smoked,
     Unloaded,
     UnloadOutcome,
     redact,
@@ -187,6 +191,54 @@ def classify_models(status: int, body: bytes, *, peer: Peer) -> ModelList:
     return ModelList(base_model, adapters)
 
 
+NULL_LOGPROB = "logprob is null (NaN or Inf)"
+"""A smoke's verdict when SGLang wrote the token's logprob as ``null``: orjson's spelling of NaN
+and ±Inf, which is what an adapter whose weights are broken computes."""
+
+
+def classify_smoke(status: int, body: bytes, *, name: str, peer: Peer) -> Smoked:
+    """Classify the smoke generation's ``POST /generate`` answer for adapter ``name``. Pure.
+
+    `Smoked` for a 200 whose first output token has a finite logprob
+    (``meta_info.output_token_logprobs[0][0]``: a JSON number, not a bool, finite). A 400 is
+    `SmokeFailed` in SGLang's words (``error.message``, or the contract check's ``error``
+    string); a ``null`` logprob is `SmokeFailed` (:data:`NULL_LOGPROB`). A 200 without the
+    logprob is an answer outside the contract (`SGLangProtocolError`); other statuses raise as
+    on every route.
+    """
+    reply = _Reply(peer, GENERATE_ROUTE, status, body)
+    _check_status(reply, expected={200, 400})
+    data = _json_object(reply)
+    if status == 400:
+        raise reply.error(SmokeFailed, server_message=_error_message(data))
+    meta = data.get("meta_info")
+    tokens = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
+    first = tokens[0] if isinstance(tokens, list) and tokens else None
+    if not isinstance(first, list) or not first:
+        raise reply.error(
+            SGLangProtocolError, "the answer has no `meta_info.output_token_logprobs` entry"
+        )
+    logprob = first[0]
+    if logprob is None:
+        raise reply.error(SmokeFailed, server_message=NULL_LOGPROB)
+    if isinstance(logprob, bool) or not isinstance(logprob, int | float):
+        raise reply.error(SGLangProtocolError, "the output token's logprob is not a number")
+    if not math.isfinite(logprob):  # a server that writes NaN and Infinity as JSON literals
+        raise reply.error(SmokeFailed, server_message=f"logprob is {logprob}")
+    return Smoked(name, float(logprob))
+
+
+def _error_message(data: dict[str, object]) -> str:
+    """The text of a ``/generate`` 400: ``{"error": {"message": ...}}`` for what the server
+    raised, ``{"error": "..."}`` for its contract check, OpenAI's ``{"message": ...}``."""
+    error = data.get("error")
+    if isinstance(error, dict) and error.get("message") is not None:
+        return str(error["message"])
+    if error is not None:
+        return str(error)
+    return str(data.get("message") or data.get("detail") or "")
+
+
 def classify_health(status: int, body: bytes, *, peer: Peer) -> Health:
     """Classify a ``GET /health`` answer: 200 ready, 503 not ready, anything else raises. Pure."""
     reply = _Reply(peer, HEALTH_ROUTE, status, body)
@@ -304,6 +356,13 @@ def _refused(reply: _Reply) -> SGLangError:
             "SGLang refused the API key on a LoRA route: it is wrong, or the server runs with "
             "`--admin-api-key` (SGLang ≥ 0.5.8), whose LoRA routes accept only the admin key; "
             "configure the admin key as the API key"
+        )
+    elif reply.route == GENERATE_ROUTE:
+        message = (
+            "SGLang refused the API key on /generate (the smoke generation after a load): it is "
+            "wrong, or the server runs with both `--api-key` and `--admin-api-key` (SGLang "
+            "≥ 0.5.8), whose LoRA routes accept only the admin key and /generate only the API "
+            "key; one key can't do both, so set smoke_test=false for adapters on that server"
         )
     else:
         message = "SGLang refused the API key (`--api-key`): it is wrong"

@@ -39,6 +39,7 @@ from pulumi_lora._sglang._protocol import (
     Peer,
     Request,
     ServerInfo,
+    Smoked,
     UnloadOutcome,
 )
 
@@ -189,6 +190,12 @@ class SGLangClient(_ClientBase):
         status, body = self._send(protocol.unload_request(name, timeouts=self.timeouts))
         return answers.classify_unload(status, body, name=name, peer=self._peer)
 
+    def smoke(self, name: str) -> Smoked:
+        """One greedy token through adapter ``name``: `Smoked` with its finite logprob, or
+        `SmokeFailed` in SGLang's words (see `_answers.classify_smoke`)."""
+        status, body = self._send(protocol.smoke_request(name, timeouts=self.timeouts))
+        return answers.classify_smoke(status, body, name=name, peer=self._peer)
+
     def list_models(self) -> ModelList:
         """The base model and the loaded adapters (name → path) from ``/v1/models``."""
         status, body = self._send(protocol.models_request(timeouts=self.timeouts))
@@ -271,6 +278,11 @@ class AsyncSGLangClient(_ClientBase):
         """Unload adapter ``name``: `Unloaded`, or `NotLoaded` if the server doesn't have it."""
         status, body = await self._send(protocol.unload_request(name, timeouts=self.timeouts))
         return answers.classify_unload(status, body, name=name, peer=self._peer)
+
+    async def smoke(self, name: str) -> Smoked:
+        """One greedy token through adapter ``name``, as `SGLangClient.smoke`."""
+        status, body = await self._send(protocol.smoke_request(name, timeouts=self.timeouts))
+        return answers.classify_smoke(status, body, name=name, peer=self._peer)
 
     async def list_models(self) -> ModelList:
         """The base model and the loaded adapters (name → path) from ``/v1/models``."""

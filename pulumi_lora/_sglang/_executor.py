@@ -15,12 +15,13 @@ from pulumi_lora._core._reconcile import (
     PodProgram,
     Reply,
     ReplyKind,
+    SmokeCall,
     UnloadCall,
 )
 from pulumi_lora._errors import PulumiLoRAError, SGLangError
-from pulumi_lora._sglang import AlreadyLoaded, Loaded, ModelList, NotLoaded, Unloaded
+from pulumi_lora._sglang import AlreadyLoaded, Loaded, ModelList, NotLoaded, Smoked, Unloaded
 
-Outcome = Loaded | AlreadyLoaded | Unloaded | NotLoaded | ModelList
+Outcome = Loaded | AlreadyLoaded | Unloaded | NotLoaded | ModelList | Smoked
 
 
 class SyncLoRAClient(Protocol):
@@ -31,6 +32,7 @@ class SyncLoRAClient(Protocol):
     ) -> Loaded | AlreadyLoaded: ...
     def unload_adapter(self, name: str) -> Unloaded | NotLoaded: ...
     def list_models(self) -> ModelList: ...
+    def smoke(self, name: str) -> Smoked: ...
 
 
 class AsyncLoRAClient(Protocol):
@@ -41,6 +43,7 @@ class AsyncLoRAClient(Protocol):
     ) -> Loaded | AlreadyLoaded: ...
     async def unload_adapter(self, name: str) -> Unloaded | NotLoaded: ...
     async def list_models(self) -> ModelList: ...
+    async def smoke(self, name: str) -> Smoked: ...
 
 
 def to_reply(outcome: Outcome) -> Reply:
@@ -53,6 +56,8 @@ def to_reply(outcome: Outcome) -> Reply:
         return Reply(ReplyKind.UNLOADED)
     if isinstance(outcome, NotLoaded):
         return Reply(ReplyKind.NOT_LOADED)
+    if isinstance(outcome, Smoked):
+        return Reply(ReplyKind.SMOKED)
     return Reply(ReplyKind.LISTED, adapters=dict(outcome.adapters))
 
 
@@ -96,6 +101,8 @@ def _call_sync(client: SyncLoRAClient, call: Call) -> Reply:
             return to_reply(client.load_adapter(call.name, call.path, pinned=call.pinned))
         if isinstance(call, UnloadCall):
             return to_reply(client.unload_adapter(call.name))
+        if isinstance(call, SmokeCall):
+            return to_reply(client.smoke(call.name))
         assert isinstance(call, ListCall)
         return to_reply(client.list_models())
     except PulumiLoRAError as error:
@@ -108,6 +115,8 @@ async def _call_async(client: AsyncLoRAClient, call: Call) -> Reply:
             return to_reply(await client.load_adapter(call.name, call.path, pinned=call.pinned))
         if isinstance(call, UnloadCall):
             return to_reply(await client.unload_adapter(call.name))
+        if isinstance(call, SmokeCall):
+            return to_reply(await client.smoke(call.name))
         assert isinstance(call, ListCall)
         return to_reply(await client.list_models())
     except PulumiLoRAError as error:

@@ -19,6 +19,7 @@ from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._version import __version__
 
 __all__ = [
+    "GENERATE_ROUTE",
     "HEALTH_ROUTE",
     "LEGACY_SERVER_INFO_ROUTE",
     "LOAD_ROUTE",
@@ -35,6 +36,7 @@ __all__ = [
     "Peer",
     "Request",
     "ServerInfo",
+    "Smoked",
     "UnloadOutcome",
     "Unloaded",
     "build_headers",
@@ -44,6 +46,7 @@ __all__ = [
     "models_request",
     "redact",
     "server_info_request",
+    "smoke_request",
     "unload_request",
 ]
 
@@ -51,6 +54,7 @@ LOAD_ROUTE: Final = "/load_lora_adapter"
 UNLOAD_ROUTE: Final = "/unload_lora_adapter"
 MODELS_ROUTE: Final = "/v1/models"
 HEALTH_ROUTE: Final = "/health"
+GENERATE_ROUTE: Final = "/generate"
 SERVER_INFO_ROUTE: Final = "/server_info"
 #: ``/server_info``'s name before SGLang 0.5.6.
 LEGACY_SERVER_INFO_ROUTE: Final = "/get_server_info"
@@ -172,6 +176,16 @@ class ServerInfo:
     """Why neither could be read (the version is then unknown)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Smoked:
+    """The smoke generation through the adapter answered 200 with a finite logprob."""
+
+    name: str
+    logprob: float
+    """The logprob of the one greedy token: a finite number (SGLang writes NaN and ±Inf as
+    ``null``), which shows the adapter's weights produce usable logits."""
+
+
 LoadOutcome: TypeAlias = Loaded | AlreadyLoaded
 UnloadOutcome: TypeAlias = Unloaded | NotLoaded
 
@@ -190,6 +204,28 @@ def load_request(name: str, path: str, *, pinned: bool, timeouts: ClientTimeouts
 def unload_request(name: str, *, timeouts: ClientTimeouts) -> Request:
     """``POST /unload_lora_adapter``, with the unload timeout (held back by in-flight requests)."""
     return Request("POST", UNLOAD_ROUTE, timeouts.unload, {"lora_name": name})
+
+
+SMOKE_PROMPT: Final = (1,)
+"""The smoke generation's prompt, as token ids: id 1 exists in every vocabulary, and ids need no
+tokenizer (a server started with ``--skip-tokenizer-init`` refuses text)."""
+
+
+def smoke_request(name: str, *, timeouts: ClientTimeouts) -> Request:
+    """``POST /generate``: one greedy token through adapter ``name``, with its logprob, under the
+    smoke timeout. Pure.
+
+    A load proves the weights were read, not that they compute: NaN weights or a broken
+    config load fine and then answer nothing usable. Only the output token's logprob comes back
+    (SGLang's default ``logprob_start_len`` of -1: no input logprobs to compute).
+    """
+    body = {
+        "input_ids": list(SMOKE_PROMPT),
+        "lora_path": name,
+        "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+        "return_logprob": True,
+    }
+    return Request("POST", GENERATE_ROUTE, timeouts.smoke, body)
 
 
 def models_request(*, timeouts: ClientTimeouts) -> Request:

@@ -11,6 +11,7 @@ through the adapter differs from the base model's.
 from __future__ import annotations
 
 import json
+import math
 import random
 import struct
 import sys
@@ -63,11 +64,14 @@ def write_adapter(
     seed: str = "",
     model: TinyLlama = TINY_LLAMA,
     weights_rank: int | None = None,
+    nan: bool = False,
 ) -> None:
     """Write a PEFT LoRA adapter into ``folder`` (created).
 
     ``seed`` makes the weights (the same seed, the same adapter); ``weights_rank`` writes
-    tensors of another rank than the config declares (a broken adapter, on purpose).
+    tensors of another rank than the config declares (a broken adapter, on purpose); ``nan``
+    makes every ``lora_B`` NaN: SGLang loads it without a word, and every generation through it
+    computes NaN logits (the smoke generation's ``null`` logprob).
     """
     folder.mkdir(parents=True, exist_ok=True)
     config = {
@@ -91,7 +95,8 @@ def write_adapter(
             fan_in, fan_out = model.dims(module)
             prefix = f"base_model.model.model.layers.{layer}.{model.block(module)}.{module}"
             tensors[f"{prefix}.lora_A.weight"] = ([r, fan_in], _noise(rng, r * fan_in, 0.5))
-            tensors[f"{prefix}.lora_B.weight"] = ([fan_out, r], _noise(rng, fan_out * r, 0.5))
+            b = array("f", [math.nan] * (fan_out * r)) if nan else _noise(rng, fan_out * r, 0.5)
+            tensors[f"{prefix}.lora_B.weight"] = ([fan_out, r], b)
     (folder / "adapter_model.safetensors").write_bytes(safetensors(tensors))
 
 

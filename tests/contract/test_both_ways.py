@@ -12,6 +12,8 @@ most, 4 GB each) and unloads every adapter between tests; the tests are ordered 
 
 from __future__ import annotations
 
+import math
+import re
 import secrets
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +23,10 @@ from typing import Any
 import httpx2
 import pytest
 
+from pulumi_lora._errors import SmokeFailed
+from pulumi_lora._settings import ClientTimeouts
+from pulumi_lora._sglang._answers import classify_smoke
+from pulumi_lora._sglang._protocol import Peer, smoke_request
 from pulumi_lora.testing.emulator import EmulatorServer
 from pulumi_lora.testing.emulator._args import parse_args
 from pulumi_lora.testing.fixtures import missing_real_part
@@ -217,7 +223,37 @@ def test_loads_and_generations_at_once_all_succeed(pool: Pool, adapter: Any) -> 
     assert server.models() == paths
 
 
+def test_the_smoke_generation_answers_one_finite_logprob(pool: Pool, adapter: Any) -> None:
+    server = pool.get(BASE)
+    assert server.load("a", adapter("a")).status_code == 200
+    request = smoke_request("a", timeouts=ClientTimeouts())
+    answer = server.client.post(request.path, json=request.json)
+    assert answer.status_code == 200, answer.text
+    meta = answer.json()["meta_info"]
+    assert meta["output_token_logprobs_length"] == 1 and meta["completion_tokens"] == 1
+    [[logprob, token_id, text]] = meta["output_token_logprobs"]
+    assert isinstance(logprob, float) and math.isfinite(logprob) and logprob <= 0
+    assert isinstance(token_id, int) and text is None
+    smoked = classify_smoke(200, answer.content, name="a", peer=Peer("server"))
+    assert smoked.logprob == logprob
+
+
 # --- adapters a server cannot use -----------------------------------------------------------------
+
+
+def test_nan_weights_load_but_a_generation_through_them_has_a_null_logprob(
+    pool: Pool, adapter: Any
+) -> None:
+    server = pool.get(BASE)
+    answer = server.load("nan", adapter("nan", nan=True))
+    assert answer.status_code == 200 and answer.json()["success"] is True  # without a word
+    request = smoke_request("nan", timeouts=ClientTimeouts())
+    answer = server.client.post(request.path, json=request.json)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["meta_info"]["output_token_logprobs"][0][0] is None  # NaN, as orjson
+    with pytest.raises(SmokeFailed, match=re.escape("logprob is null (NaN or Inf)")):
+        classify_smoke(200, answer.content, name="nan", peer=Peer("server"))
+    assert server.generate().status_code == 200  # the server itself still serves
 
 
 def test_an_adapter_without_weights_is_refused(pool: Pool, adapter: Any) -> None:

@@ -272,6 +272,7 @@ def test_admin_state_shows_the_registry(lora: Emulator, make_adapter: AdapterFac
         ],
         "draining": [],
         "ever_loaded": {"a": "/adapters/a", "b": "/adapters/b"},
+        "inferences": {"a": 1},  # the generation through it
     }
 
 

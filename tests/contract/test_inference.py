@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from pulumi_lora.testing.peft import write_adapter
 from tests.contract._emulators import AdapterFactory, Emulator, StartEmulator
 
 BASE_OUTPUT = "emulated output of emulator/base-model"
@@ -131,3 +134,60 @@ def test_lora_not_enabled_still_serves_the_base(start: StartEmulator) -> None:
     emulator = start()
     assert emulator.generate(None).json()["text"] == BASE_OUTPUT
     assert emulator.chat("sql").status_code == 200
+
+
+# --- logprobs and max_new_tokens (the smoke generation after every load) --------------------------
+
+
+def test_generate_honours_max_new_tokens(sql: Emulator) -> None:
+    body = {"text": "hi", "lora_path": "sql", "sampling_params": {"max_new_tokens": 2}}
+    answer = sql.client.post("/generate", json=body).json()
+    assert answer["text"] == "emulated output"
+    assert answer["meta_info"]["completion_tokens"] == 2
+    assert answer["meta_info"]["finish_reason"] == {"type": "length", "length": 2}
+    assert "output_token_logprobs" not in answer["meta_info"]  # only when asked
+
+
+def test_return_logprob_gives_each_tokens_logprob_as_sglang_does(sql: Emulator) -> None:
+    body = {
+        "input_ids": [1],
+        "lora_path": "sql",
+        "sampling_params": {"max_new_tokens": 3, "temperature": 0},
+        "return_logprob": True,
+    }
+    meta = sql.client.post("/generate", json=body).json()["meta_info"]
+    tokens = meta["output_token_logprobs"]
+    assert len(tokens) == meta["output_token_logprobs_length"] == 3
+    for logprob, token_id, text in tokens:  # [logprob, token id, text unless asked: null]
+        assert isinstance(logprob, float) and logprob < 0
+        assert isinstance(token_id, int) and text is None
+    assert meta["input_token_logprobs"] == []  # SGLang's default logprob_start_len: none
+
+
+def test_a_batch_takes_return_logprob_per_prompt(sql: Emulator) -> None:
+    body = {"text": ["a", "b"], "lora_path": "sql", "return_logprob": [True, False]}
+    first, second = sql.client.post("/generate", json=body).json()
+    assert "output_token_logprobs" in first["meta_info"]
+    assert "output_token_logprobs" not in second["meta_info"]
+
+
+def test_nan_weights_load_and_then_give_null_logprobs(
+    lora: Emulator, fs_root: Path, make_adapter: AdapterFactory
+) -> None:
+    write_adapter(fs_root / "adapters" / "broken", nan=True)
+    assert lora.load("broken", "/adapters/broken").status_code == 200  # loaded without a word
+    assert lora.load("fine", make_adapter("fine")).status_code == 200
+    body = {"input_ids": [1], "sampling_params": {"max_new_tokens": 1}, "return_logprob": True}
+    for name, logprob in (("broken", None), ("fine", -0.6931), (None, -0.6931)):
+        answer = lora.client.post("/generate", json={**body, "lora_path": name})
+        assert answer.status_code == 200
+        assert answer.json()["meta_info"]["output_token_logprobs"][0][0] == logprob
+
+
+def test_the_state_counts_inferences_through_each_adapter(sql: Emulator) -> None:
+    assert sql.state()["inferences"] == {}
+    sql.generate("sql")
+    sql.generate(None)
+    sql.generate(["sql", "sql"], text=["a", "b"])
+    sql.chat("base:sql")
+    assert sql.state()["inferences"] == {"sql": 4}

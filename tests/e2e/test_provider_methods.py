@@ -15,9 +15,10 @@ from pulumi_lora import AdapterNotLoaded, InferenceServiceNotFound, NoReadyPods,
 from pulumi_lora._errors import ClusterError, NameCollision, PartialReach
 from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
-from pulumi_lora._models import LLMKUBE_FINALIZER
+from pulumi_lora._models import ANNOTATION_SMOKE_TEST, LLMKUBE_FINALIZER
+from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from tests.e2e.conftest import adapter_props, emulator_post, provider_for, served
+from tests.e2e.conftest import adapter_props, emulator_post, emulator_state, provider_for, served
 
 provider = provider_for
 
@@ -28,6 +29,13 @@ def props(namespace: str, path: str, **extra: Any) -> dict[str, Any]:
 
 def cr(testbed: Testbed, namespace: str, name: str = "sql-lora") -> dict[str, Any] | None:
     return get_adapter(testbed.client(), namespace, name)
+
+
+def nan_adapter(testbed: Testbed, name: str) -> str:
+    """An adapter whose weights are NaN: SGLang loads it, and every generation through it has
+    NaN logits (``null`` logprobs). The path a pod sees."""
+    write_adapter(testbed.adapter_root / "adapters" / name, base_model="llama-8b", nan=True)
+    return f"/adapters/{name}"
 
 
 def nothing_left(testbed: Testbed, namespace: str, handle: InferenceServiceHandle | None) -> None:
@@ -182,6 +190,47 @@ class TestFailuresLeaveNothingBehind:
             provider(config).create(props(namespace, testbed.make_adapter("sql-partial")))
         assert "loaded on 2/3 Ready pods" in str(caught.value)
         assert f"pod {bad_pod.name}:" in str(caught.value)
+        nothing_left(testbed, namespace, isvc)
+
+    def test_a_load_whose_smoke_generation_fails_is_a_failed_load(
+        self, testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+    ) -> None:
+        path = nan_adapter(testbed, "sql-nan")
+        with pytest.raises(AdapterNotLoaded) as caught:
+            provider(config).create(props(namespace, path))
+        message = str(caught.value)
+        assert "loaded on 0/3 Ready pods" in message
+        for pod in isvc.ready_pods():  # each pod, in SGLang's words
+            assert f"pod {pod.name}: smoke generation after the load: " in message
+            assert emulator_state(pod.url)["inferences"] == {"sql-lora": 1}
+        assert "SGLang said: logprob is null (NaN or Inf)" in message
+        assert "smoke_test=false loads it unchecked" in message  # the advice
+        nothing_left(testbed, namespace, isvc)
+
+        unchecked = provider(config).create(props(namespace, path, smoke_test=False)).outs
+        assert unchecked["loaded"] and unchecked["smoke_test"] is False
+        assert served(isvc) == {pod.name: {"sql-lora": path} for pod in isvc.ready_pods()}
+        stored = cr(testbed, namespace)
+        assert stored is not None
+        assert stored["metadata"]["annotations"][ANNOTATION_SMOKE_TEST] == "false"
+        assert all(
+            emulator_state(p.url)["inferences"] == {"sql-lora": 1} for p in isvc.ready_pods()
+        )
+        provider(config).delete("", unchecked)
+
+    def test_a_swap_whose_smoke_generation_fails_leaves_the_bad_load_nowhere(
+        self, testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+    ) -> None:
+        p = provider(config)
+        good, bad = testbed.make_adapter("sql-good"), nan_adapter(testbed, "sql-bad")
+        created = p.create(props(namespace, good))
+        assert all(
+            emulator_state(pod.url)["inferences"] == {"sql-lora": 1} for pod in isvc.ready_pods()
+        )
+        with pytest.raises(AdapterNotLoaded, match=r"logprob is null \(NaN or Inf\)"):
+            p.update(created.id, created.outs, props(namespace, bad))
+        assert all(bad not in adapters.values() for adapters in served(isvc).values())
+        p.delete(created.id, created.outs)
         nothing_left(testbed, namespace, isvc)
 
     def test_invalid_path(

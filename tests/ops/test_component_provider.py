@@ -105,6 +105,7 @@ INPUT_TYPES = {
     "kubeconfigPath": "string",
     "kubeconfig": "string",
     "adopt": "boolean",
+    "smokeTest": "boolean",
     "source": "string",
     "digests": "object",
     "allowMutable": "boolean",

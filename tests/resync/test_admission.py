@@ -243,8 +243,22 @@ def test_only_replicaset_controlled_pods_may_carry_the_service_label(
             {"pulumi-lora.dev/evil": "1"},
             "unknown annotation under pulumi-lora.dev/: pulumi-lora.dev/evil",
         ),
+        (
+            {"pulumi-lora.dev/smoke-test": "no"},
+            "pulumi-lora.dev/smoke-test must be one of true, false",
+        ),
     ],
-    ids=["pinned", "transport", "policy", "managed-by", "secret", "operation", "huge", "unknown"],
+    ids=[
+        "pinned",
+        "transport",
+        "policy",
+        "managed-by",
+        "secret",
+        "operation",
+        "huge",
+        "unknown",
+        "smoke-test",
+    ],
 )
 def test_protocol_annotations_hold_only_defined_values(
     testbed: Testbed, guarded: str, annotations: dict[str, str], message: str
@@ -261,6 +275,7 @@ def test_the_providers_own_annotations_are_admitted(testbed: Testbed, guarded: s
             inference_service="llama",
             namespace=guarded,
             pinned=bool(index % 2),
+            smoke_test=bool(index % 2),
             transport=transport,
             api_key_secret_name="sglang-key.v1",
         )

@@ -45,6 +45,10 @@ def test_a_restarted_pod_gets_its_adapters_back_at_once(
 
     synced = loop.wait_event("pod_synced", reason="restart", pod=f"{cluster.namespace}/{victim}")
     assert synced["loads"] == 3 and synced["failures"] == 0
+    # Each heal's load was followed by its smoke: one generation through each adapter on the
+    # restarted server (its emulator started afresh), none through anything else.
+    restarted = emulator(handle.pod(victim).url, "GET", "/_emulator/state")
+    assert restarted["inferences"] == dict.fromkeys(want, 1)
     assert loop.metric("pulumi_lora_resync_loads_total", reason="restart") == 3
     first = loop.metric("pulumi_lora_resync_first_load_seconds_sum")
     assert loop.metric("pulumi_lora_resync_first_load_seconds_count") == 1

@@ -1,5 +1,6 @@
 """The real SGLang server, on the CPU with the tiny model: it starts, and the product's own client
-loads, lists and unloads an adapter the testbed's writer made, which changes what it generates.
+loads, lists and unloads an adapter the testbed's writer made, which changes what it generates;
+its smoke generation (what follows every load) answers a finite logprob through it.
 
 The smoke test of the provisioned tree (``tools/sglang_env.py``): an SGLang upgrade that breaks
 the shims, the flags or the adapter format fails here first, loudly. The figures (start time,
@@ -8,6 +9,7 @@ memory, load and unload latency) are printed for the record (``pytest -s``).
 
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from pulumi_lora._sglang import AlreadyLoaded, Loaded, NotLoaded, SGLangClient, Unloaded
+from pulumi_lora._sglang import (
+    AlreadyLoaded,
+    Loaded,
+    NotLoaded,
+    SGLangClient,
+    Smoked,
+    Unloaded,
+)
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.sglang import RealSGLang, RealSGLangMissingError, generate
@@ -92,6 +101,10 @@ def test_the_real_server_loads_serves_and_unloads_an_adapter(
     assert isinstance(loaded, Loaded), loaded
     assert client.list_models().adapters == {"sql": str(folder)}
     assert isinstance(client.load_adapter("sql", str(folder)), AlreadyLoaded)
+    started = time.monotonic()
+    smoked = client.smoke("sql")
+    smoke_seconds = time.monotonic() - started
+    assert isinstance(smoked, Smoked) and math.isfinite(smoked.logprob), smoked
     assert generate(server.url, "sql") != base  # the adapter applies, not only lists
 
     started = time.monotonic()
@@ -105,5 +118,6 @@ def test_the_real_server_loads_serves_and_unloads_an_adapter(
     assert pid is not None
     print(
         f"\nreal SGLang: ready in {server.ready_after:.1f}s, RSS {_rss_bytes(pid) / 1e9:.2f} GB, "
-        f"load {load_seconds * 1000:.0f} ms, unload {unload_seconds * 1000:.0f} ms"
+        f"load {load_seconds * 1000:.0f} ms, smoke {smoke_seconds * 1000:.0f} ms, "
+        f"unload {unload_seconds * 1000:.0f} ms"
     )

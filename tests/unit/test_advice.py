@@ -46,6 +46,12 @@ ADVICE = {
         "--max-loras-per-batch in spec.extraArgs"
     ),
     "IncompleteUnload": "restart the pod: SGLang refuses this adapter name until it restarts",
+    "SmokeFailed": (
+        "the adapter loads but a one-token generation through it failed, so it was unloaded: "
+        "check its weights (NaN or infinite ones load without a word) and that it was trained "
+        "for this base model; if the generation only timed out, raise "
+        "pulumi-lora:smokeTimeoutSeconds; smoke_test=false loads it unchecked"
+    ),
     "BadRequest": (
         "SGLang refused the request's shape: report it with the pod's SGLang version "
         "(kubectl logs llama-0 -c sglang)"

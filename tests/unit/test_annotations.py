@@ -6,8 +6,14 @@ from __future__ import annotations
 import pytest
 
 from pulumi_lora._args import AdapterArgs
-from pulumi_lora._core._readback import AdapterNotes, read_annotations
-from pulumi_lora._models import ANNOTATION_API_KEY_SECRET, ANNOTATION_POLICY, Policy, Transport
+from pulumi_lora._core._readback import AdapterNotes, declared_by_cr, read_annotations
+from pulumi_lora._models import (
+    ANNOTATION_API_KEY_SECRET,
+    ANNOTATION_POLICY,
+    ANNOTATION_SMOKE_TEST,
+    Policy,
+    Transport,
+)
 
 
 def test_what_is_written_reads_back() -> None:
@@ -43,3 +49,24 @@ def test_a_secret_reference_that_is_not_name_slash_key_is_no_key(value: str) -> 
 def test_an_unknown_policy_is_all_ready_pods() -> None:
     notes = read_annotations({ANNOTATION_POLICY: "MostPods"})
     assert notes.readiness_policy is Policy.ALL_READY_PODS
+
+
+def test_smoke_test_false_is_written_and_read_back_and_true_is_the_absent_default() -> None:
+    args = AdapterArgs(adapter_name="sql", path="/a", inference_service="llama", smoke_test=False)
+    assert args.annotations()[ANNOTATION_SMOKE_TEST] == "false"
+    assert read_annotations(args.annotations()).smoke_test is False
+    unchanged = AdapterArgs(adapter_name="sql", path="/a", inference_service="llama")
+    assert ANNOTATION_SMOKE_TEST not in unchanged.annotations()  # CRs made before stay as they are
+    for value in (None, "true", "TRUE", "maybe", ""):
+        notes = {} if value is None else {ANNOTATION_SMOKE_TEST: value}
+        assert read_annotations(notes).smoke_test is True, value
+
+
+def test_an_import_declares_smoke_test_only_when_off() -> None:
+    cr = {
+        "metadata": {"name": "sql", "namespace": "default", "annotations": {}},
+        "spec": {"name": "sql", "path": "/a", "inferenceServiceRef": {"name": "llama"}},
+    }
+    assert "smoke_test" not in declared_by_cr(cr)
+    cr["metadata"]["annotations"] = {ANNOTATION_SMOKE_TEST: "false"}
+    assert declared_by_cr(cr)["smoke_test"] is False

@@ -25,6 +25,7 @@ from pulumi_lora._core._reconcile import (
     PodView,
     Reply,
     ReplyKind,
+    SmokeCall,
     UnloadCall,
     extra_arg_value,
     plan,
@@ -60,6 +61,7 @@ def script(*replies: Reply) -> Callable[[Call], Reply]:
 
 
 LOADED = Reply(ReplyKind.LOADED)
+SMOKED = Reply(ReplyKind.SMOKED)
 UNLOADED = Reply(ReplyKind.UNLOADED)
 FAIL = Reply(ReplyKind.FAILED, reason="LoRANotEnabled", message="LoRA is not enabled")
 TIMEOUT = Reply(
@@ -105,15 +107,17 @@ class TestPlan:
 
 class TestPodProgram:
     def test_load(self) -> None:
-        calls, out = drive(PodAction("p", ActionKind.LOAD), SQL, script(LOADED))
-        assert calls == [LoadCall("sql", "/adapters/sql", False)]
+        calls, out = drive(PodAction("p", ActionKind.LOAD), SQL, script(LOADED, SMOKED))
+        assert calls == [LoadCall("sql", "/adapters/sql", False), SmokeCall("sql")]
         assert out == PodOutcome("p", loaded=True, path="/adapters/sql", did_load=True)
 
     def test_pinned_is_passed_on(self) -> None:
         calls, _ = drive(
-            PodAction("p", ActionKind.LOAD), Desired("sql", "/x", pinned=True), script(LOADED)
+            PodAction("p", ActionKind.LOAD),
+            Desired("sql", "/x", pinned=True),
+            script(LOADED, SMOKED),
         )
-        assert calls == [LoadCall("sql", "/x", True)]
+        assert calls[0] == LoadCall("sql", "/x", True)
 
     def test_already_loaded_with_the_same_path_is_success_without_a_second_load(self) -> None:
         calls, out = drive(
@@ -128,9 +132,13 @@ class TestPodProgram:
         calls, out = drive(
             PodAction("p", ActionKind.LOAD),
             SQL,
-            script(Reply(ReplyKind.ALREADY_LOADED, path="/old"), UNLOADED, LOADED),
+            script(Reply(ReplyKind.ALREADY_LOADED, path="/old"), UNLOADED, LOADED, SMOKED),
         )
-        assert calls[1:] == [UnloadCall("sql"), LoadCall("sql", "/adapters/sql", False)]
+        assert calls[1:] == [
+            UnloadCall("sql"),
+            LoadCall("sql", "/adapters/sql", False),
+            SmokeCall("sql"),
+        ]
         assert out.loaded and out.did_load and out.did_unload
 
     def test_already_loaded_with_unknown_path_lists_then_decides(self) -> None:
@@ -168,8 +176,14 @@ class TestPodProgram:
         assert out.reason == "LoadUnsuccessful"
 
     def test_swap_unloads_then_loads(self) -> None:
-        calls, out = drive(PodAction("p", ActionKind.SWAP, "/old"), SQL, script(UNLOADED, LOADED))
-        assert calls == [UnloadCall("sql"), LoadCall("sql", "/adapters/sql", False)]
+        calls, out = drive(
+            PodAction("p", ActionKind.SWAP, "/old"), SQL, script(UNLOADED, LOADED, SMOKED)
+        )
+        assert calls == [
+            UnloadCall("sql"),
+            LoadCall("sql", "/adapters/sql", False),
+            SmokeCall("sql"),
+        ]
         assert out.loaded and out.path == "/adapters/sql"
 
     def test_swap_whose_unload_fails_keeps_the_old_path_recorded(self) -> None:
@@ -284,6 +298,75 @@ class TestPodProgram:
         ]
         assert unsettled(outcomes, rolled_back) == ("late", "failed", "dropped", "reset")
         assert unsettled(outcomes[:1], rolled_back[:1]) == ()
+
+
+SMOKE_NULL = Reply(
+    ReplyKind.FAILED,
+    reason="SmokeFailed",
+    message="the smoke generation through the adapter failed [p /generate: HTTP 200] SGLang "
+    "said: logprob is null (NaN or Inf)",
+)
+
+
+class TestSmoke:
+    """After every load, one generation through the adapter: a failed one is a failed load."""
+
+    @pytest.mark.parametrize(
+        ("action", "before"),
+        [
+            (PodAction("p", ActionKind.LOAD), []),
+            (PodAction("p", ActionKind.SWAP, "/old"), [UNLOADED]),
+        ],
+        ids=["load", "swap"],
+    )
+    def test_a_failed_smoke_unloads_and_fails_in_sglangs_words(
+        self, action: PodAction, before: list[Reply]
+    ) -> None:
+        calls, out = drive(action, SQL, script(*before, LOADED, SMOKE_NULL, UNLOADED))
+        assert calls[-3:] == [
+            LoadCall("sql", "/adapters/sql", False),
+            SmokeCall("sql"),
+            UnloadCall("sql"),
+        ]
+        assert not out.loaded and out.path is None and not out.maybe_loaded
+        assert out.reason == "SmokeFailed" and not out.retryable
+        assert out.error.startswith("smoke generation after the load: ")
+        assert "logprob is null (NaN or Inf)" in out.error
+        # Nothing stays loaded: a failed create's rollback has nothing left to unload.
+        assert not out.did_load and rollback_plan([out]) == ()
+        assert out.did_unload is (action.kind is ActionKind.SWAP)  # the old path is gone
+        assert not is_loaded(summarize([out]), Policy.ANY_READY_POD)
+
+    def test_a_smoke_that_could_not_be_unloaded_is_left_for_the_rollback(self) -> None:
+        _, out = drive(PodAction("p", ActionKind.LOAD), SQL, script(LOADED, SMOKE_NULL, TIMEOUT))
+        assert not out.loaded and out.reason == "SmokeFailed"
+        assert "unloading it again failed: timed out" in out.error
+        assert out.did_load and rollback_plan([out]) == (PodAction("p", ActionKind.UNLOAD),)
+
+    def test_a_timed_out_smoke_fails_the_load_and_may_pass_later(self) -> None:
+        _, out = drive(PodAction("p", ActionKind.LOAD), SQL, script(LOADED, TIMEOUT, UNLOADED))
+        assert not out.loaded and out.reason == "SmokeFailed" and out.retryable
+        assert out.error == "smoke generation after the load: timed out"
+
+    def test_a_passed_smoke_keeps_the_load(self) -> None:
+        _, out = drive(PodAction("p", ActionKind.LOAD), SQL, script(LOADED, SMOKED))
+        assert out.loaded and out.did_load and not out.error
+
+    def test_smoke_false_loads_without_a_generation(self) -> None:
+        unchecked = Desired("sql", "/adapters/sql", smoke=False)
+        calls, out = drive(PodAction("p", ActionKind.LOAD), unchecked, script(LOADED))
+        assert calls == [LoadCall("sql", "/adapters/sql", False)]
+        assert out.loaded and out.did_load
+
+    def test_what_this_run_did_not_load_is_not_smoked(self) -> None:
+        # Loaded already with the declared path (by another writer, who smoked it), or kept.
+        calls, out = drive(
+            PodAction("p", ActionKind.LOAD),
+            SQL,
+            script(Reply(ReplyKind.ALREADY_LOADED, path="/adapters/sql")),
+        )
+        assert calls == [LoadCall("sql", "/adapters/sql", False)] and out.loaded
+        assert drive(PodAction("p", ActionKind.KEEP), SQL, script())[0] == []
 
 
 def outcomes(loaded: int, failed: int = 0, waiting: int = 0) -> list[PodOutcome]:

@@ -6,6 +6,10 @@ is); a directory without the file fails with Python's ``FileNotFoundError`` text
 weights file (``*.safetensors``, ``*.bin``, ``*.pt``) fails once the config fits. The messages
 below are those texts, naming the path as the server sees it (the container path, even when
 ``--emulator-fs-root`` maps it to a host directory).
+
+SGLang loads weights that are NaN or infinite without a word, and every generation through them
+then computes NaN logits; the floating-point tensors of ``*.safetensors`` files are read for that
+(``AdapterSpec.finite``). Other weight formats are taken as finite.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
+import sys
+from array import array
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
@@ -51,9 +58,56 @@ def read_adapter(
         raise AdapterReadError(f"[Errno {exc.errno}] {exc.strerror}: {shown!r}") from exc
     spec = _parse_config(raw)
     if any(next(directory.glob(pattern), None) for pattern in _WEIGHTS):
-        return spec
+        finite = all(_finite_weights(f.read_bytes()) for f in directory.glob("*.safetensors"))
+        return spec if finite else AdapterSpec(spec.rank, spec.target_modules, finite=False)
     missing = f"Cannot find any model weights with `{path}`"
     return AdapterSpec(rank=spec.rank, target_modules=spec.target_modules, missing_weights=missing)
+
+
+#: Bytes per element of safetensors' floating-point dtypes, and the exponent's bits in each
+#: element's top 16 bits: all of them set is NaN or ±Inf (IEEE 754).
+_FLOATS = {"F64": (8, 0x7FF0), "F32": (4, 0x7F80), "F16": (2, 0x7C00), "BF16": (2, 0x7F80)}
+
+
+def _finite_weights(raw: bytes) -> bool:
+    """Whether every floating-point tensor of a safetensors file is finite (a file that is not
+    one counts as finite: the emulator reads weights only for this)."""
+    try:
+        (size,) = struct.unpack_from("<Q", raw)
+        header = json.loads(raw[8 : 8 + size])
+        data = memoryview(raw)[8 + size :]
+        tensors = [
+            (_FLOATS[info["dtype"]], data[info["data_offsets"][0] : info["data_offsets"][1]])
+            for key, info in header.items()
+            if key != "__metadata__" and info["dtype"] in _FLOATS
+        ]
+    except (struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return True
+    return all(_finite(tensor, width, mask) for (width, mask), tensor in tensors)
+
+
+def _finite(tensor: memoryview, width: int, mask: int) -> bool:
+    """Whether no little-endian element of ``tensor`` has every exponent bit set.
+
+    Each element's top byte is looked at first, at C speed: real weights never have the
+    exponent's high bits all set there (``0x7F`` or ``0xFF`` for F32), so only an adapter
+    broken on purpose costs the exact check.
+    """
+    top = bytes(tensor[width - 1 :: width])
+    if not top.translate(None, _NOT_CANDIDATE[mask >> 8]):
+        return True
+    halves = array("H", bytes(tensor[: len(tensor) - len(tensor) % width]))
+    if sys.byteorder == "big":
+        halves.byteswap()
+    return all(h & mask != mask for h in halves[width // 2 - 1 :: width // 2])
+
+
+#: For each exponent's top byte, every byte value that lacks one of its bits (deleted by the
+#: fast path: whatever remains may be NaN or infinite).
+_NOT_CANDIDATE = {
+    high: bytes(b for b in range(256) if b & high != high)
+    for high in {mask >> 8 for _, mask in _FLOATS.values()}
+}
 
 
 def _host_path(path: str, fs_root: Path | None, mounts: Sequence[tuple[str, Path]] = ()) -> Path:

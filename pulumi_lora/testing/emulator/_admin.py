@@ -9,7 +9,7 @@
 - ``GET /_emulator/state``: ``{"ready", "updating" (a load or unload is running),
   "update_requests" (loads and unloads that reached the update lock, ever), "adapters":
   [{name, path, pinned, in_flight}] (LRU order), "draining": [same, unregistered but busy],
-  "ever_loaded": {name: path}}``.
+  "ever_loaded": {name: path}, "inferences": {name: inference requests through it, ever}}``.
 
 These routes are never subject to faults, latency or API keys.
 """

@@ -10,8 +10,10 @@ from __future__ import annotations
 import secrets
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pulumi_lora.testing.emulator._bodies import (
     ChatBody,
@@ -38,8 +40,14 @@ __all__ = ["SGLANG_VERSION", "EmulatorApp", "Readiness", "method_not_allowed", "
 SGLANG_VERSION = "0.5.15"
 
 _LORA_ROUTES = frozenset({"/load_lora_adapter", "/unload_lora_adapter"})
+_MAX_NEW_TOKENS = 128
+"""SGLang's default ``sampling_params.max_new_tokens``."""
+_LOGPROB = -0.6931
+"""The logprob of every emulated token (ln ½): finite, unless the adapter's weights are not."""
 _KEYLESS_PREFIXES = ("/health", "/metrics")
 _UNAUTHORIZED = json_response(401, {"error": "Unauthorized"})
+
+_T = TypeVar("_T")
 
 Handler = Callable[[Request, float], Response]
 """A route: the request and the latency to spend on it (where its real work happens)."""
@@ -237,11 +245,18 @@ class EmulatorApp:
             return body
         try:
             prompts, names, batched = _generate_batch(body)
-            self._engine.infer(names, delay)
+            broken = self._engine.infer(names, delay)
         except InferenceError as exc:
             return json_response(400, {"error": {"message": str(exc)}})
         results = [
-            self._generate_result(prompt, name) for prompt, name in zip(prompts, names, strict=True)
+            self._generate_result(
+                prompt,
+                name,
+                max_new_tokens=_max_new_tokens(_nth(body.sampling_params, index)),
+                logprob=bool(_nth(body.return_logprob, index)),
+                finite=name not in broken,
+            )
+            for index, (prompt, name) in enumerate(zip(prompts, names, strict=True))
         ]
         return json_response(200, results if batched else results[0])
 
@@ -284,17 +299,31 @@ class EmulatorApp:
         text = f"emulated output of {self._config.model_name}"
         return f"{text} with LoRA adapter {adapter}" if adapter else text
 
-    def _generate_result(self, prompt: str, adapter: str | None) -> dict[str, object]:
-        text = self._output(adapter)
-        completion_tokens = len(text.split())
-        meta = {
+    def _generate_result(
+        self,
+        prompt: str,
+        adapter: str | None,
+        *,
+        max_new_tokens: int,
+        logprob: bool,
+        finite: bool,
+    ) -> dict[str, object]:
+        """One prompt's answer: a word per token, at most ``max_new_tokens``; with ``logprob``,
+        each token's ``[logprob, token_id, null]`` as SGLang gives them, the logprob ``null``
+        (orjson's NaN) when the adapter's weights are not ``finite``."""
+        tokens = self._output(adapter).split()[:max_new_tokens]
+        meta: dict[str, object] = {
             "id": uuid.uuid4().hex,
-            "finish_reason": {"type": "length", "length": completion_tokens},
+            "finish_reason": {"type": "length", "length": len(tokens)},
             "prompt_tokens": len(prompt.split()),
-            "completion_tokens": completion_tokens,
-            "cached_tokens": 0,
         }
-        return {"text": text, "meta_info": meta}
+        if logprob:
+            value = _LOGPROB if finite else None
+            meta["input_token_logprobs"] = []  # from the last prompt token on: none
+            meta["output_token_logprobs"] = [[value, _token_id(t), None] for t in tokens]
+            meta["output_token_logprobs_length"] = len(tokens)
+        meta.update(completion_tokens=len(tokens), cached_tokens=0)
+        return {"text": " ".join(tokens), "meta_info": meta}
 
     def _openai_result(
         self, kind: str, model: str | None, choices: Sequence[Mapping[str, object]]
@@ -353,6 +382,26 @@ def _adapter_of(model: str | None, lora_path: str | None) -> str | None:
     if model and ":" in model:
         return model.split(":", 1)[1]
     return lora_path
+
+
+def _nth(value: _T | list[_T] | None, index: int) -> _T | None:
+    """A per-prompt field of ``/generate``: one for every prompt, or a list of one each."""
+    if isinstance(value, list):
+        return value[index] if index < len(value) else None
+    return value
+
+
+def _max_new_tokens(sampling: Mapping[str, object] | None) -> int:
+    """``sampling_params.max_new_tokens``, SGLang's default when absent or not a count."""
+    value = (sampling or {}).get("max_new_tokens")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return _MAX_NEW_TOKENS
+
+
+def _token_id(token: str) -> int:
+    """A stable id for an emulated token (a 32k vocabulary, as Llama's)."""
+    return zlib.crc32(token.encode()) % 32000
 
 
 def _generate_batch(body: GenerateBody) -> tuple[list[str], list[str | None], bool]:

@@ -43,11 +43,14 @@ class UnloadBody(_Lenient):
 
 
 class GenerateBody(_Lenient):
-    """``POST /generate``: ``lora_path`` holds adapter *names*, one per ``text`` when a list."""
+    """``POST /generate``: ``lora_path`` holds adapter *names*, one per ``text`` when a list;
+    ``sampling_params`` and ``return_logprob`` are one for all or one per prompt."""
 
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None
     lora_path: str | list[str | None] | None = None
+    sampling_params: dict[str, object] | list[dict[str, object]] | None = None
+    return_logprob: bool | list[bool] | None = None
 
 
 class ChatBody(_Lenient):

@@ -101,8 +101,9 @@ class Engine:
                 return started
             return self._finish_unload(started)
 
-    def infer(self, names: Sequence[str | None], delay: float = 0.0) -> None:
-        """Run one request on these adapters (``None``: base) for ``delay`` seconds.
+    def infer(self, names: Sequence[str | None], delay: float = 0.0) -> frozenset[str]:
+        """Run one request on these adapters (``None``: base) for ``delay`` seconds; the names
+        among them whose weights are not all finite (their logits are NaN).
 
         Reloads implicitly the named adapters that were unloaded or evicted; raises
         ``InferenceError`` for a name that cannot be used.
@@ -113,12 +114,14 @@ class Engine:
             self._reload(reloads)
         with self._changed:
             lora_ids = self._state.acquire(names)
+            broken = self._state.non_finite(names)
         try:
             self._sleep(delay)
         finally:
             with self._changed:
                 self._state.release(lora_ids)
                 self._changed.notify_all()
+        return broken
 
     def registered(self) -> list[AdapterRef]:
         """The adapters ``/v1/models`` lists, least recently used first."""
@@ -134,6 +137,7 @@ class Engine:
                 "adapters": [self._ref_json(ref) for ref in self._state.registered()],
                 "draining": [self._ref_json(ref) for ref in self._state.draining()],
                 "ever_loaded": self._state.ever_loaded(),
+                "inferences": self._state.inferences(),
             }
 
     def _ref_json(self, ref: AdapterRef) -> dict[str, object]:

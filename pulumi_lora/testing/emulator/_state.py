@@ -18,7 +18,7 @@ effect, injected as the ``read`` callable of ``load``.
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -62,6 +62,9 @@ class AdapterSpec:
     missing_weights: str | None = None
     """SGLang's error when the directory holds no weights file (checked after the config's fit,
     as SGLang loads the weights last), else ``None``."""
+    finite: bool = True
+    """Whether every weight is a finite number. SGLang loads NaN or infinite weights without a
+    word; every generation through them then computes NaN logits (logprobs ``null``)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class AdapterRef:
     name: str
     path: str
     pinned: bool
+    finite: bool = True
+    """``AdapterSpec.finite`` of the weights loaded."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,7 @@ class LoraState:
         self._backend: dict[str, AdapterRef] = {}
         self._in_flight: dict[str, int] = {}
         self._ever_loaded: dict[str, Reload] = {}
+        self._inferences: Counter[str] = Counter()
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -179,6 +185,14 @@ class LoraState:
     def ever_loaded(self) -> dict[str, str]:
         """Every name ever loaded successfully, with its last path (the implicit-reload cache)."""
         return {name: item.path for name, item in self._ever_loaded.items()}
+
+    def inferences(self) -> dict[str, int]:
+        """How many inference requests ran through each adapter, ever (base requests aside)."""
+        return dict(self._inferences)
+
+    def non_finite(self, names: Iterable[str | None]) -> frozenset[str]:
+        """Those of ``names`` whose loaded weights are not all finite (their logits are NaN)."""
+        return frozenset(name for name in names if name and not self._registry[name].finite)
 
     # -- loads and unloads -----------------------------------------------------------------
 
@@ -214,7 +228,7 @@ class LoraState:
         refusal = self._refusal(name, spec, pinned)
         if refusal is not None:
             return LoadOutcome(self._failure(refusal), ())
-        ref = AdapterRef(uuid.uuid4().hex, name, path, pinned)
+        ref = AdapterRef(uuid.uuid4().hex, name, path, pinned, spec.finite)
         self._backend[ref.lora_id] = ref
         self._registry[name] = ref
         self._ever_loaded[name] = Reload(name, path, pinned)
@@ -276,6 +290,7 @@ class LoraState:
             refs.append(ref)
         for ref in refs:
             self._in_flight[ref.lora_id] = self.in_flight(ref.lora_id) + 1
+            self._inferences[ref.name] += 1
         return tuple(ref.lora_id for ref in refs)
 
     def release(self, lora_ids: Iterable[str]) -> None:

@@ -26,6 +26,7 @@ KEY = SecretRef("ns", "sglang", "api-key")
 def fs_root(tmp_path: Path) -> Path:
     for name in ("a", "b", "a2"):
         write_adapter(tmp_path / "adapters" / name, target_modules=("q_proj",))
+    write_adapter(tmp_path / "adapters" / "nan", target_modules=("q_proj",), nan=True)
     return tmp_path
 
 
@@ -64,8 +65,10 @@ def facts(server: EmulatorServer) -> PodEndpoint:
     )
 
 
-def task(name: str, path: str | None = None, *, key: SecretRef | None = None) -> AdapterTask:
-    return AdapterTask(("ns", name), 1, name, path or f"/adapters/{name}", False, key)
+def task(
+    name: str, path: str | None = None, *, key: SecretRef | None = None, smoke: bool = True
+) -> AdapterTask:
+    return AdapterTask(("ns", name), 1, name, path or f"/adapters/{name}", False, key, smoke)
 
 
 def work(
@@ -217,3 +220,29 @@ def test_a_pod_left_as_the_last_clean_run_left_it_is_not_worked_again(start: Any
     healed = run(server, plan, key=AssertionError("no key expected"), settled=first.settled)
     assert not healed.untouched and [o.did_load for _, o in healed.results] == [False, True]
     assert healed.settled == first.settled  # the same state again once healed
+
+
+def inferences(server: EmulatorServer) -> dict[str, int]:
+    """Generations through each adapter the emulator ran, ever."""
+    state: dict[str, int] = httpx2.get(f"{server.url}/_emulator/state", timeout=5).json()[
+        "inferences"
+    ]
+    return state
+
+
+def test_every_load_is_smoked_and_a_failed_smoke_is_unloaded_and_reported(start: Any) -> None:
+    server = start()
+    done = run(server, work(task("nan"), task("a")))
+    (_, broken), (_, fine) = done.results
+    assert not broken.loaded and broken.reason == "SmokeFailed" and not broken.did_load
+    assert broken.error.startswith("smoke generation after the load: ")
+    assert "SGLang said: logprob is null (NaN or Inf)" in broken.error
+    assert fine.loaded and fine.did_load
+    assert served(server) == {"a": "/adapters/a"}  # the bad load did not stay
+    assert inferences(server) == {"nan": 1, "a": 1}
+    assert done.settled is None  # a failure: the next sweep works the pod again
+
+    unchecked = run(server, work(task("nan", smoke=False), task("a")))
+    assert unchecked.results[0][1].loaded and unchecked.results[0][1].did_load
+    assert served(server) == {"a": "/adapters/a", "nan": "/adapters/nan"}
+    assert inferences(server) == {"nan": 1, "a": 1}  # smoke_test=false: no generation

@@ -9,7 +9,7 @@ from typing import Any
 from pulumi_lora._core._llmkube import PodEndpoint, Target
 from pulumi_lora._core._ownership import ControllerRef, Owned
 from pulumi_lora._core._reconcile import PodOutcome
-from pulumi_lora._models import ANNOTATION_OPERATION, ANNOTATION_PINNED
+from pulumi_lora._models import ANNOTATION_OPERATION, ANNOTATION_PINNED, ANNOTATION_SMOKE_TEST
 from pulumi_lora._resync._decide import CapacityNote, ReloadReason
 from pulumi_lora._resync._views import AdapterCR, SecretRef, adapter_from_object
 from pulumi_lora._resync._world import World
@@ -142,6 +142,16 @@ class TestPodWork:
         work = w.pod_work(("models", "p1"), NOW)
         assert [t.name for t in work.tasks] == ["pin", "a", "b"]
         assert not work.unloads and work.declared >= {("a", "/adapters/a")}
+
+    def test_a_task_smokes_its_loads_unless_its_cr_says_smoke_test_false(self) -> None:
+        unchecked = cr("raw", **{ANNOTATION_SMOKE_TEST: "false"})
+        w = world(cr("a"), unchecked)
+        w.seed_pod(pod("p1"))
+        smoke = {t.name: t.smoke for t in w.pod_work(("models", "p1"), NOW).tasks}
+        assert smoke == {"a": True, "raw": False}
+        assert unchecked.desired.smoke is False and cr("a").desired.smoke is True
+        # Only an annotation changed: nothing to act on (the loads after it follow it).
+        assert unchecked.declaration() == replace(unchecked, smoke=True).declaration()
 
     def test_a_deleted_name_is_unloaded_unless_claimed_again(self) -> None:
         a = cr("a")
