@@ -18,6 +18,7 @@ from pulumi_lora._models import (
     ANNOTATION_POLICY,
     ANNOTATION_PREFIX,
     ANNOTATION_SMOKE_TEST,
+    ANNOTATION_SOURCE,
     ANNOTATION_TRANSPORT,
     GROUP,
     LLMKUBE_CONTROLLER_USER,
@@ -72,6 +73,7 @@ def _annotation_rules() -> list[dict[str, Any]]:
         ANNOTATION_API_KEY_SECRET,
         ANNOTATION_OPERATION,
         ANNOTATION_SMOKE_TEST,
+        ANNOTATION_SOURCE,  # a staged adapter's source URI (no credential: check refuses one)
     ]
     allowed = {
         ANNOTATION_MANAGED_BY: ["pulumi"],

@@ -279,6 +279,8 @@ def test_the_providers_own_annotations_are_admitted(testbed: Testbed, guarded: s
             transport=transport,
             api_key_secret_name="sglang-key.v1",
         )
+        if index == 0:  # a staged adapter's CR also carries its source (issue 54's review)
+            args = args.replace(source="hf://acme/sql@" + "0" * 40)
         notes = {
             **args.annotations(),
             "pulumi-lora.dev/operation": f"update@{format_time(datetime.now(UTC))}",
