@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulumi_lora._core._llmkube import Target
+from pulumi_lora._core._reconcile import extra_arg_value
 from pulumi_lora._errors import PartialReach
 
 __all__ = ["Finding", "has_flag", "normalize_args", "partial_reach", "refusal", "servable"]
@@ -61,15 +62,6 @@ def has_flag(args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
-def _value(args: Sequence[str], flag: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def _number(value: object) -> int | None:
     try:
         return int(str(value))
@@ -84,7 +76,7 @@ def partial_reach(
     runtime load cannot reach every request (see the module docstring)."""
     args = normalize_args(extra_args)
     found: list[Finding] = []
-    workers = _number(_value(args, "--tokenizer-worker-num"))
+    workers = _number(extra_arg_value(args, "--tokenizer-worker-num"))
     if workers is not None and workers > 1:
         found.append(
             Finding(
@@ -98,7 +90,7 @@ def partial_reach(
                 "spec.replicas",
             )
         )
-    sizes = [(flag, _value(args, flag)) for flag in DP_FLAGS if has_flag(args, flag)]
+    sizes = [(flag, extra_arg_value(args, flag)) for flag in DP_FLAGS if has_flag(args, flag)]
     dp = (sglang_config or {}).get("dataParallelSize")
     if dp is not None:
         sizes.append(("spec.sglangConfig.dataParallelSize", str(dp)))
@@ -115,7 +107,7 @@ def partial_reach(
                 )
             )
             break
-    mode = _value(args, "--disaggregation-mode")
+    mode = extra_arg_value(args, "--disaggregation-mode")
     if mode in ("prefill", "decode"):
         found.append(
             Finding(

@@ -22,6 +22,7 @@ import pytest
 
 from pulumi_lora.testing.engine import LocalEngine, ProjectDir
 from pulumi_lora.testing.testbed import Testbed
+from tests.e2e.test_secrets import service_account_kubeconfig
 
 from .conftest import UserVenv, assert_clean_refresh, assert_nothing_left, ready_service, served
 
@@ -114,25 +115,6 @@ def relay(testbed: Testbed) -> Iterator[Relay]:
     started.stop()
 
 
-def deployer_token(testbed: Testbed, namespace: str) -> tuple[str, str]:
-    """A cluster-admin ServiceAccount's token made for this test, and its user name."""
-    for command in (
-        ("create", "serviceaccount", "platform", "-n", namespace),
-        (
-            "create",
-            "clusterrolebinding",
-            f"{namespace}-platform",
-            "--clusterrole=cluster-admin",
-            f"--serviceaccount={namespace}:platform",
-        ),
-    ):
-        done = testbed.kubectl(*command)
-        assert done.returncode == 0, done.stderr
-    issued = testbed.kubectl("create", "token", "platform", "-n", namespace, "--duration", "1h")
-    assert issued.returncode == 0, issued.stderr
-    return issued.stdout.strip(), f"system:serviceaccount:{namespace}:platform"
-
-
 def kubeconfig_object(testbed: Testbed, token: str, user: str, server: str) -> dict[str, Any]:
     """The testbed's kubeconfig for ``token`` at ``server``, as an object (CA embedded)."""
     document = testbed.kubeconfig_dict(token, user)
@@ -150,7 +132,8 @@ def test_a_kubeconfig_object_works_and_no_failure_prints_its_credentials(
     testbed: Testbed, namespace: str, tmp_path: Path, user_venv: UserVenv, relay: Relay
 ) -> None:
     handle = ready_service(testbed, namespace)
-    token, user = deployer_token(testbed, namespace)
+    token, _ = service_account_kubeconfig(testbed, namespace)  # cluster-admin, made for this test
+    user = f"system:serviceaccount:{namespace}:deployer"
     folder = tmp_path / "platform"
     folder.mkdir()
     (folder / "Pulumi.yaml").write_text(
