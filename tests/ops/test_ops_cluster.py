@@ -156,6 +156,7 @@ def test_doctor_passes_a_good_and_fails_a_broken_inference_service(
         "enable-lora": ["ok"],
         "lora-pool": ["ok"],
         "data-parallel": ["ok"],
+        "load-reach": ["ok"],
         "adapter-volumes": ["warn"],  # the testbed's pods read adapters from the host
         "ports": ["warn"],  # no endpoint: Service 8080, container 30000
         "pods": ["ok"],
@@ -164,11 +165,19 @@ def test_doctor_passes_a_good_and_fails_a_broken_inference_service(
         "sglang-server": ["ok"] * len(good.ready_pods()),
     }
 
-    deploy(testbed, namespace, "broken", replicas=1, runtime="vllm", extra_args=("--dp-size", "2"))
+    broken_args = ("--dp-size", "2", "--tokenizer-worker-num", "2")
+    deploy(testbed, namespace, "broken", replicas=1, runtime="vllm", extra_args=broken_args)
     broken = run(doctor_command, testbed, "broken", "-n", namespace, "-o", "json")
     assert broken.exit_code == 1
     failed = {name for name, statuses in checks(broken).items() if "fail" in statuses}
-    assert failed == {"runtime", "enable-lora", "lora-pool", "data-parallel", "sglang-server"}
+    assert failed == {
+        "runtime",
+        "enable-lora",
+        "lora-pool",
+        "data-parallel",
+        "load-reach",
+        "sglang-server",
+    }
     text = run(doctor_command, testbed, "broken", "-n", namespace).output
     assert "fix: add --enable-lora to spec.extraArgs" in text
     assert "fix: set spec.runtime: sglang" in text
