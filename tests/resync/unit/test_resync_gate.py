@@ -21,6 +21,7 @@ from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._views import adapter_from_object
 from pulumi_lora._resync._world import World
 from pulumi_lora.deploy import GATE_RULE, ResyncDeployment, resync_manifests
+from tests._mocks import Recorder, recording
 
 
 def pod_object(
@@ -178,26 +179,9 @@ def test_the_command_prints_the_policy_for_the_namespaces_named() -> None:
     assert printed == readiness_gate_policy("pulumi-lora-resync-readiness-gate", ["models", "chat"])
 
 
-class Recorder(pulumi.runtime.Mocks):
-    """Records every registration; echoes inputs as outputs."""
-
-    def __init__(self) -> None:
-        self.resources: list[pulumi.runtime.MockResourceArgs] = []
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        self.resources.append(args)
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
-        return {}, []
-
-
 @pytest.fixture
 def recorder() -> Recorder:
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    mocks = Recorder()
-    pulumi.runtime.set_mocks(mocks, preview=False)
-    return mocks
+    return recording()
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

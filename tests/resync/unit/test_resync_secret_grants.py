@@ -7,7 +7,6 @@ a ClusterRole would hold it in every namespace, kube-system included).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pulumi
@@ -22,6 +21,7 @@ from pulumi_lora.deploy import (
     ResyncDeployment,
     resync_manifests,
 )
+from tests._mocks import Recorder, recording
 
 Manifests = list[dict[str, Any]]
 
@@ -113,27 +113,9 @@ def test_a_refused_secret_says_what_to_set() -> None:
     assert "resync_manifests or ResyncDeployment" in advice
 
 
-class Recorder(pulumi.runtime.Mocks):
-    """Records every registration; echoes inputs as outputs."""
-
-    def __init__(self) -> None:
-        self.resources: list[pulumi.runtime.MockResourceArgs] = []
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        self.resources.append(args)
-        return f"{args.name}-id", dict(args.inputs)
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
-        return {}, []
-
-
 @pytest.fixture
 def recorder() -> Recorder:
-    # as in tests/unit/test_component_mocks.py: the mocks' RPCs run on a fresh current loop
-    asyncio.set_event_loop(asyncio.new_event_loop())
-    mocks = Recorder()
-    pulumi.runtime.set_mocks(mocks, preview=False)
-    return mocks
+    return recording()
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
