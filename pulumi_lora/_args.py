@@ -76,6 +76,11 @@ class AdapterArgs(Model, kw_only=True, frozen=True):
     adopt: bool = False
     # One greedy generation through the adapter after each load; a failed one fails the load.
     smoke_test: bool = True
+    # A swap (path or source change) on pods behind the readiness gate goes pod by pod: this
+    # many pods out of rotation at once, each drained this long after it left the Service's
+    # EndpointSlices (kube-proxy's and gateways' propagation) before it unloads.
+    max_unavailable: Annotated[int, Meta(ge=1, le=1000)] = 1
+    drain_seconds: Annotated[float, Meta(ge=0, le=600)] = 2.0
     # Where the weights come from, when pulumi-lora stages them (docs/staging.md); the provider
     # checks the source itself (``_staging``) and sets ``path`` to the staged directory.
     source: Annotated[str, bounded_text(1, 2048)] | None = None

@@ -39,6 +39,7 @@ __all__ = [
     "SGLangTimeout",
     "ServerStarting",
     "SmokeFailed",
+    "SwapRolledBack",
     "TransientSGLangError",
     "TransportUnavailable",
     "Unauthorized",
@@ -452,3 +453,20 @@ class AdapterNotLoaded(PulumiLoRAError):
         self.advice = advice
         verb = "unload" if unloading else "load"
         super().__init__(f"could not {verb} adapter {adapter_name!r}: {detail} ({advice})")
+
+
+class SwapRolledBack(AdapterNotLoaded):
+    """A swap (a ``path`` or ``source`` change) failed on a pod and the old revision was put back
+    on every pod it had reached; the CR names the old revision again, so nothing changed but the
+    error. ``detail`` names the pods and SGLang's words (``_core._rollout.rollback_message``)."""
+
+    retryable = False
+    reason = "SwapRolledBack"
+
+    def __init__(self, adapter_name: str, detail: str, advice: str) -> None:
+        self.adapter_name = adapter_name
+        self.detail = detail
+        self.advice = advice
+        PulumiLoRAError.__init__(
+            self, f"could not swap adapter {adapter_name!r}: {detail} ({advice})"
+        )

@@ -18,9 +18,13 @@ DEFAULT_NAME = "pulumi-lora-provider"
 SUBJECT_KINDS = {"user": "User", "group": "Group", "serviceaccount": "ServiceAccount"}
 
 
-def provider_rules(transport: Transport, *, keyed: bool, staging: bool) -> list[dict[str, Any]]:
+def provider_rules(
+    transport: Transport, *, keyed: bool, staging: bool, gated: bool = False
+) -> list[dict[str, Any]]:
     """Pure: the rules the provider needs for ``transport`` (``keyed``: it reads the SGLang API
-    key from a Secret; ``staging``: it runs the stager Job and calls it through the pod proxy)."""
+    key from a Secret; ``staging``: it runs the stager Job and calls it through the pod proxy;
+    ``gated``: the targets' pods carry the readiness gate, which a swap writes pod by pod while
+    it watches the Service's EndpointSlices)."""
     rules: list[dict[str, Any]] = [
         {
             "apiGroups": [GROUP],
@@ -43,6 +47,11 @@ def provider_rules(transport: Transport, *, keyed: bool, staging: bool) -> list[
     if staging:
         rules.append(
             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "delete"]}
+        )
+    if gated and transport is not Transport.DELEGATED:  # delegated: the loop swaps
+        rules.append({"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]})
+        rules.append(
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]}
         )
     return rules
 
@@ -72,6 +81,12 @@ REACHING: tuple[Reach, ...] = (
         "past NetworkPolicies",
     ),
     Reach("secrets", frozenset({"get"}), "reads any Secret of the namespace it knows the name of"),
+    Reach(
+        "pods/status",
+        frozenset({"patch"}),
+        "rewrites the status of any pod of the namespace: its conditions (whether it is Ready, "
+        "so in its Services' endpoints) and its addresses",
+    ),
 )
 
 
@@ -117,6 +132,7 @@ def provider_rbac(
     *,
     keyed: bool = False,
     staging: bool = False,
+    gated: bool = False,
     subject: dict[str, str] | None = None,
     name: str = DEFAULT_NAME,
     loop_namespace: str | None = None,
@@ -129,7 +145,7 @@ def provider_rbac(
     to: those are granted only where named. ``delegated`` also reads the re-sync loop's Lease:
     anywhere with a ClusterRole, else in ``loop_namespace`` (required then; a ``ValueError``
     says so)."""
-    rules = provider_rules(transport, keyed=keyed, staging=staging)
+    rules = provider_rules(transport, keyed=keyed, staging=staging, gated=gated)
     reaches = reaching(rules)
     if reaches and not namespaces:
         raise ValueError(

@@ -4,6 +4,7 @@ commands: the steps (``_steps``), their session (``_session``), how pods are rea
 process-wide clients and looks (``_pool``, ``_looks``; docs/architecture.md lists the caches).
 """
 
+from pulumi_lora._lifecycle._byid import declared_at, finish_delete
 from pulumi_lora._lifecycle._config import CONFIG_KEYS, TIMEOUT_KEYS, ProviderConfig
 from pulumi_lora._lifecycle._delegated import STALE_REASON, await_delegated
 from pulumi_lora._lifecycle._events import advice
@@ -31,9 +32,7 @@ from pulumi_lora._lifecycle._state import AdapterState, PodReport, reports, stat
 from pulumi_lora._lifecycle._steps import (
     adoption_refusal,
     create,
-    declared_at,
     delete,
-    finish_delete,
     observe,
     observed_conditions,
     update,

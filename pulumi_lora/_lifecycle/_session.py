@@ -21,14 +21,13 @@ from pulumi_lora._core._conditions import (
     summarize,
     unload_conditions,
 )
-from pulumi_lora._core._llmkube import PodEndpoint, PodListing, Target, adapter_manifest, all_ready
+from pulumi_lora._core._llmkube import PodEndpoint, Target, adapter_manifest
 from pulumi_lora._core._ownership import untrusted_message
 from pulumi_lora._core._reconcile import (
     Desired,
     PodAction,
     PodOutcome,
     PodView,
-    plan,
     pod_program,
     startup_adapters,
 )
@@ -37,7 +36,6 @@ from pulumi_lora._errors import (
     Forbidden,
     InferenceServiceNotFound,
     NameCollision,
-    NoReadyPods,
     PulumiLoRAError,
     RuntimeMismatch,
 )
@@ -65,6 +63,7 @@ from pulumi_lora._lifecycle._state import (
 from pulumi_lora._lifecycle._transport import pod_clients
 from pulumi_lora._models import (
     ANNOTATION_OPERATION,
+    ANNOTATION_PREFIX,
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,
     LoRAAdapterStatus,
@@ -402,6 +401,22 @@ class Session:
         OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), applied)
         return applied
 
+    def restore_cr(self, existing: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of ``existing``'s spec and project annotations (as it was before this
+        operation's apply): a swap rolled back leaves the CR naming the revision that serves."""
+        meta = existing.get("metadata") or {}
+        notes = {
+            k: str(v)
+            for k, v in (meta.get("annotations") or {}).items()
+            if k.startswith(ANNOTATION_PREFIX) and k != ANNOTATION_OPERATION
+        }
+        manifest = adapter_manifest(
+            self.args.namespace, self.args.cr_name, dict(existing.get("spec") or {}), notes
+        )
+        applied = k8s.apply_adapter(self.kube, manifest)
+        OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), applied)
+        return applied
+
     def release_llmkube(self, cr: Mapping[str, Any]) -> None:
         """Take the CR from LLMKube's LoRA controller: remove its finalizer, if the CR carries it.
 
@@ -429,33 +444,6 @@ class Session:
             release=(UNLOAD_FINALIZER, LLMKUBE_FINALIZER),
         )
         OWN_CRS.record((self.source, self.args.namespace, self.args.cr_name), None)
-
-    def load_everywhere(
-        self,
-        cr: Mapping[str, Any],
-        target: Target,
-        *,
-        observe: bool,
-        seen: PodListing | None = None,
-    ) -> tuple[list[PodOutcome], PodListing]:
-        """Wait for the pods (``seen``, listed moments ago, when they are all Ready), then load
-        (or swap) on every Ready one its controller chain vouches for."""
-        listing = (
-            seen
-            if seen is not None and all_ready(target, seen.pods)
-            else k8s.wait_for_pods(self.kube, target, self.args.ready_timeout_seconds)
-        )
-        pods = list(listing.pods)
-        if not any(p.ready for p in pods):
-            raise NoReadyPods(target.namespace, target.name, [f"{p.name}: {p.state}" for p in pods])
-        clients = self.clients(pods, self.api_key(target))
-        if observe:
-            views, _ = self.views(pods, clients)
-        else:
-            views = [PodView(p.name, p.ready and p.name in clients, p.state, p.uid) for p in pods]
-        args = self.args
-        desired = Desired(args.adapter_name, args.load_path, args.pinned, args.smoke_test)
-        return self.execute(desired, plan(desired, views, desired.name), clients), listing
 
 
 def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:

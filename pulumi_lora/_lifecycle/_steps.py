@@ -23,14 +23,14 @@ from pulumi_lora._core._conditions import (
 )
 from pulumi_lora._core._llmkube import PodEndpoint
 from pulumi_lora._core._ownership import untrusted_message
-from pulumi_lora._core._readback import declared_by_cr
 from pulumi_lora._core._reconcile import PodOutcome, plan
+from pulumi_lora._core._rollout import failures, replaced, rollback_message
 from pulumi_lora._core._topology import servable
 from pulumi_lora._errors import (
     AdapterNotLoaded,
     ClusterError,
-    ConfigurationError,
     PulumiLoRAError,
+    SwapRolledBack,
 )
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._config import ProviderConfig
@@ -40,11 +40,11 @@ from pulumi_lora._lifecycle._looks import (
     LookKey,
     TargetLook,
 )
-from pulumi_lora._lifecycle._pool import POOL
 from pulumi_lora._lifecycle._rollback import (
     remove_cr_patiently,
     rollback,
 )
+from pulumi_lora._lifecycle._rolling import Say, desired_of, load_everywhere, quiet
 from pulumi_lora._lifecycle._session import (
     TARGET_GONE,
     Session,
@@ -94,7 +94,7 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
         if args.transport is Transport.DELEGATED:
             return await_delegated(session, cr)
         # An adopted CR's adapter may already be served: look first, load only where it lacks.
-        outcomes, seen = session.load_everywhere(cr, target, observe=adopted, seen=listing.listing)
+        outcomes, seen, _ = load_everywhere(session, target, observe=adopted, seen=listing.listing)
         loads = (seen.pods, outcomes)
         record_untrusted(session, cr, seen.untrusted)
         summary = summarize(outcomes)
@@ -123,13 +123,17 @@ def create(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
 
 
 @k8s.apiserver_errors()
-def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
-    """Re-apply the CR and swap (or load) on every Ready pod; status records any failure."""
+def update(args: AdapterArgs, config: ProviderConfig, *, say: Say = quiet) -> AdapterState:
+    """Re-apply the CR and swap (or load) on every Ready pod, pod by pod behind the readiness
+    gate; status records any failure. A swap that fails on a pod is rolled back: the old revision
+    serves again on every pod and the CR names it again (``SwapRolledBack``)."""
     session = Session(args, config)
-    refusal = deletion_refusal(k8s.get_adapter(session.kube, args.namespace, args.cr_name), args)
+    existing = k8s.get_adapter(session.kube, args.namespace, args.cr_name)
+    refusal = deletion_refusal(existing, args)
     if refusal:  # an apply would drop the finalizer that holds a failed destroy's CR
         raise ClusterError(refusal)
     cr = session.apply_cr(operation="update")
+    rolled_back = False
     try:
         session.release_llmkube(cr)
         listing = session.shared_listing()
@@ -138,8 +142,14 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
         if args.transport is Transport.DELEGATED:
             cr = session.apply_cr()
             return await_delegated(session, cr)
-        outcomes, seen = session.load_everywhere(cr, target, observe=True, seen=listing.listing)
+        old = replaced((existing or {}).get("spec") or {}, desired_of(args))
+        outcomes, seen, restored = load_everywhere(
+            session, target, observe=True, seen=listing.listing, old=old, say=say
+        )
         record_untrusted(session, cr, seen.untrusted)
+        if old is not None and restored is not None:
+            rolled_back = True
+            raise swap_rolled_back(session, cr, outcomes, old.path, restored)
         state = session.write_status(
             cr, Availability(True, "InferenceServiceReady"), outcomes, now_utc(), seen.untrusted
         )
@@ -153,7 +163,31 @@ def update(args: AdapterArgs, config: ProviderConfig) -> AdapterState:
             session.write_status(cr, Availability(False, exc.reason, str(exc)), None, now_utc())
         raise
     finally:
-        session.apply_cr()
+        if rolled_back and existing is not None:
+            session.restore_cr(existing)  # only once every pod has the old revision back
+        else:
+            session.apply_cr()
+
+
+def swap_rolled_back(
+    session: Session,
+    cr: Mapping[str, Any],
+    outcomes: Sequence[PodOutcome],
+    old_path: str,
+    restored: Sequence[PodOutcome],
+) -> SwapRolledBack:
+    """The error (and the Warning Event on the CR) of a swap rolled back to ``old_path``."""
+    args = session.args
+    failed = failures(outcomes)
+    record_outcomes(session, cr, failed, "Updated")
+    detail = rollback_message(args.adapter_name, args.load_path, old_path, failed, restored)
+    k8s.emit_event(session.kube, cr, reason="SwapRolledBack", message=detail, warning=True)
+    return SwapRolledBack(
+        args.adapter_name,
+        detail,
+        f"LoRAAdapter {args.namespace}/{args.cr_name} names {old_path!r} again and the stack "
+        "keeps it: fix the new revision, then `pulumi up`",
+    )
 
 
 @k8s.apiserver_errors()
@@ -348,62 +382,6 @@ def held_advice(args: AdapterArgs, once: str = "the InferenceService can be read
     )
 
 
-@k8s.apiserver_errors()
-def finish_delete(
-    resource_id: str, config: ProviderConfig, transport: Transport | None, *, force: bool = False
-) -> str:
-    """``pulumi-lora finish-delete``: finish the deletion a failed ``pulumi destroy`` left (the CR
-    ``NAMESPACE/NAME`` being deleted, held by :data:`UNLOAD_FINALIZER`), without Pulumi.
-
-    Unloads from every Ready pod as the CR declares it (``transport``: how to reach them, else
-    the one the CR records), then lets the CR go; ``force`` lets it go without unloading (a
-    namespace being deleted, its pods already gone). Returns what happened, in words.
-    """
-    namespace, name = split_id(resource_id, "finish the deletion of")
-    kube = POOL.kube(config.kube)
-    cr = k8s.get_adapter(kube, namespace, name)
-    where = f"LoRAAdapter {namespace}/{name}"
-    if cr is None:
-        return f"{where} is already gone"
-    meta = cr.get("metadata") or {}
-    if not meta.get("deletionTimestamp") or UNLOAD_FINALIZER not in (meta.get("finalizers") or []):
-        raise ConfigurationError(
-            f"{where} is not waiting on an unload (it would be being deleted and carry "
-            f"{UNLOAD_FINALIZER}): nothing to finish; `pulumi destroy` deletes what a stack "
-            "manages"
-        )
-    if force:
-        k8s.release_finalizer(kube, namespace, name, UNLOAD_FINALIZER)
-        return (
-            f"{where} let go without unloading: pods may still serve "
-            f"{(cr.get('spec') or {}).get('name')} (`pulumi-lora status` shows which)"
-        )
-    declared = declared_by_cr(cr)
-    if transport is not None:
-        declared["transport"] = transport.value
-    args = AdapterArgs.parse(declared)
-    if args.transport is Transport.DELEGATED:
-        raise ConfigurationError(
-            f"{where} is delegated: give --transport direct or proxy to unload from here"
-        )
-    delete(args, config)
-    return (
-        f"unloaded {args.adapter_name} from every Ready pod of InferenceService "
-        f"{args.target_namespace}/{args.inference_service}; {where} is gone"
-    )
-
-
-def split_id(resource_id: str, doing: str) -> tuple[str, str]:
-    """Pure: ``NAMESPACE/NAME`` → its two parts, or a :class:`ConfigurationError` saying how."""
-    namespace, slash, name = resource_id.partition("/")
-    if not (slash and namespace and name) or "/" in name:
-        raise ConfigurationError(
-            f"cannot {doing} {resource_id!r}: the ID of a LoRAAdapter is NAMESPACE/NAME, the "
-            "CR's namespace and name (e.g. models/sql-lora)"
-        )
-    return namespace, name
-
-
 def deletion_refusal(existing: Mapping[str, Any] | None, args: AdapterArgs) -> str | None:
     """Pure: why ``update`` must not apply the CR ``existing`` (it is being deleted), or None.
 
@@ -471,13 +449,3 @@ def adoption_refusal(existing: Mapping[str, Any], args: AdapterArgs) -> str | No
             "them in a later `pulumi up`), or edit the CR, or delete it"
         )
     return None
-
-
-@k8s.apiserver_errors()
-def declared_at(resource_id: str, config: ProviderConfig) -> dict[str, Any] | None:
-    """``pulumi import``: the arguments the CR ``NAMESPACE/NAME`` declares (``declared_by_cr``),
-    read with the provider's cluster credentials; None when there is no such CR. Reads only."""
-    namespace, name = split_id(resource_id, "import")
-    kube = POOL.kube(config.kube)
-    cr = k8s.get_adapter(kube, namespace, name)
-    return None if cr is None else declared_by_cr(cr)

@@ -215,7 +215,7 @@ class Calls:
         args = _args(with_staged_path(_olds, news))
         if args.path is None:
             args = lifecycle.staged(args, config, say=progress)
-        outs = outputs(args, lifecycle.update(args, config))
+        outs = outputs(args, lifecycle.update(args, config, say=progress))
         old = _olds.get("path")
         if _olds.get("content_key") and old and old != args.path:  # the old content: released
             lifecycle.unstage_unused(_args(_olds), config, str(old), say=progress)

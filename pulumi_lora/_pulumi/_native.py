@@ -77,6 +77,8 @@ class ResourceOutputs(AdapterOutputs):
     kubeconfig: pulumi.Output[Optional[str]]
     adopt: pulumi.Output[Optional[bool]]
     smoke_test: pulumi.Output[Optional[bool]]
+    max_unavailable: pulumi.Output[Optional[int]]
+    drain_seconds: pulumi.Output[Optional[float]]
     source: pulumi.Output[Optional[str]]
     digests: pulumi.Output[Optional[Mapping[str, str]]]
     allow_mutable: pulumi.Output[Optional[bool]]

@@ -18,7 +18,8 @@ REPLACE_KEYS = (
 #: Inputs changed in place (a path change is a swap on every pod; a source, digest, endpoint or
 #: claim change stages the new content beside the old, then swaps; a new ``kubeconfig`` is the
 #: same cluster's credentials, kept for the next operation; ``smoke_test`` alone reloads nothing,
-#: it changes the CR's annotation, which later loads follow).
+#: it changes the CR's annotation, which later loads follow; ``max_unavailable`` and
+#: ``drain_seconds`` only pace later swaps).
 UPDATE_KEYS = (
     "path",
     "source",
@@ -33,6 +34,8 @@ UPDATE_KEYS = (
     "api_key_secret_key",
     "kubeconfig",
     "smoke_test",
+    "max_unavailable",
+    "drain_seconds",
 )
 #: Inputs that matter only when something is created or staged (a change alone changes nothing:
 #: the content staged with other credentials is the same content).

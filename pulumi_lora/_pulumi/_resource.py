@@ -72,6 +72,13 @@ class AdapterInputs(TypedDict):
     """After every load (create, swap, the re-sync loop's heal), one greedy token through the
     adapter (SGLang's ``/generate``); unless it answers a finite logprob the load fails in
     SGLang's words and the adapter is unloaded from that pod (default true)."""
+    max_unavailable: NotRequired[pulumi.Input[int]]
+    """How many pods a swap (a ``path`` or ``source`` change) takes out of rotation at once, on
+    pods behind the readiness gate (``ResyncDeployment(readiness_gate=True)``); without the
+    gate every pod swaps at once (default 1)."""
+    drain_seconds: NotRequired[pulumi.Input[float]]
+    """Seconds a gated pod waits, once its endpoint is not ready in any EndpointSlice of the
+    Service, before it swaps: kube-proxy's and gateways' propagation (default 2)."""
     source: NotRequired[pulumi.Input[str]]
     """Where the weights live, staged by pulumi-lora onto the claim the pods mount (instead of
     ``path``): ``hf://ORG/REPO@COMMIT``, ``s3://BUCKET/PREFIX/`` or ``https://HOST/PATH/``."""

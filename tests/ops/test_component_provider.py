@@ -106,6 +106,8 @@ INPUT_TYPES = {
     "kubeconfig": "string",
     "adopt": "boolean",
     "smokeTest": "boolean",
+    "maxUnavailable": "integer",
+    "drainSeconds": "number",
     "source": "string",
     "digests": "object",
     "allowMutable": "boolean",

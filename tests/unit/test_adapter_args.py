@@ -19,7 +19,8 @@ VALID = (
     "valid arguments: adapter_name, inference_service, inference_service_namespace, namespace, "
     "resource_name, kube_context, kubeconfig_path, path, source, digests, source_endpoint, "
     "volume_claim, pinned, readiness_policy, ready_timeout_seconds, transport, "
-    "api_key_secret_name, api_key_secret_key, kubeconfig, smoke_test, adopt, allow_mutable, "
+    "api_key_secret_name, api_key_secret_key, kubeconfig, smoke_test, max_unavailable, "
+    "drain_seconds, adopt, allow_mutable, "
     "source_secret_name, "
     "source_service_account, source_public"
 )

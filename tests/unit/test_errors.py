@@ -27,6 +27,7 @@ from pulumi_lora._errors import (
     RuntimeMismatch,
     SGLangError,
     SGLangTimeout,
+    SwapRolledBack,
     TransientSGLangError,
     TransportUnavailable,
 )
@@ -48,6 +49,7 @@ def example(cls: type[PulumiLoRAError]) -> PulumiLoRAError:
         TransportUnavailable: TransportUnavailable("no route to pods"),
         NameCollision: NameCollision("sql", "models", "llama", "LoRAAdapter models/other"),
         AdapterNotLoaded: AdapterNotLoaded("sql", "loaded on 1/3 Ready pods", "wait"),
+        SwapRolledBack: SwapRolledBack("sql", "swapping sql to '/bad' failed", "fix it"),
     }
     return examples.get(cls) or cls("misused")
 

@@ -13,7 +13,8 @@ from pulumi_lora._core._conditions import unload_conditions
 from pulumi_lora._core._llmkube import PodEndpoint, adapter_manifest
 from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._errors import ConfigurationError
-from pulumi_lora._lifecycle._steps import deletion_refusal, split_id
+from pulumi_lora._lifecycle._byid import split_id
+from pulumi_lora._lifecycle._steps import deletion_refusal
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
     UNLOAD_FINALIZER,

@@ -82,6 +82,8 @@ def test_enums_defaults_config_and_names(committed: dict[str, Any]) -> None:
         "apiKeySecretKey": "api-key",
         "adopt": False,
         "smokeTest": True,
+        "maxUnavailable": 1,
+        "drainSeconds": 2.0,
         "allowMutable": False,
         "sourcePublic": False,
     }
