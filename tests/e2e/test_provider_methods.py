@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pulumi_lora import AdapterNotLoaded, InferenceServiceNotFound, NoReadyPods, RuntimeMismatch
-from pulumi_lora._errors import ClusterError, NameCollision, PartialReach
+from pulumi_lora._errors import ClusterError, NameCollision, PartialReach, SwapRolledBack
 from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._models import ANNOTATION_SMOKE_TEST, LLMKUBE_FINALIZER
@@ -218,7 +218,7 @@ class TestFailuresLeaveNothingBehind:
         )
         provider(config).delete("", unchecked)
 
-    def test_a_swap_whose_smoke_generation_fails_leaves_the_bad_load_nowhere(
+    def test_a_swap_whose_smoke_generation_fails_is_rolled_back(
         self, testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
     ) -> None:
         p = provider(config)
@@ -227,9 +227,40 @@ class TestFailuresLeaveNothingBehind:
         assert all(
             emulator_state(pod.url)["inferences"] == {"sql-lora": 1} for pod in isvc.ready_pods()
         )
-        with pytest.raises(AdapterNotLoaded, match=r"logprob is null \(NaN or Inf\)"):
+        with pytest.raises(SwapRolledBack, match=r"logprob is null \(NaN or Inf\)") as caught:
             p.update(created.id, created.outs, props(namespace, bad))
-        assert all(bad not in adapters.values() for adapters in served(isvc).values())
+        message = str(caught.value)
+        names = ", ".join(sorted(pod.name for pod in isvc.ready_pods()))
+        assert f"rolled back to {good!r}: it serves again on {names}" in message
+        # No pod kept the bad load or lost the adapter; the CR names the old revision.
+        assert served(isvc) == {pod.name: {"sql-lora": good} for pod in isvc.ready_pods()}
+        stored = cr(testbed, namespace)
+        assert stored is not None and stored["spec"]["path"] == good
+        assert stored["status"]["loadedPath"] == good
+        assert "pulumi-lora.dev/operation" not in stored["metadata"]["annotations"]
+        p.delete(created.id, created.outs)
+        nothing_left(testbed, namespace, isvc)
+
+    def test_a_bad_revision_on_one_pod_is_rolled_back_on_every_pod(
+        self, testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
+    ) -> None:
+        p = provider(config)
+        old, new = testbed.make_adapter("sql-before"), testbed.make_adapter("sql-after")
+        created = p.create(props(namespace, old))
+        bad_pod = isvc.ready_pods()[2]
+        fault = {"faults": ["/load_lora_adapter:status=400,times=1,body=LoRA rank 512 exceeds 64"]}
+        assert emulator_post(bad_pod.url, "/_emulator/faults", fault).status_code in (200, 201)
+        with pytest.raises(SwapRolledBack) as caught:
+            p.update(created.id, created.outs, props(namespace, new))
+        message = str(caught.value)
+        assert message.startswith(
+            f"could not swap adapter 'sql-lora': swapping sql-lora to {new!r}"
+        )
+        assert f"pod {bad_pod.name}: " in message and "LoRA rank 512 exceeds 64" in message
+        assert f"LoRAAdapter {namespace}/sql-lora names {old!r} again" in message
+        assert served(isvc) == {pod.name: {"sql-lora": old} for pod in isvc.ready_pods()}
+        stored = cr(testbed, namespace)
+        assert stored is not None and stored["spec"]["path"] == old
         p.delete(created.id, created.outs)
         nothing_left(testbed, namespace, isvc)
 

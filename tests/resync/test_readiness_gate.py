@@ -10,8 +10,11 @@ kubectl, as a user would.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +23,13 @@ from _resync_harness import Cluster, everywhere, wait_until
 from conftest import Identity, LoopFactory, make_identity
 
 from pulumi_lora._core._gate import GATE_CONDITION
+from pulumi_lora._errors import SwapRolledBack
+from pulumi_lora._kube._source import KubeSource
+from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora.testing.audit import audited
 from pulumi_lora.testing.testbed import Testbed
 from pulumi_lora.testing.traffic import Traffic
+from tests.e2e.conftest import adapter_props, provider_for
 
 PORT = 30000  # the Service's port and targetPort: the container's port (slice traffic)
 
@@ -169,3 +176,89 @@ def test_the_gate_keeps_requests_off_pods_whose_adapters_are_not_back(
         used, denied = audited(cluster.tb.audit_log_path, gate_identity.user)
         assert ("", "pods/status", "patch") in used
         assert not denied, [(e["verb"], e["requestURI"]) for e in denied]
+
+
+def test_a_swap_rolls_pod_by_pod_and_a_bad_revision_rolls_back_under_traffic(
+    cluster: Cluster, loops: LoopFactory, gate_identity: Identity
+) -> None:
+    """The provider (``direct``, from outside the cluster) swaps a declared adapter's revision on
+    gated pods one at a time, each out of rotation first, and puts a bad revision's failure back
+    everywhere: requests sent as kube-proxy sends them see no failure through either."""
+    loops(cluster.namespace, identity=gate_identity)
+    handle = cluster.deploy(replicas=3, network="netns", endpoint_port=PORT)
+    names = sorted(p.name for p in handle.pods())
+    tb = cluster.tb
+    v1, v2 = tb.make_adapter("roll-v1"), tb.make_adapter("roll-v2")
+    bad = tb.make_adapter("roll-bad", rank=512)  # above the pods' --max-lora-rank 64
+    config = ProviderConfig(kube=KubeSource(str(tb.kubeconfig_path)))
+    provider = provider_for(config)
+    props = adapter_props(cluster.namespace, v1, name="roll")
+    created = provider.create(props)
+    wait_until(
+        lambda: all(
+            condition(pod_json(cluster, n), GATE_CONDITION)
+            .get("message", "")
+            .startswith("1 adapter loaded")
+            for n in names
+        ),
+        30,
+        what="the adapter required on every pod (its CR recorded the load)",
+    )
+
+    client = tb.client()
+    with Traffic(client, cluster.namespace, "llama", ["roll"], rate=40, seed=3) as traffic:
+        wait_until(lambda: len(traffic.endpoints) == 3, 30, what="three pods in the slices")
+        wait_until(lambda: len(traffic.report().outcomes) >= 40, 30, what="40 requests")
+
+        swap = traffic.mark("swap")
+        seen_endpoints: list[int] = []
+        started = time.monotonic()
+        with sampled(lambda: seen_endpoints.append(len(traffic.endpoints))):
+            updated = provider.update(created.id, created.outs, {**props, "path": v2}).outs
+        took = time.monotonic() - started
+        assert updated["loaded"] and updated["loaded_path"] == v2
+        assert everywhere(handle, {"roll": v2})
+        # Pod by pod: never fewer than two of the three in the slices, and each left once.
+        assert min(seen_endpoints) == 2, seen_endpoints
+        assert took >= 3 * 2.0  # each pod drained drain_seconds (default 2) before it swapped
+
+        rollback = traffic.mark("bad revision")
+        with pytest.raises(SwapRolledBack) as caught:
+            provider.update(created.id, updated, {**props, "path": bad})
+        message = str(caught.value)
+        assert f"swapping roll to {bad!r} failed (pod {names[0]}: " in message
+        assert "with rank 512 is incompatible" in message  # SGLang's words
+        assert f"rolled back to {v2!r}: it serves again on {names[0]}" in message
+        assert everywhere(handle, {"roll": v2})
+        stored = cluster.cr("roll")
+        assert stored is not None and stored["spec"]["path"] == v2
+        for name in names:  # every gate back True, on the same container
+            assert condition(pod_json(cluster, name), GATE_CONDITION)["status"] == "True"
+        wait_until(lambda: len(traffic.endpoints) == 3, 30, what="every pod back in the slices")
+        done = traffic.mark("done")
+        wait_until(lambda: traffic.report().counts(done).total() >= 20, 30, what="20 more")
+
+    report = traffic.report()
+    swapped, rolled_back = report.counts(swap, rollback), report.counts(rollback, float("inf"))
+    print(f"swap in {took:.1f}s: {dict(swapped)}; bad revision: {dict(rolled_back)}")
+    assert swapped == {"ok": swapped.total()}, report.failed(swap, rollback)
+    assert rolled_back == {"ok": rolled_back.total()}, report.failed(rollback)
+    provider.delete(created.id, updated)
+
+
+@contextlib.contextmanager
+def sampled(sample: Callable[[], object], every: float = 0.05) -> Iterator[None]:
+    """Call ``sample`` every ``every`` seconds on a thread while the block runs."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every):
+            sample()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
