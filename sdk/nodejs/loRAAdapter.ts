@@ -92,6 +92,10 @@ export class LoRAAdapter extends pulumi.CustomResource {
      */
     declare public readonly digests: pulumi.Output<{[key: string]: string} | undefined>;
     /**
+     * Seconds a gated pod waits, once its endpoint is not ready in any EndpointSlice of the Service, before it swaps: kube-proxy's and gateways' propagation (default 2).
+     */
+    declare public readonly drainSeconds: pulumi.Output<number | undefined>;
+    /**
      * The CR's `metadata.generation` the outputs describe.
      */
     declare public /*out*/ readonly generation: pulumi.Output<number>;
@@ -127,6 +131,10 @@ export class LoRAAdapter extends pulumi.CustomResource {
      * The path the pods serve, when one serves the adapter.
      */
     declare public /*out*/ readonly loadedPath: pulumi.Output<string | undefined>;
+    /**
+     * How many pods a swap (a `path` or `source` change) takes out of rotation at once, on pods behind the readiness gate (`ResyncDeployment(readiness_gate=True)`); without the gate every pod swaps at once (default 1).
+     */
+    declare public readonly maxUnavailable: pulumi.Output<number | undefined>;
     /**
      * The CR's namespace (default `default`).
      */
@@ -215,11 +223,13 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["apiKeySecretKey"] = (args?.apiKeySecretKey) ?? "api-key";
             resourceInputs["apiKeySecretName"] = args?.apiKeySecretName;
             resourceInputs["digests"] = args?.digests;
+            resourceInputs["drainSeconds"] = (args?.drainSeconds) ?? 2;
             resourceInputs["inferenceService"] = args?.inferenceService;
             resourceInputs["inferenceServiceNamespace"] = args?.inferenceServiceNamespace;
             resourceInputs["kubeContext"] = args?.kubeContext;
             resourceInputs["kubeconfig"] = args?.kubeconfig ? pulumi.secret(args.kubeconfig) : undefined;
             resourceInputs["kubeconfigPath"] = args?.kubeconfigPath;
+            resourceInputs["maxUnavailable"] = (args?.maxUnavailable) ?? 1;
             resourceInputs["namespace"] = (args?.namespace) ?? "default";
             resourceInputs["path"] = args?.path;
             resourceInputs["pinned"] = (args?.pinned) ?? false;
@@ -257,6 +267,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["crName"] = undefined /*out*/;
             resourceInputs["crUid"] = undefined /*out*/;
             resourceInputs["digests"] = undefined /*out*/;
+            resourceInputs["drainSeconds"] = undefined /*out*/;
             resourceInputs["generation"] = undefined /*out*/;
             resourceInputs["inferenceService"] = undefined /*out*/;
             resourceInputs["inferenceServiceNamespace"] = undefined /*out*/;
@@ -266,6 +277,7 @@ export class LoRAAdapter extends pulumi.CustomResource {
             resourceInputs["lastLoadedAt"] = undefined /*out*/;
             resourceInputs["loaded"] = undefined /*out*/;
             resourceInputs["loadedPath"] = undefined /*out*/;
+            resourceInputs["maxUnavailable"] = undefined /*out*/;
             resourceInputs["namespace"] = undefined /*out*/;
             resourceInputs["path"] = undefined /*out*/;
             resourceInputs["pinned"] = undefined /*out*/;
@@ -319,6 +331,10 @@ export interface LoRAAdapterArgs {
      */
     digests?: pulumi.Input<{[key: string]: pulumi.Input<string>} | undefined>;
     /**
+     * Seconds a gated pod waits, once its endpoint is not ready in any EndpointSlice of the Service, before it swaps: kube-proxy's and gateways' propagation (default 2).
+     */
+    drainSeconds?: pulumi.Input<number | undefined>;
+    /**
      * `spec.inferenceServiceRef.name`: the target InferenceService.
      */
     inferenceService: pulumi.Input<string>;
@@ -338,6 +354,10 @@ export interface LoRAAdapterArgs {
      * kubeconfig file for this resource (a path: the content never enters state).
      */
     kubeconfigPath?: pulumi.Input<string | undefined>;
+    /**
+     * How many pods a swap (a `path` or `source` change) takes out of rotation at once, on pods behind the readiness gate (`ResyncDeployment(readiness_gate=True)`); without the gate every pod swaps at once (default 1).
+     */
+    maxUnavailable?: pulumi.Input<number | undefined>;
     /**
      * The CR's namespace (default `default`).
      */

@@ -38,6 +38,8 @@ type LoRAAdapter struct {
 	CrUid pulumi.StringOutput `pulumi:"crUid"`
 	// File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
 	Digests pulumi.StringMapOutput `pulumi:"digests"`
+	// Seconds a gated pod waits, once its endpoint is not ready in any EndpointSlice of the Service, before it swaps: kube-proxy's and gateways' propagation (default 2).
+	DrainSeconds pulumi.Float64PtrOutput `pulumi:"drainSeconds"`
 	// The CR's `metadata.generation` the outputs describe.
 	Generation pulumi.IntOutput `pulumi:"generation"`
 	// `spec.inferenceServiceRef.name`: the target InferenceService.
@@ -56,6 +58,8 @@ type LoRAAdapter struct {
 	Loaded pulumi.BoolOutput `pulumi:"loaded"`
 	// The path the pods serve, when one serves the adapter.
 	LoadedPath pulumi.StringPtrOutput `pulumi:"loadedPath"`
+	// How many pods a swap (a `path` or `source` change) takes out of rotation at once, on pods behind the readiness gate (`ResyncDeployment(readiness_gate=True)`); without the gate every pod swaps at once (default 1).
+	MaxUnavailable pulumi.IntPtrOutput `pulumi:"maxUnavailable"`
 	// The CR's namespace (default `default`).
 	Namespace pulumi.StringOutput `pulumi:"namespace"`
 	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
@@ -111,6 +115,12 @@ func NewLoRAAdapter(ctx *pulumi.Context,
 	}
 	if args.ApiKeySecretKey == nil {
 		args.ApiKeySecretKey = pulumi.StringPtr("api-key")
+	}
+	if args.DrainSeconds == nil {
+		args.DrainSeconds = pulumi.Float64Ptr(2.0)
+	}
+	if args.MaxUnavailable == nil {
+		args.MaxUnavailable = pulumi.IntPtr(1)
 	}
 	if args.Namespace == nil {
 		args.Namespace = pulumi.StringPtr("default")
@@ -191,6 +201,8 @@ type loRAAdapterArgs struct {
 	ApiKeySecretName *string `pulumi:"apiKeySecretName"`
 	// File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
 	Digests map[string]string `pulumi:"digests"`
+	// Seconds a gated pod waits, once its endpoint is not ready in any EndpointSlice of the Service, before it swaps: kube-proxy's and gateways' propagation (default 2).
+	DrainSeconds *float64 `pulumi:"drainSeconds"`
 	// `spec.inferenceServiceRef.name`: the target InferenceService.
 	InferenceService string `pulumi:"inferenceService"`
 	// `spec.inferenceServiceRef.namespace`; defaults to `namespace`.
@@ -201,6 +213,8 @@ type loRAAdapterArgs struct {
 	Kubeconfig *string `pulumi:"kubeconfig"`
 	// kubeconfig file for this resource (a path: the content never enters state).
 	KubeconfigPath *string `pulumi:"kubeconfigPath"`
+	// How many pods a swap (a `path` or `source` change) takes out of rotation at once, on pods behind the readiness gate (`ResyncDeployment(readiness_gate=True)`); without the gate every pod swaps at once (default 1).
+	MaxUnavailable *int `pulumi:"maxUnavailable"`
 	// The CR's namespace (default `default`).
 	Namespace *string `pulumi:"namespace"`
 	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
@@ -245,6 +259,8 @@ type LoRAAdapterArgs struct {
 	ApiKeySecretName pulumi.StringPtrInput
 	// File name → sha256 of each file to stage; checked before anything is loaded. Optional for `hf://` at a 40-hex commit; required for any other source unless `allow_mutable`.
 	Digests pulumi.StringMapInput
+	// Seconds a gated pod waits, once its endpoint is not ready in any EndpointSlice of the Service, before it swaps: kube-proxy's and gateways' propagation (default 2).
+	DrainSeconds pulumi.Float64PtrInput
 	// `spec.inferenceServiceRef.name`: the target InferenceService.
 	InferenceService pulumi.StringInput
 	// `spec.inferenceServiceRef.namespace`; defaults to `namespace`.
@@ -255,6 +271,8 @@ type LoRAAdapterArgs struct {
 	Kubeconfig pulumi.StringPtrInput
 	// kubeconfig file for this resource (a path: the content never enters state).
 	KubeconfigPath pulumi.StringPtrInput
+	// How many pods a swap (a `path` or `source` change) takes out of rotation at once, on pods behind the readiness gate (`ResyncDeployment(readiness_gate=True)`); without the gate every pod swaps at once (default 1).
+	MaxUnavailable pulumi.IntPtrInput
 	// The CR's namespace (default `default`).
 	Namespace pulumi.StringPtrInput
 	// `spec.path`: the adapter directory (with adapter_config.json) in the sglang container, where it already is; or give `source` instead.
@@ -427,6 +445,11 @@ func (o LoRAAdapterOutput) Digests() pulumi.StringMapOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringMapOutput { return v.Digests }).(pulumi.StringMapOutput)
 }
 
+// Seconds a gated pod waits, once its endpoint is not ready in any EndpointSlice of the Service, before it swaps: kube-proxy's and gateways' propagation (default 2).
+func (o LoRAAdapterOutput) DrainSeconds() pulumi.Float64PtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.Float64PtrOutput { return v.DrainSeconds }).(pulumi.Float64PtrOutput)
+}
+
 // The CR's `metadata.generation` the outputs describe.
 func (o LoRAAdapterOutput) Generation() pulumi.IntOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.IntOutput { return v.Generation }).(pulumi.IntOutput)
@@ -470,6 +493,11 @@ func (o LoRAAdapterOutput) Loaded() pulumi.BoolOutput {
 // The path the pods serve, when one serves the adapter.
 func (o LoRAAdapterOutput) LoadedPath() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *LoRAAdapter) pulumi.StringPtrOutput { return v.LoadedPath }).(pulumi.StringPtrOutput)
+}
+
+// How many pods a swap (a `path` or `source` change) takes out of rotation at once, on pods behind the readiness gate (`ResyncDeployment(readiness_gate=True)`); without the gate every pod swaps at once (default 1).
+func (o LoRAAdapterOutput) MaxUnavailable() pulumi.IntPtrOutput {
+	return o.ApplyT(func(v *LoRAAdapter) pulumi.IntPtrOutput { return v.MaxUnavailable }).(pulumi.IntPtrOutput)
 }
 
 // The CR's namespace (default `default`).
