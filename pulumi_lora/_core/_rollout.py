@@ -91,19 +91,21 @@ def failures(outcomes: Sequence[PodOutcome]) -> tuple[PodOutcome, ...]:
     return tuple(o for o in outcomes if not o.loaded and not o.waiting)
 
 
+def said(failed: Sequence[PodOutcome]) -> str:
+    """Pure: where a swap failed and how, in SGLang's words (``pod NAME: words; ...``)."""
+    return "; ".join(f"pod {o.pod}: {o.error or o.reason}" for o in failed)
+
+
 def rollback_message(
-    name: str,
-    new_path: str,
-    old_path: str,
-    failed: Sequence[PodOutcome],
-    restored: Sequence[PodOutcome],
+    name: str, new_path: str, old_path: str, failure: str, restored: Sequence[PodOutcome]
 ) -> str:
-    """Pure: what a user reads when a swap was rolled back: the pods where it failed, in
-    SGLang's words; where the old revision serves again; where it could not be put back."""
-    said = "; ".join(f"pod {o.pod}: {o.error or o.reason}" for o in failed)
-    back = sorted(o.pod for o in restored if o.loaded and o.path == old_path)
-    lost = sorted(f"{o.pod} ({o.error or o.reason})" for o in restored if not o.loaded)
-    text = f"swapping {name} to {new_path!r} failed ({said}); rolled back to {old_path!r}"
+    """Pure: what a user reads when a swap was rolled back: where it failed (``failure``, see
+    :func:`said`); where the old revision serves again; where it could not be put back."""
+    back = sorted(o.pod for o in restored if o.loaded and o.path in (old_path, None))
+    lost = sorted(
+        f"{o.pod} ({o.error or o.reason})" for o in restored if not o.loaded and not o.waiting
+    )
+    text = f"swapping {name} to {new_path!r} failed ({failure}); rolled back to {old_path!r}"
     if back:
         text += f": it serves again on {', '.join(back)}"
     if lost:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._conditions import merge_conditions
-from pulumi_lora._errors import AdapterNotLoaded, Forbidden
+from pulumi_lora._errors import AdapterNotLoaded, Forbidden, SwapRolledBack
 from pulumi_lora._kube import _objects as k8s
 from pulumi_lora._lifecycle._config import ProviderConfig
 from pulumi_lora._lifecycle._session import TARGET_GONE, Session, as_declared, now_utc
@@ -164,6 +164,15 @@ def await_delegated(session: Session, cr: Mapping[str, Any], poll: float = 0.5) 
         if (error := current.get(ConditionKind.ERROR.value)) and (
             error.status is ConditionStatus.TRUE
         ):
+            if error.reason == SwapRolledBack.reason:  # the loop put the old revision back
+                args = session.args
+                raise SwapRolledBack(
+                    args.adapter_name,
+                    error.message,
+                    f"reported by the re-sync loop; LoRAAdapter {args.namespace}/{args.cr_name} "
+                    "names the old revision again and the stack keeps it: fix the new revision, "
+                    "then `pulumi up`",
+                )
             raise AdapterNotLoaded(
                 session.args.adapter_name,
                 error.message,

@@ -24,7 +24,7 @@ from pulumi_lora._core._conditions import (
 from pulumi_lora._core._llmkube import PodEndpoint
 from pulumi_lora._core._ownership import untrusted_message
 from pulumi_lora._core._reconcile import PodOutcome, plan
-from pulumi_lora._core._rollout import failures, replaced, rollback_message
+from pulumi_lora._core._rollout import failures, replaced, rollback_message, said
 from pulumi_lora._core._topology import servable
 from pulumi_lora._errors import (
     AdapterNotLoaded,
@@ -141,7 +141,11 @@ def update(args: AdapterArgs, config: ProviderConfig, *, say: Say = quiet) -> Ad
         session.check_collisions(target, own_uid=cr["metadata"].get("uid"))
         if args.transport is Transport.DELEGATED:
             cr = session.apply_cr()
-            return await_delegated(session, cr)
+            try:
+                return await_delegated(session, cr)
+            except SwapRolledBack:
+                rolled_back = True  # the loop put the old revision back on every pod
+                raise
         old = replaced((existing or {}).get("spec") or {}, desired_of(args))
         outcomes, seen, restored = load_everywhere(
             session, target, observe=True, seen=listing.listing, old=old, say=say
@@ -180,7 +184,7 @@ def swap_rolled_back(
     args = session.args
     failed = failures(outcomes)
     record_outcomes(session, cr, failed, "Updated")
-    detail = rollback_message(args.adapter_name, args.load_path, old_path, failed, restored)
+    detail = rollback_message(args.adapter_name, args.load_path, old_path, said(failed), restored)
     k8s.emit_event(session.kube, cr, reason="SwapRolledBack", message=detail, warning=True)
     return SwapRolledBack(
         args.adapter_name,

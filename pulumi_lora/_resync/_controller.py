@@ -68,7 +68,16 @@ class Controller:
             lease=(settings.lease.namespace, settings.lease.name),
         )
         self.trust = TrustReview(self.world, self.events, self.statuses, lambda: self.stopping)
-        self.recorder = RunRecorder(self.world, metrics, self.events, self.statuses, settings)
+        self.recorder = RunRecorder(
+            self.world,
+            metrics,
+            self.events,
+            self.statuses,
+            settings,
+            on_revert=lambda target: self._request(
+                self.world.serving_pods([target]), ReloadReason.CR_CHANGE
+            ),
+        )
         self.gate = GateKeeper(self.world, kube, metrics)  # the readiness gate's condition
         self.held = HeldDeletes(self.world, kube, self._request, lambda: self.synced)
         self._secrets: dict[SecretRef, tuple[str, float]] = {}

@@ -86,7 +86,7 @@ class GateKeeper:
         crs = [
             {
                 "metadata": {},
-                "spec": {"name": cr.adapter_name, "path": cr.path},
+                "spec": {"name": cr.adapter_name, "path": self.world.reverts.path(cr)},
                 "status": cr.status,
             }
             for cr in self.world.crs_of(target)

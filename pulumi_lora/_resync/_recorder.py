@@ -25,9 +25,10 @@ from pulumi_lora._resync._events import PODS, EventRecorder
 from pulumi_lora._resync._kube import jitter
 from pulumi_lora._resync._metrics import Metrics
 from pulumi_lora._resync._podrun import PodRun
+from pulumi_lora._resync._reverts import REASON as REVERT_REASON
 from pulumi_lora._resync._settings import ResyncSettings
 from pulumi_lora._resync._status import EVICTED_REASON
-from pulumi_lora._resync._views import Key
+from pulumi_lora._resync._views import AdapterCR, Key
 from pulumi_lora._resync._worker import PodWorker
 from pulumi_lora._resync._world import AdapterTask, PodRecord, Unload, World
 from pulumi_lora._resync._writer import StatusWriter
@@ -45,7 +46,12 @@ class RunRecorder:
         events: EventRecorder,
         statuses: StatusWriter,
         settings: ResyncSettings,
+        *,
+        on_revert: Callable[[Key], object] = lambda _target: None,
     ) -> None:
+        """``on_revert(target)`` is told when a swap on ``target`` is rolled back: its pods
+        must run again (each is given the old revision)."""
+        self.on_revert = on_revert
         self.world = world
         self.metrics = metrics
         self.events = events
@@ -105,7 +111,38 @@ class RunRecorder:
                 self._report(
                     cr.raw, key=task.cr, pod=pod, outcome=outcome, reason=reason, path=task.path
                 )
+                if self._revert(cr, task, pod, outcome):
+                    touched.add(task.cr)
         self.statuses.mark(touched)
+
+    def _revert(self, cr: AdapterCR, task: AdapterTask, pod: str, outcome: PodOutcome) -> bool:
+        """A swap's new revision failed for good on ``pod``: give every pod the old one again
+        (``_reverts``); True when that starts now."""
+        if not outcome.error or outcome.retryable or outcome.reason == EVICTED_REASON:
+            return False
+        if not self.world.reverts.failed(cr, task.path, f"pod {pod}: {outcome.error}"):
+            return False
+        revert = self.world.reverts.active(cr)
+        old = revert.old_path if revert is not None else ""
+        logs.event(
+            "swap_rolled_back",
+            logging.WARNING,
+            cr="/".join(cr.key),
+            pod=pod,
+            failed=task.path,
+            back_to=old,
+            error=outcome.error[:300],
+        )
+        self.events.record(
+            cr.raw,
+            REVERT_REASON,
+            f"{cr.adapter_name} from {task.path} failed on pod {pod} ({outcome.error}); every "
+            f"pod is given {old} again",
+            warning=True,
+            pod=pod,
+        )
+        self.on_revert(cr.target)
+        return True
 
     def _report(
         self,

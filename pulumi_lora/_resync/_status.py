@@ -19,6 +19,7 @@ from pulumi_lora._core._conditions import (
     summarize,
 )
 from pulumi_lora._core._reconcile import PodOutcome
+from pulumi_lora._core._rollout import rollback_message
 from pulumi_lora._errors import EvictionImpossible
 from pulumi_lora._models import (
     Condition,
@@ -28,6 +29,8 @@ from pulumi_lora._models import (
     Policy,
     served_by_message,
 )
+from pulumi_lora._resync._reverts import REASON as REVERT_REASON
+from pulumi_lora._resync._reverts import Revert
 
 #: ``OverCapacity`` reason when LRU eviction pushed managed adapters out.
 EVICTED_REASON = "MaxLoadedLorasExceeded"
@@ -154,3 +157,39 @@ def same_status(new: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
         return data
 
     return normal(new) == normal(stored)
+
+
+def rolled_back(
+    status: LoRAAdapterStatus,
+    revert: Revert,
+    *,
+    adapter: str,
+    pods: Sequence[PodOutcome],
+    generation: int,
+    now: datetime,
+) -> LoRAAdapterStatus:
+    """Pure: ``status`` of a generation rolled back (``_reverts``): ``Error`` True and ``Loaded``
+    and ``Ready`` False, reason ``SwapRolledBack``, saying where the new path failed in SGLang's
+    words and which pods serve the old one again. A ``delegated`` provider raises it and applies
+    the CR's old spec; ``loadedPath`` stays the old path."""
+    text = rollback_message(adapter, revert.new_path, revert.old_path, revert.failure, pods)
+    verdicts = {
+        ConditionKind.ERROR.value: ConditionStatus.TRUE,
+        ConditionKind.LOADED.value: ConditionStatus.FALSE,
+        ConditionKind.READY.value: ConditionStatus.FALSE,
+    }
+    previous = status.conditions or []
+    fresh = [
+        Condition(
+            type=kind,
+            status=verdict,
+            reason=REVERT_REASON,
+            message=text[:32768],
+            last_transition_time=now,
+            observed_generation=generation,
+        )
+        for kind, verdict in verdicts.items()
+    ]
+    merged = merge_conditions([c for c in previous if c.type in verdicts], fresh)[: len(fresh)]
+    kept = [c for c in previous if c.type not in verdicts]
+    return status.replace(conditions=[*kept, *merged], loaded_path=revert.old_path)

@@ -28,6 +28,7 @@ from pulumi_lora._resync._decide import (
     classify_pod,
     permission,
 )
+from pulumi_lora._resync._reverts import Reverts
 from pulumi_lora._resync._views import AdapterCR, Key, SecretRef
 
 
@@ -37,6 +38,7 @@ class Recorded:
 
     generation: int
     outcome: PodOutcome
+    path: str = ""  # the path the task gave (a rolled-back generation gives the old one)
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,8 @@ class World:
         self._crs_by_target: dict[Key, set[Key]] = defaultdict(set)
         self._pods_by_target: dict[Key, set[Key]] = defaultdict(set)
         self._claims: dict[tuple[Key, str], set[Key]] = defaultdict(set)
+        #: Swaps whose new revision failed, given the old path again (``_reverts``).
+        self.reverts = Reverts()
 
     # --- CRs --------------------------------------------------------------------------------
 
@@ -165,6 +169,7 @@ class World:
         if old is not None:
             self._unindex(old)
         self.crs[cr.key] = cr
+        self.reverts.declared(old, cr)
         self._crs_by_target[cr.target].add(cr.key)
         self._claims[(cr.target, cr.adapter_name)].add(cr.key)
         return old
@@ -174,6 +179,7 @@ class World:
         old = self.crs.pop(key, None)
         if old is not None:
             self._unindex(old)
+            self.reverts.forget(key)
             self.last_loaded.pop(key, None)
             for pod in self.pods.values():
                 pod.outcomes.pop(key, None)
@@ -392,7 +398,13 @@ class World:
         # asks this of every CR of a target, every sweep.
         tasks = [
             AdapterTask(
-                cr.key, cr.generation, cr.adapter_name, cr.path, cr.pinned, cr.api_key, cr.smoke
+                cr.key,
+                cr.generation,
+                cr.adapter_name,
+                self.reverts.path(cr),
+                cr.pinned,
+                cr.api_key,
+                cr.smoke,
             )
             for cr in owned
             if usable
@@ -411,14 +423,16 @@ class World:
         cr = self.crs.get(task.cr)
         if state is None or cr is None or cr.generation != task.generation:
             return False  # the pod or the declaration moved on while the run was in flight
-        fresh = Recorded(task.generation, outcome)
+        fresh = Recorded(task.generation, outcome, task.path)
         changed = state.outcomes.get(task.cr) != fresh
         state.outcomes[task.cr] = fresh
         return changed
 
     def outcomes_for(self, cr: AdapterCR) -> list[PodOutcome] | None:
         """Every pod's outcome for ``cr`` at its generation; None while a serving pod has none
-        yet (its run is still to come, and a status now would report a half-done reconcile)."""
+        yet (its run is still to come, and a status now would report a half-done reconcile),
+        or, while the generation is rolled back, serves the failed path still."""
+        revert = self.reverts.active(cr)
         found = []
         for state in self.pods_of(cr.target):
             if not state.facts.serving:
@@ -426,6 +440,8 @@ class World:
                 continue
             recorded = state.outcomes.get(cr.key)
             if recorded is None or recorded.generation != cr.generation:
+                return None
+            if revert is not None and recorded.path != revert.old_path:
                 return None
             found.append(recorded.outcome)
         return found

@@ -17,7 +17,12 @@ from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._decide import Permission, capacity_message, permission
 from pulumi_lora._resync._kube import Kube
 from pulumi_lora._resync._metrics import Metrics
-from pulumi_lora._resync._status import adapter_status, same_status, stored_status
+from pulumi_lora._resync._status import (
+    adapter_status,
+    rolled_back,
+    same_status,
+    stored_status,
+)
 from pulumi_lora._resync._views import Key
 from pulumi_lora._resync._world import World
 
@@ -96,12 +101,22 @@ class StatusWriter:
             outcomes=outcomes,
             availability=availability,
             stored=stored_status(cr.status),
-            path=cr.path,
+            path=self._world.reverts.path(cr),
             over_capacity=over,
             last_loaded=self._world.last_loaded.get(key),
             now=now,
             lease=self._lease,
         )
+        revert = self._world.reverts.active(cr)
+        if revert is not None and outcomes is not None:
+            status = rolled_back(
+                status,
+                revert,
+                adapter=cr.adapter_name,
+                pods=outcomes,
+                generation=cr.generation,
+                now=now,
+            )
         wire = status.wire()
         if same_status(wire, cr.status):
             self._settled([key])

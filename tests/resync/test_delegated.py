@@ -11,9 +11,11 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _resync_harness import PROBE, Cluster, everywhere, served, wait_until
 from conftest import Identity, LoopFactory
 
+from pulumi_lora._errors import SwapRolledBack
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig, now_utc
 from pulumi_lora._models import ANNOTATION_OPERATION, Transport, format_time
@@ -63,6 +65,26 @@ def test_provider_create_update_delete_through_the_loop(
     assert _served_with_key(handle, key) == {p.name: {"sql-lora": v2} for p in handle.pods()}
     assert cluster.cr("sql-lora")["metadata"]["generation"] == 2  # type: ignore[index]
 
+    # A bad revision (rank 512 > the pods' --max-lora-rank 64): the loop puts v2 back on every
+    # pod, the update fails in SGLang's words, and the CR names v2 again.
+    bad = cluster.tb.make_adapter("sql-r512", rank=512)
+    with pytest.raises(SwapRolledBack) as caught:
+        provider.update(created.id, updated.outs, props(bad))
+    message = str(caught.value)
+    assert f"swapping sql-lora to {bad!r} failed (pod " in message
+    assert "with rank 512 is incompatible" in message  # SGLang's words
+    names = ", ".join(sorted(p.name for p in handle.pods()))
+    assert f"rolled back to {v2!r}: it serves again on {names}" in message
+    assert _served_with_key(handle, key) == {p.name: {"sql-lora": v2} for p in handle.pods()}
+    restored = cluster.cr("sql-lora")
+    assert restored is not None and restored["spec"]["path"] == v2
+    assert loop.events("swap_rolled_back", failed=bad)
+    wait_until(  # the restored generation is the loop's to report: loaded, at v2
+        lambda: _loaded(cluster.cr("sql-lora") or {}),
+        10,
+        what="the loop to report the restored generation loaded",
+    )
+
     provider.delete(created.id, updated.outs)
     assert cluster.cr("sql-lora") is None
     wait_until(
@@ -78,6 +100,17 @@ def test_provider_create_update_delete_through_the_loop(
     assert key not in json.dumps(stored)
     unkeyed = PROBE.get(f"{handle.pods()[0].url}/v1/models")
     assert unkeyed.status_code == 401  # the key was needed all along
+
+
+def _loaded(cr: dict[str, Any]) -> bool:
+    """Whether the loop reported the CR's current generation loaded."""
+    generation = cr.get("metadata", {}).get("generation")
+    return any(
+        c["type"] == "Loaded"
+        and c["status"] == "True"
+        and c.get("observedGeneration") == generation
+        for c in (cr.get("status") or {}).get("conditions") or ()
+    )
 
 
 def _served_with_key(handle: Any, key: str) -> dict[str, dict[str, str]]:

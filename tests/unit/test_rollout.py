@@ -11,6 +11,7 @@ from pulumi_lora._core._rollout import (
     rollback_message,
     rollout,
     rotation,
+    said,
 )
 
 TRUE = {"type": "pulumi-lora.dev/adapters-loaded", "status": "True"}
@@ -108,7 +109,7 @@ class TestRollback:
     def test_the_message_names_the_failed_pod_sglangs_words_and_where_the_old_serves(
         self,
     ) -> None:
-        failed = [PodOutcome("b", loaded=False, error="SGLang said: LoRA rank 512 > 64")]
+        failed = said([PodOutcome("b", loaded=False, error="SGLang said: LoRA rank 512 > 64")])
         restored = [
             PodOutcome("a", loaded=True, path="/old"),
             PodOutcome("b", loaded=True, path="/old"),
