@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pulumi_lora._core._llmkube import SERVICE_LABEL, target_from_object
+from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint, target_from_object
 from pulumi_lora._core._ownership import owned_from_object
 from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._resync import _logs as logs
@@ -25,6 +25,7 @@ from pulumi_lora._resync._decide import (
     backoff_delay,
     permission,
 )
+from pulumi_lora._resync._drain import Drainer
 from pulumi_lora._resync._events import EVENT_SENDERS, EventRecorder
 from pulumi_lora._resync._gate import GateKeeper
 from pulumi_lora._resync._held import HeldDeletes, is_held
@@ -79,6 +80,9 @@ class Controller:
             ),
         )
         self.gate = GateKeeper(self.world, kube, metrics)  # the readiness gate's condition
+        self.swaps = Drainer(  # swaps on gated pods in rotation: out of rotation, in turns
+            kube.endpoint_slices, kube.patch_pod_status, self._facts
+        )
         self.held = HeldDeletes(self.world, kube, self._request, lambda: self.synced)
         self._secrets: dict[SecretRef, tuple[str, float]] = {}
         self._watchers: list[asyncio.Task[None]] = []
@@ -285,6 +289,7 @@ class Controller:
         )
         self._unload_leftover(last)
         self.recorder.forget_failures(lambda cr, pod: cr == key)
+        self.swaps.forget(key)
         self.contested.discard(key)
         self.statuses.mark(c.key for c in self.world.crs_of(last.target))
 
@@ -376,11 +381,17 @@ class Controller:
             return []
         return [self._worker(key).request(reason) for key in keys if key in self.world.pods]
 
+    def _facts(self, key: Key) -> PodEndpoint | None:
+        """The pod as the watch last showed it."""
+        state = self.world.pods.get(key)
+        return None if state is None else state.facts
+
     def _permitted(self, task: AdapterTask) -> bool:
         cr = self.world.crs.get(task.cr)
         return (
             cr is not None
             and cr.generation == task.generation
+            and self.world.reverts.path(cr) == task.path  # not superseded by a rollback
             and (
                 cr.operation is None
                 or permission(cr.operation, datetime.now(UTC)) is Permission.ACT
@@ -424,6 +435,7 @@ class Controller:
             still_permitted=self._permitted,
             settled=state.settled,
             on_result=None if self.world.may_evict(state.facts.target) else as_it_happens,
+            drain=self.swaps,
         )
         if self.world.pods.get(worker.key) is not state:
             logs.event(

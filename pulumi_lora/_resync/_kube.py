@@ -25,6 +25,7 @@ from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint, pod_from_obje
 from pulumi_lora._errors import ClusterError, Forbidden
 from pulumi_lora._http._retry import retry_apiserver_answers
 from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube import _rotation as rotation
 from pulumi_lora._kube._auth import use_credentials
 from pulumi_lora._kube._source import KubeSource, held_writes, resolve
 from pulumi_lora._resync import _logs as logs
@@ -267,6 +268,12 @@ class Kube:
                 return False
             raise
         return True
+
+    async def endpoint_slices(self, namespace: str, service: str) -> Objects:
+        """The EndpointSlices of Service ``namespace/service`` (the rolling swap's waits)."""
+        return await self._blocking(
+            partial(rotation.list_endpoint_slices, self._sync, namespace, service)
+        )
 
     async def emit_event(
         self, cr: Mapping[str, Any], reason: str, message: str, *, warning: bool = False

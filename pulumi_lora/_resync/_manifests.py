@@ -70,6 +70,15 @@ condition of the pods it serves (a strategic merge patch of ``pods/status``). Th
 every field of a pod's status in the namespaces the loop watches (see docs/threat-model.md)."""
 
 
+SLICE_RULE: dict[str, Any] = {
+    "apiGroups": ["discovery.k8s.io"],
+    "resources": ["endpointslices"],
+    "verbs": ["list"],
+}
+"""With the readiness gate: see which pods their Services send requests to (a swap on a gated
+pod waits for it to leave, and rejoin, the Service's EndpointSlices)."""
+
+
 _LEASE_GROUP = "coordination.k8s.io"
 
 
@@ -298,7 +307,7 @@ def resync_manifests(
     if watch_namespace is not None:
         rules.append(dict(SECRET_RULE))
     rules += [dict(RELEASE_RULE)] if llmkube_coexistence else []
-    rules += [dict(GATE_RULE)] if readiness_gate else []
+    rules += [dict(GATE_RULE), dict(SLICE_RULE)] if readiness_gate else []
     if watch_namespace is None:
         watch_role: dict[str, Any] = {
             "apiVersion": "rbac.authorization.k8s.io/v1",

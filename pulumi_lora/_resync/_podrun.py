@@ -13,9 +13,18 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from pulumi_lora._core._llmkube import PodEndpoint
-from pulumi_lora._core._reconcile import Desired, PodOutcome, PodView, plan, pod_program
+from pulumi_lora._core._reconcile import (
+    ActionKind,
+    Desired,
+    PodOutcome,
+    PodView,
+    plan,
+    pod_program,
+)
+from pulumi_lora._core._rollout import in_rotation
 from pulumi_lora._errors import PulumiLoRAError
 from pulumi_lora._resync._decide import LoadLedger
+from pulumi_lora._resync._drain import Drainer
 from pulumi_lora._resync._status import EVICTED_REASON
 from pulumi_lora._resync._views import SecretRef
 from pulumi_lora._resync._world import AdapterTask, PodWork, Settled, Unload
@@ -122,13 +131,15 @@ async def run_pod(
     still_permitted: Callable[[AdapterTask], bool],
     settled: Settled | None = None,
     on_result: Callable[[AdapterTask, PodOutcome], None] | None = None,
+    drain: Drainer | None = None,
 ) -> PodRun:
     """Apply ``work`` on one pod and return what happened (never raises for SGLang errors).
 
     ``settled`` is what the pod's last clean run left; when ``/v1/models`` shows the same again,
     the run stops there (``untouched``). ``on_result`` is told each adapter's outcome as soon as
     it is known (an outcome it was told is replaced in ``results`` only if a later load of the
-    run evicted that adapter).
+    run evicted that adapter). With ``drain``, a swap on a gated pod in rotation is made out of
+    rotation, in its turn (``_drain``), if ``still_permitted`` still holds then.
     """
     run = PodRun()
     keys: dict[SecretRef, str | PulumiLoRAError] = {}
@@ -164,7 +175,9 @@ async def run_pod(
             if not still_permitted(task):
                 continue
             client = client_for(task.api_key)
-            outcome = await _apply(facts, task, work, run, client)
+            outcome = await _apply(
+                facts, task, work, run, client, drain=drain, still_permitted=still_permitted
+            )
             if outcome.reason == "Unauthorized" and task.api_key is not None:
                 run.unauthorized.add(task.api_key)
             run.results.append((task, outcome))
@@ -195,6 +208,9 @@ async def _apply(
     work: PodWork,
     run: PodRun,
     client: AsyncLoRAClient | PulumiLoRAError,
+    *,
+    drain: Drainer | None = None,
+    still_permitted: Callable[[AdapterTask], bool] = lambda _task: True,
 ) -> PodOutcome:
     if isinstance(client, PulumiLoRAError):
         return _key_failure(facts, client)
@@ -203,7 +219,15 @@ async def _apply(
         return _evicted(facts.name, task.name)
     desired = Desired(task.name, task.path, task.pinned, task.smoke)
     action = plan(desired, [PodView(facts.name, True, adapters=served)], task.name)[0]
-    return await run_async(pod_program(action, desired, task.name), client)
+    lora = client
+
+    async def program() -> PodOutcome:
+        return await run_async(pod_program(action, desired, task.name), lora)
+
+    if drain is not None and action.kind is ActionKind.SWAP and in_rotation(facts):
+        turn = (task.cr, task.generation)
+        return await drain.swap(facts, turn, task.name, program, lambda: still_permitted(task))
+    return await program()
 
 
 def _mark_evicted(facts: PodEndpoint, run: PodRun) -> None:
