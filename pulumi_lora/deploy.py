@@ -15,6 +15,7 @@ from typing import Any
 import pulumi
 
 from pulumi_lora._kube._admission import ACCEPT_FOREIGN_ADAPTERS_LABEL, SERVICE_LABEL
+from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._models import LLMKUBE_CONTROLLER_USER
 from pulumi_lora._resync._manifests import (
     DEFAULT_NAME,
@@ -107,6 +108,84 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
 
 
+def _served(source: KubeSource) -> tuple[str, ...] | str | None:
+    """The versions of ``admissionregistration.k8s.io`` in which the cluster of ``source`` serves
+    ``MutatingAdmissionPolicy``, or why it could not be asked (words), or None under Pulumi's
+    mocks: a unit test of a program has no cluster of its own to ask."""
+    from pulumi.runtime.mocks import MockMonitor  # noqa: PLC0415 - only with the gate
+    from pulumi.runtime.settings import get_monitor  # noqa: PLC0415
+
+    if isinstance(get_monitor(), MockMonitor):
+        return None
+    from pulumi_lora._kube._discovery import versions_at  # noqa: PLC0415 - only with the gate
+
+    return versions_at(source)
+
+
+def _refuse_unserved_gate(source: KubeSource) -> None:
+    """Raise ``pulumi.RunError`` when the cluster of ``source`` answers that it does not serve
+    ``MutatingAdmissionPolicy`` v1; warn, and go on, when it cannot be asked."""
+    from pulumi_lora._kube._discovery import GATE_API, MIN_KUBERNETES, gate_refusal  # noqa: PLC0415
+
+    served = _served(source)
+    if isinstance(served, str):
+        pulumi.log.warn(
+            f"readiness_gate=True: could not ask the cluster whether it serves "
+            f"MutatingAdmissionPolicy in {GATE_API} (Kubernetes {MIN_KUBERNETES} or later): "
+            f"{served}; not checked"
+        )
+    elif served is not None and (refusal := gate_refusal(served)):
+        raise pulumi.RunError(refusal)
+
+
+def _gate_checked(
+    component: pulumi.ComponentResource, kubeconfig: pulumi.Input[str] | None
+) -> pulumi.Output[None] | None:
+    """Refuse ``readiness_gate=True`` on a cluster that does not serve the gate's policy
+    (``MutatingAdmissionPolicy``, ``admissionregistration.k8s.io/v1``: Kubernetes 1.36 and
+    later) before anything is applied: a Deployment of the loop, applied before pulumi-kubernetes
+    fails on the policy's unknown kind, would leave half a loop behind.
+
+    The program asks the cluster itself (API discovery, ``_kube._discovery``) where it knows
+    the kubeconfig: ``kubeconfig=`` as a plain string is asked at once, and nothing is created
+    on a refusal; ``kubeconfig=`` as an Output is asked once it resolves, and every object
+    waits for the answer (the returned Output: their metadata is taken from it), so a refusal
+    fails them all unmade; without either, the default provider's (``kubernetes:kubeconfig``
+    and ``kubernetes:context`` stack config, else ``KUBECONFIG``, ``~/.kube/config``).
+
+    Not refused, only warned about, when the cluster cannot be asked: under ``pulumi preview``
+    the cluster may not exist yet or be out of reach (a kubeconfig Output unknown in preview is
+    not asked at all), and a cluster that answers pulumi-kubernetes but not this call is the
+    provider's to judge. Not asked when a ``kubernetes.Provider`` is given in ``opts`` (or
+    inherited from a parent): a program cannot read a provider's kubeconfig; pass
+    ``kubeconfig=`` to have it checked. Not asked under Pulumi's mocks (unit tests).
+    """
+    given: pulumi.Input[str] | None = kubeconfig  # as given: an Output is asked once it resolves
+    if kubeconfig is None:
+        if component.get_provider("kubernetes:index:Provider") is not None:
+            pulumi.log.warn(
+                "readiness_gate=True with a kubernetes.Provider in opts: whether its cluster "
+                "serves MutatingAdmissionPolicy v1 (Kubernetes 1.36 or later) is not checked "
+                "before the loop is applied; pass kubeconfig= instead to have it checked",
+                resource=component,
+            )
+            return None
+        config = pulumi.Config("kubernetes")
+        _refuse_unserved_gate(KubeSource(config.get("kubeconfig"), config.get("context")))
+        return None
+    if isinstance(kubeconfig, str):
+        _refuse_unserved_gate(KubeSource(kubeconfig))
+        return None
+    return pulumi.Output.from_input(given).apply(
+        lambda text: _refuse_unserved_gate(KubeSource(text))
+    )
+
+
+def _after(checked: pulumi.Output[None], value: Any) -> pulumi.Output[Any]:
+    """``value`` once ``checked`` resolves (failed with it, when the check refused)."""
+    return checked.apply(lambda _: value)
+
+
 class ResyncDeployment(pulumi.ComponentResource):
     """The re-sync loop in a cluster, as one Pulumi component (the objects of
     :func:`resync_manifests`, created with pulumi-kubernetes).
@@ -142,6 +221,7 @@ class ResyncDeployment(pulumi.ComponentResource):
                 "kubeconfig makes the objects' kubernetes.Provider"
             )
         super().__init__(RESOURCE_TYPE, resource_name, None, opts)
+        checked = _gate_checked(self, kubeconfig) if settings.get("readiness_gate") else None
         child = pulumi.ResourceOptions(parent=self)
         if kubeconfig is not None:
             cluster = kubernetes.Provider(
@@ -153,8 +233,11 @@ class ResyncDeployment(pulumi.ComponentResource):
         manifests = resync_manifests(namespace, image, **settings)
         name = str(settings.get("name", DEFAULT_NAME))
         created: list[Any] = []
-        for manifest in manifests:
-            label = f"{resource_name}-{_label(manifest, name)}"
+        for plain in manifests:
+            label = f"{resource_name}-{_label(plain, name)}"
+            manifest = plain
+            if checked is not None:  # every object waits for the cluster's answer
+                manifest = {**plain, "metadata": _after(checked, plain["metadata"])}
             if manifest["kind"] in _CUSTOM_KINDS:
                 loop = [
                     c for c, m in zip(created, manifests, strict=False) if m["kind"] == "Deployment"

@@ -32,6 +32,11 @@ __all__ = [
 EXIT_UNUSABLE = 2
 #: Longest error text in a table cell (``--output json`` always has the whole text).
 MAX_CELL = 160
+#: The first line ``readiness-gate`` prints (a YAML comment: kubectl and Helm skip it).
+GATE_REQUIRES = (
+    "# Requires Kubernetes 1.36 or later: MutatingAdmissionPolicy in "
+    "admissionregistration.k8s.io/v1 (pulumi-lora doctor says whether a cluster serves it)"
+)
 
 
 @click.command("status", context_settings=COMMAND_SETTINGS)
@@ -56,8 +61,9 @@ def status_command(  # noqa: PLR0917 - one parameter per click option
 
     Reads the CRs and each Ready pod's /v1/models the way `pulumi refresh` does (the API key
     Secret a CR's pulumi-lora.dev/api-key-secret annotation names is used, never printed).
-    Exit 0: every declared adapter is loaded, at its path, on every Ready pod; 1: drift or
-    errors; 2: usage or cluster access error.
+    Pods with pulumi-lora's readiness gate show as "(gated)"; those it holds unready past
+    120 s are listed under the summary. Exit 0: every declared adapter is loaded, at its path,
+    on every Ready pod; 1: drift or errors; 2: usage or cluster access error.
     """
     if namespace and all_namespaces:
         raise click.UsageError("give either --namespace or --all-namespaces, not both")
@@ -102,9 +108,10 @@ def doctor_command(  # noqa: PLR0917 - one parameter per click option
     """Check that an InferenceService can take LoRA adapters at run time, and say what to fix.
 
     Checks runtime sglang, --enable-lora, the LoRA pool flags, data-parallel size 1, adapter
-    volumes, Service vs container port, pods found and Ready, and each Ready pod's SGLang
-    (reachable, LoRA on, version >= 0.5.5). Exit 0: no check failed; 1: a check failed;
-    2: usage or cluster access error.
+    volumes, Service vs container port, pods found and Ready, whether the cluster serves the
+    readiness gate's MutatingAdmissionPolicy v1 (Kubernetes 1.36+) and which pods the gate
+    holds unready, and each Ready pod's SGLang (reachable, LoRA on, version >= 0.5.5). Exit 0:
+    no check failed; 1: a check failed; 2: usage or cluster access error.
     """
     secret = _parse_secret(api_key_secret)
     try:
@@ -190,6 +197,7 @@ def gate_command(namespaces: tuple[str, ...], name: str) -> None:
     from pulumi_lora._kube._gate_policy import readiness_gate_policy  # noqa: PLC0415
 
     manifests = readiness_gate_policy(name, list(namespaces))
+    click.echo(GATE_REQUIRES)
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 
@@ -207,10 +215,17 @@ def gate_command(namespaces: tuple[str, ...], name: str) -> None:
     "namespaces",
     multiple=True,
     help="a namespace of the CRs or their targets (repeat); none: a ClusterRole, refused for "
-    "--staging, --transport proxy and --api-key-secrets (they reach into a namespace)",
+    "--staging, --transport proxy, --api-key-secrets and --readiness-gate (they reach into a "
+    "namespace)",
 )
 @click.option("--api-key-secrets", is_flag=True, help="the servers take a key from a Secret")
 @click.option("--staging", is_flag=True, help="some adapters are staged (source=...)")
+@click.option(
+    "--readiness-gate",
+    "gated",
+    is_flag=True,
+    help="the targets' pods carry the readiness gate: a swap writes it pod by pod (direct, proxy)",
+)
 @click.option(
     "--subject",
     help="bind it to user:NAME, group:NAME or serviceaccount:NAMESPACE/NAME",
@@ -225,6 +240,7 @@ def rbac_command(  # noqa: PLR0917 - one parameter per click option
     namespaces: tuple[str, ...],
     api_key_secrets: bool,
     staging: bool,
+    gated: bool,
     subject: str | None,
     name: str,
     loop_namespace: str | None,
@@ -235,8 +251,8 @@ def rbac_command(  # noqa: PLR0917 - one parameter per click option
         pulumi-lora rbac -n models --subject user:ci-deployer | kubectl apply -f -
 
     What reaches into a namespace past the CRs (Jobs for --staging, the pod proxy for
-    --staging and --transport proxy, Secrets for --api-key-secrets) is granted only in the
-    namespaces named with -n, never cluster-wide.
+    --staging and --transport proxy, Secrets for --api-key-secrets, pods' status for
+    --readiness-gate) is granted only in the namespaces named with -n, never cluster-wide.
     """
     from pulumi_lora._kube._rbac import parse_subject, provider_rbac  # noqa: PLC0415
 
@@ -250,6 +266,7 @@ def rbac_command(  # noqa: PLR0917 - one parameter per click option
             namespaces,
             keyed=api_key_secrets,
             staging=staging,
+            gated=gated,
             subject=bound,
             name=name,
             loop_namespace=loop_namespace,
@@ -322,7 +339,8 @@ def _status_table(report: _status.StatusReport, where: str | None) -> str:
         for index, pod in enumerate(line.pods):
             error = pod.error or (spare if index == 0 else "")
             loaded = _LOADED_WORDS[pod.state]
-            rows.append((*head, pod.pod, loaded, pod.path or "-", last, _cell(error)))
+            name = f"{pod.pod} (gated)" if pod.gated else pod.pod
+            rows.append((*head, name, loaded, pod.path or "-", last, _cell(error)))
     counts = report.counts()
     summary = (
         f"{counts['adapters']} LoRAAdapter(s): {counts['ok']} ok, {counts['drift']} drift, "
@@ -352,6 +370,16 @@ def _status_table(report: _status.StatusReport, where: str | None) -> str:
         summary += "\n\nOver capacity:\n" + "\n".join(
             f"  {line.namespace}/{line.name}: {line.capacity}" for line in full
         )
+    if report.held:  # what PulumiLoRAPodHeldUnready would say, sooner
+        summary += (
+            f"\n\nHeld unready by the readiness gate for more than {_status.HELD_AFTER} s "
+            "(containers ready, pulumi-lora.dev/adapters-loaded not True):\n"
+        )
+        summary += "\n".join(
+            f"  {h.namespace}/{h.pod}: since {h.since} ({h.held_for}): {h.message}"
+            for h in report.held
+        )
+        summary += f"\nrunbook: {_status.HELD_RUNBOOK} (alert PulumiLoRAPodHeldUnready)"
     return render_table(STATUS_COLUMNS, rows) + "\n\n" + summary
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from pulumi_lora._core._llmkube import SERVICE_LABEL, PodEndpoint
+from pulumi_lora._core._llmkube import GATE_CONDITION, SERVICE_LABEL, PodEndpoint
 from pulumi_lora._core._ownership import untrusted_message
 from pulumi_lora._core._reconcile import startup_adapters
 from pulumi_lora._core._topology import has_flag, normalize_args
@@ -35,7 +36,13 @@ from pulumi_lora._ops._spec import (
     check_reach,
     check_runtime,
 )
-from pulumi_lora._ops._status import COEXISTENCE_FIX, llmkube_signs
+from pulumi_lora._ops._status import (
+    COEXISTENCE_FIX,
+    HELD_AFTER,
+    HELD_RUNBOOK,
+    held_pods,
+    llmkube_signs,
+)
 
 __all__ = [
     "Check",
@@ -47,6 +54,8 @@ __all__ = [
     "check_adapter_volumes",
     "check_data_parallel",
     "check_enable_lora",
+    "check_gate_api",
+    "check_gate_held",
     "check_llmkube",
     "check_lora_pool",
     "check_ownership",
@@ -109,6 +118,10 @@ class DoctorFacts:
     trials: tuple[TransportTrial, ...] = ()  # each transport tried, when none was given
     denied: tuple[Ask, ...] | None = None  # what the provider needs and this identity may not
     keyed: bool = False  # the servers take a key from a Secret (doctor --api-key-secret)
+    #: The versions of admissionregistration.k8s.io serving MutatingAdmissionPolicy (API
+    #: discovery), None when not asked or the apiserver would not say.
+    gate_api: tuple[str, ...] | None = None
+    now: datetime | None = None  # when the pods were read (how long a gate has held one)
 
 
 @dataclass(frozen=True)
@@ -178,6 +191,8 @@ def diagnose(facts: DoctorFacts) -> DoctorReport:
         check_adapter_volumes(spec),
         check_ports(spec, facts.service_port),
         check_pods(facts.pods, int(spec.get("replicas", 1))),
+        *([check_gate_api(facts.gate_api, facts.pods)] if facts.gate_api is not None else []),
+        *(check_gate_held(facts.pods, facts.now) if facts.now is not None else []),
         *([check_ownership(facts.name, facts.untrusted)] if facts.untrusted else []),
         *([check_llmkube(facts.adapters)] if facts.adapters else []),
         *([check_transport(facts.trials)] if facts.trials else []),
@@ -269,6 +284,100 @@ def check_pods(pods: Sequence[PodEndpoint], replicas: int) -> Check:
             "wait for the Deployment to scale up, or check its events",
         )
     return Check("pods", CheckStatus.OK, f"{len(ready)}/{len(pods)} pods Ready")
+
+
+#: The gate's policy: its API version, and the Kubernetes release that serves it by default.
+GATE_API = "admissionregistration.k8s.io/v1"
+GATE_KUBERNETES = "Kubernetes 1.36 or later"
+_OLDER_APIS = {
+    "v1beta1": "Kubernetes 1.34 and 1.35, behind the MutatingAdmissionPolicy feature gate",
+    "v1alpha1": "Kubernetes 1.32 and 1.33, alpha, behind the MutatingAdmissionPolicy feature gate",
+}
+
+
+def check_gate_api(versions: Sequence[str], pods: Sequence[PodEndpoint]) -> Check:
+    """Pure: whether the cluster serves the readiness gate's ``MutatingAdmissionPolicy`` at
+    ``v1`` (``versions``: those of admissionregistration.k8s.io that serve it), said of the
+    target's pods: gated ones need it; without any, the gate merely cannot be installed."""
+    name = "readiness-gate"
+    gated = sum(1 for p in pods if p.gated)
+    carry = f"{gated}/{len(pods)} pods carry the readiness gate {GATE_CONDITION}"
+    if "v1" in versions:
+        if not gated:
+            return Check(
+                name,
+                CheckStatus.OK,
+                f"the cluster serves MutatingAdmissionPolicy in {GATE_API}: the readiness gate "
+                "can be installed (ResyncDeployment(readiness_gate=True), or pulumi-lora "
+                "readiness-gate); no pod here carries it",
+            )
+        if gated < len(pods):
+            return Check(
+                name,
+                CheckStatus.WARN,
+                f"only {carry}: pods created before the gate's policy have none, and turn Ready "
+                "before their adapters load",
+                "restart the InferenceService's pods once the policy is in place (kubectl "
+                "rollout restart deployment): a pod gets its gates when it is created",
+            )
+        return Check(
+            name, CheckStatus.OK, f"{carry} (MutatingAdmissionPolicy in {GATE_API} is served)"
+        )
+    older = next((v for v in ("v1beta1", "v1alpha1") if v in versions), None)
+    served = (
+        f"MutatingAdmissionPolicy only in admissionregistration.k8s.io/{older} "
+        f"({_OLDER_APIS[older]})"
+        if older
+        else "no MutatingAdmissionPolicy at all"
+    )
+    if gated:
+        return Check(
+            name,
+            CheckStatus.FAIL,
+            f"{carry}, but the cluster serves {served}: pulumi-lora's gate policy needs "
+            f"{GATE_API} ({GATE_KUBERNETES})",
+            f"upgrade the cluster to {GATE_KUBERNETES}, or take the gate off: remove what adds "
+            "it to the pods (a policy of another version, a webhook) and restart them",
+        )
+    return Check(
+        name,
+        CheckStatus.WARN,
+        "the readiness gate cannot be installed here: it needs MutatingAdmissionPolicy in "
+        f"{GATE_API} ({GATE_KUBERNETES}), and the cluster serves {served}",
+        "run the re-sync loop without readiness_gate (pods then turn Ready before their "
+        f"adapters load), or upgrade the cluster to {GATE_KUBERNETES}",
+    )
+
+
+def check_gate_held(pods: Sequence[PodEndpoint], now: datetime) -> list[Check]:
+    """Pure: one warning per gated pod the gate holds unready past ``HELD_AFTER`` seconds (its
+    containers ready, its gate not True), naming since when and what is missing; one ok check
+    when none is; nothing when no pod carries the gate."""
+    gated = [p for p in pods if p.gated]
+    if not gated:
+        return []
+    held = held_pods(gated, now)
+    if not held:
+        return [
+            Check(
+                "gate-held",
+                CheckStatus.OK,
+                f"no pod held unready by the readiness gate for more than {HELD_AFTER} s "
+                f"({len(gated)} gated)",
+            )
+        ]
+    return [
+        Check(
+            "gate-held",
+            CheckStatus.WARN,
+            f"containers ready, held unready by the readiness gate since {h.since} "
+            f"({h.held_for}): {h.message}",
+            "find why what it names is not loaded (pulumi-lora status, the re-sync loop's "
+            f"log); runbook of alert PulumiLoRAPodHeldUnready: {HELD_RUNBOOK}",
+            pod=h.pod,
+        )
+        for h in held
+    ]
 
 
 def check_server(probe: ServerProbe, transport: Transport = Transport.DIRECT) -> Check:

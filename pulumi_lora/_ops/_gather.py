@@ -7,6 +7,7 @@ what the provider would. An API key read from a Secret is used as a header, neve
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -18,13 +19,21 @@ from msgspec import ValidationError
 from pulumi_lora._core._llmkube import HTTP_PORT_NAME, PodEndpoint, target_from_object
 from pulumi_lora._errors import ClusterError, PulumiLoRAError, UnsupportedServer
 from pulumi_lora._kube import _objects as k8s
+from pulumi_lora._kube._discovery import policy_versions
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import POOL, ProviderConfig, Session, observe, parallel
 from pulumi_lora._lifecycle._transport import pod_clients
 from pulumi_lora._models import Transport
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe, TransportTrial
 from pulumi_lora._ops._permissions import Ask, asks
-from pulumi_lora._ops._status import AdapterLine, StatusReport, adapter_line, args_from_cr
+from pulumi_lora._ops._status import (
+    AdapterLine,
+    StatusReport,
+    adapter_line,
+    args_from_cr,
+    held_pods,
+    with_gates,
+)
 from pulumi_lora._settings import ClientTimeouts
 from pulumi_lora._sglang import SGLangClient
 
@@ -39,6 +48,8 @@ def gather_status(
     Each CR is observed exactly as ``pulumi refresh`` observes it (``_lifecycle.observe``: the
     target, its pods, each Ready pod's ``/v1/models``, the API key Secret its annotation names).
     Problems with one CR become its error; only cluster access itself raises ``ClusterError``.
+    The pods of each target are listed once more for the readiness gate: which carry it, and
+    which it holds unready (``held_pods``; a target whose pods cannot be listed shows none).
     """
     kube = POOL.kube(source)
     crs = sorted(
@@ -46,7 +57,24 @@ def gather_status(
         key=lambda cr: (cr["metadata"].get("namespace", ""), cr["metadata"].get("name", "")),
     )
     config = ProviderConfig(kube=source)
-    return StatusReport(tuple(parallel(lambda cr: _observe_cr(cr, config, transport), crs)))
+    lines = list(parallel(lambda cr: _observe_cr(cr, config, transport), crs))
+    targets = sorted({(line.target_namespace, line.target_name) for line in lines})
+    pods = dict(zip(targets, parallel(lambda t: _target_pods(kube, *t), targets), strict=True))
+    gated = {t: {p.name for p in found if p.gated} for t, found in pods.items()}
+    lines = [with_gates(line, gated[line.target_namespace, line.target_name]) for line in lines]
+    held = held_pods((p for found in pods.values() for p in found), datetime.now(UTC))
+    return StatusReport(tuple(lines), held)
+
+
+def _target_pods(kube: Client, namespace: str, name: str) -> list[PodEndpoint]:
+    """The pods labelled for the InferenceService ``namespace/name`` (none when unreadable:
+    the CR's own line says what went wrong reading its target)."""
+    if not (namespace and name):
+        return []
+    try:
+        return k8s.list_pods(kube, namespace, name)
+    except PulumiLoRAError:
+        return []
 
 
 def _observe_cr(
@@ -95,7 +123,7 @@ def gather_doctor(
             return DoctorFacts(namespace, name, None, transport=chosen)
         raise _api_error(f"reading InferenceService {namespace}/{name}", exc) from exc
     listing = k8s.list_target_pods(kube, target_from_object(obj))
-    pods = listing.pods
+    pods, read_at = listing.pods, datetime.now(UTC)
     trials: list[TransportTrial] = []
     candidates = [transport] if transport else [Transport.DIRECT, Transport.PROXY]
     for candidate in candidates:
@@ -117,7 +145,17 @@ def gather_doctor(
         trials=tuple(trials) if transport is None else (),
         denied=_denied(kube, namespace, asks(candidate, keyed=api_key_secret is not None)),
         keyed=api_key_secret is not None,
+        gate_api=_gate_api(kube),
+        now=read_at,
     )
+
+
+def _gate_api(kube: Client) -> tuple[str, ...] | None:
+    """The versions serving MutatingAdmissionPolicy (API discovery), None when it won't say."""
+    try:
+        return policy_versions(kube)
+    except PulumiLoRAError:
+        return None
 
 
 def _denied(kube: Client, namespace: str, wanted: Sequence[Ask]) -> tuple[Ask, ...] | None:

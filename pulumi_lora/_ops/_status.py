@@ -1,19 +1,21 @@
 """``pulumi-lora status``'s verdicts, pure: one LoRAAdapter CR and what each pod serves → a line.
 
-Ok, drift, error or deleting. No I/O and no clock; ``_gather`` does the reading.
+Ok, drift, error or deleting; and the pods the readiness gate holds unready (:func:`held_pods`,
+doctor's too). No I/O and no clock (``now`` is passed in); ``_gather`` does the reading.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
 from msgspec import ValidationError
 
 from pulumi_lora._args import AdapterArgs
+from pulumi_lora._core._llmkube import GATE_CONDITION, PodEndpoint
 from pulumi_lora._core._readback import read_annotations
 from pulumi_lora._models import (
     LLMKUBE_FINALIZER,
@@ -27,8 +29,11 @@ from pulumi_lora._models import (
 
 __all__ = [
     "COEXISTENCE_FIX",
+    "HELD_AFTER",
+    "HELD_RUNBOOK",
     "AdapterLine",
     "AdapterVerdict",
+    "HeldPod",
     "PodLine",
     "ServedReport",
     "ServedState",
@@ -36,10 +41,19 @@ __all__ = [
     "adapter_line",
     "args_from_cr",
     "deleting_line",
+    "held_pods",
     "llmkube_signs",
     "loop_verdicts",
     "pod_line",
+    "with_gates",
 ]
+
+#: Seconds a gated pod's containers may be ready while its gate is not True before ``status``
+#: and ``doctor`` report it held (the loop loads a pod's adapters in seconds; the alert
+#: ``PulumiLoRAPodHeldUnready`` waits 5 minutes).
+HELD_AFTER = 120
+#: The alert's runbook entry.
+HELD_RUNBOOK = "docs/operations.md#pulumilorapodheldunready"
 
 
 class ServedReport(Protocol):
@@ -96,6 +110,7 @@ class PodLine:
     state: ServedState
     path: str | None = None  # the path the pod serves the adapter from, if it does
     error: str = ""  # why the state is not ok, in words
+    gated: bool = False  # the pod carries the readiness gate (its ``ready``: ContainersReady)
 
 
 @dataclass(frozen=True)
@@ -142,6 +157,7 @@ class AdapterLine:
                     "loaded": p.state in (ServedState.OK, ServedState.STILL_SERVED),
                     "path": p.path,
                     "error": p.error,
+                    "gated": p.gated,
                 }
                 for p in self.pods
             ],
@@ -149,10 +165,33 @@ class AdapterLine:
 
 
 @dataclass(frozen=True)
+class HeldPod:
+    """A gated pod whose containers are ready but whose gate is not True, past ``HELD_AFTER``."""
+
+    namespace: str
+    pod: str
+    inference_service: str
+    since: str  # UTC, the later of the gate's lastTransitionTime and the container's start
+    seconds: int  # how long, until the ``now`` it was judged at
+    message: str  # the gate's message (it names what is missing)
+
+    @property
+    def held_for(self) -> str:
+        """How long, in words: ``7 min``, ``3 h``."""
+        minutes = self.seconds // 60
+        return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h"
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON shape (docs/operations.md): the fields."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class StatusReport:
     """Every CR looked at, in namespace/name order."""
 
     adapters: tuple[AdapterLine, ...]
+    held: tuple[HeldPod, ...] = ()  # pods of their targets the readiness gate holds unready
 
     @property
     def ok(self) -> bool:
@@ -177,6 +216,7 @@ class StatusReport:
             "ok": self.ok,
             "summary": self.counts(),
             "adapters": [a.to_json() for a in self.adapters],
+            "held": [h.to_json() for h in self.held],
         }
 
 
@@ -287,6 +327,47 @@ def adapter_line(
             line, verdict=AdapterVerdict.DRIFT, error=f"drift on {drifted}/{ready} Ready pods"
         )
     return line
+
+
+def with_gates(line: AdapterLine, gated: Collection[str]) -> AdapterLine:
+    """Pure: ``line`` with its pods named in ``gated`` (they carry the readiness gate) marked."""
+    return replace(line, pods=tuple(replace(p, gated=p.pod in gated) for p in line.pods))
+
+
+def held_pods(pods: Iterable[PodEndpoint], now: datetime) -> tuple[HeldPod, ...]:
+    """Pure: the gated pods whose containers are ready while their gate (``GATE_CONDITION``) is
+    not True, for more than ``HELD_AFTER`` seconds before ``now``: since the later of the gate's
+    ``lastTransitionTime`` and the sglang container's start (a gate turned False when the old
+    container stopped holds the new one only from its start). A pod with no gate condition yet
+    is held since its container started; one where neither time is known is not judged."""
+    held = []
+    for pod in pods:
+        gate = pod.gate or {}
+        if not (pod.gated and pod.ready) or gate.get("status") == "True":
+            continue
+        times = [t for t in (_time(gate.get("lastTransitionTime")), _time(pod.started_at)) if t]
+        if not times:
+            continue
+        since = max(times)
+        seconds = int((now - since).total_seconds())
+        if seconds <= HELD_AFTER:
+            continue
+        message = str(gate.get("message") or "") or (
+            f"no {GATE_CONDITION} condition yet: no re-sync loop has written it (is one running "
+            "for this namespace, with patch on pods/status?)"
+        )
+        at = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+        held.append(HeldPod(pod.namespace, pod.name, pod.service, at, seconds, message))
+    return tuple(sorted(held, key=lambda h: (h.namespace, h.pod)))
+
+
+def _time(text: object) -> datetime | None:
+    """An RFC 3339 time as an aware UTC datetime, else None."""
+    try:
+        found = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return (found if found.tzinfo else found.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def deleting_line(line: AdapterLine, cr: Mapping[str, Any]) -> AdapterLine:

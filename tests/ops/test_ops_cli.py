@@ -1,8 +1,10 @@
-"""`pulumi-lora status` and `doctor` as commands: options, output, exit codes (no cluster)."""
+"""`pulumi-lora status` and `doctor` as commands: options, output, exit codes (no cluster, but
+for one line doctor prints of the testbed's apiserver)."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +12,14 @@ import pytest
 from click.testing import CliRunner
 
 from pulumi_lora._commands._operator import doctor_command, render_table, status_command
+from pulumi_lora._core._llmkube import PodEndpoint
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import PodReport
 from pulumi_lora._models import Transport
 from pulumi_lora._ops import _gather
 from pulumi_lora._ops._doctor import DoctorFacts, ServerProbe
 from pulumi_lora._ops._status import StatusReport, adapter_line
+from pulumi_lora.testing.testbed import Testbed
 
 
 def cr(name: str, path: str = "/adapters/x") -> dict[str, Any]:
@@ -188,3 +192,70 @@ def test_doctor_prints_checks_with_fixes_and_exit_code(monkeypatch: pytest.Monke
 def test_render_table_aligns_columns() -> None:
     text = render_table(("A", "LONGER"), [("xyz", "1"), ("p", "22")])
     assert text.splitlines() == ["A    LONGER", "xyz  1", "p    22"]
+
+
+def test_doctor_prints_the_gate_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lines a user reads on a 1.36 cluster whose pods carry the gate, one held unready."""
+    since = "2026-12-02T10:41:22Z"
+    waiting = "waiting for 1 of 2 adapters: sql (/adapters/sql)"
+    gate = {"type": "pulumi-lora.dev/adapters-loaded", "status": "False", "message": waiting}
+    held = PodEndpoint(
+        "llama-0",
+        "models",
+        "u",
+        ready=True,  # its containers: a gated pod's ready
+        ip="10.0.0.1",
+        port=30000,
+        state="Running, not Ready (ReadinessGatesNotReady)",
+        gated=True,
+        started_at=since,
+        gate=gate | {"lastTransitionTime": since},
+    )
+    facts = DoctorFacts(
+        "models",
+        "llama",
+        {"spec": {"runtime": "sglang"}},
+        pods=(held,),
+        gate_api=("v1",),
+        now=datetime(2026, 12, 2, 10, 47, 30, tzinfo=UTC),
+    )
+    monkeypatch.setattr(_gather, "gather_doctor", lambda *a, **k: facts)
+    result = CliRunner().invoke(doctor_command, ["llama", "-n", "models"])
+    lines = result.output.splitlines()
+    gate = next(i for i, line in enumerate(lines) if " readiness-gate " in line)
+    assert lines[gate].split(maxsplit=2) == [
+        "ok",
+        "readiness-gate",
+        "1/1 pods carry the readiness gate pulumi-lora.dev/adapters-loaded "
+        "(MutatingAdmissionPolicy in admissionregistration.k8s.io/v1 is served)",
+    ]
+    assert lines[gate + 1].split(maxsplit=3) == [
+        "warn",
+        "gate-held",
+        "(llama-0)",
+        f"containers ready, held unready by the readiness gate since {since} (6 min): {waiting}",
+    ]
+    assert lines[gate + 2].strip() == (
+        "fix: find why what it names is not loaded (pulumi-lora status, the re-sync loop's "
+        "log); runbook of alert PulumiLoRAPodHeldUnready: "
+        "docs/operations.md#pulumilorapodheldunready"
+    )
+
+
+def test_doctor_on_the_testbed_says_the_gate_can_be_installed(
+    testbed: Testbed, namespace: str
+) -> None:
+    """The testbed's kube-apiserver (1.36.3) serves MutatingAdmissionPolicy v1; its pods are
+    not gated: doctor's line says the gate can be installed, as printed."""
+    testbed.deploy_inference_service(namespace, "llama", replicas=1).wait_ready(timeout=30)
+    kubeconfig = ["--kubeconfig", str(testbed.kubeconfig_path)]
+    result = CliRunner().invoke(doctor_command, ["llama", "-n", namespace, *kubeconfig])
+    (line,) = [line for line in result.output.splitlines() if " readiness-gate " in line]
+    assert line.split(maxsplit=2) == [
+        "ok",
+        "readiness-gate",
+        "the cluster serves MutatingAdmissionPolicy in admissionregistration.k8s.io/v1: the "
+        "readiness gate can be installed (ResyncDeployment(readiness_gate=True), or pulumi-lora "
+        "readiness-gate); no pod here carries it",
+    ]
+    assert "gate-held" not in result.output  # no pod carries the gate

@@ -160,6 +160,7 @@ def test_doctor_passes_a_good_and_fails_a_broken_inference_service(
         "adapter-volumes": ["warn"],  # the testbed's pods read adapters from the host
         "ports": ["warn"],  # no endpoint: Service 8080, container 30000
         "pods": ["ok"],
+        "readiness-gate": ["ok"],  # the testbed's 1.36.3 serves MutatingAdmissionPolicy v1
         "transport": ["ok"],  # direct reaches the pods from here: nothing to set
         "permissions": ["ok"],  # the testbed's admin may do everything
         "sglang-server": ["ok"] * len(good.ready_pods()),
