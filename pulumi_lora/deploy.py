@@ -181,6 +181,48 @@ def _gate_checked(
     )
 
 
+def _gate_in_force(
+    component: pulumi.ComponentResource,
+    resource_name: str,
+    settings: dict[str, Any],
+    kubeconfig: pulumi.Input[str] | None,
+    *,
+    policy: list[Any],
+) -> Any:
+    """The component's last child (``_pulumi._gate_wait``): created once the gate's policy is in
+    force, so what depends on the component (the InferenceService) gets gated pods from the
+    first (``policy``: the policy and its binding). Not made where the cluster is a
+    ``kubernetes.Provider`` in ``opts`` (its kubeconfig cannot be read: warned) or under
+    Pulumi's mocks."""
+    from pulumi.runtime.mocks import MockMonitor  # noqa: PLC0415 - only with the gate
+    from pulumi.runtime.settings import get_monitor  # noqa: PLC0415
+
+    from pulumi_lora._pulumi._gate_wait import GateInForce  # noqa: PLC0415
+
+    if isinstance(get_monitor(), MockMonitor):
+        return None
+    context = None
+    if kubeconfig is None:
+        if component.get_provider("kubernetes:index:Provider") is not None:
+            pulumi.log.warn(
+                "readiness_gate=True with a kubernetes.Provider in opts: nothing waits until the "
+                "gate's policy is in force, so SGLang pods made in the same `pulumi up` may come "
+                "ungated; pass kubeconfig= instead",
+                resource=component,
+            )
+            return None
+        config = pulumi.Config("kubernetes")
+        kubeconfig, context = config.get("kubeconfig"), config.get("context")
+    return GateInForce(
+        f"{resource_name}-gate-in-force",
+        policy=str(settings.get("name", DEFAULT_NAME)),
+        namespace=str(settings.get("watch_namespace") or "default"),
+        kubeconfig=kubeconfig,
+        context=context,
+        opts=pulumi.ResourceOptions(parent=component, depends_on=policy),
+    )
+
+
 def _after(checked: pulumi.Output[None], value: Any) -> pulumi.Output[Any]:
     """``value`` once ``checked`` resolves (failed with it, when the check refused)."""
     return checked.apply(lambda _: value)
@@ -269,6 +311,11 @@ class ResyncDeployment(pulumi.ComponentResource):
                         child, pulumi.ResourceOptions(depends_on=after)
                     ),
                 )
+            )
+        if settings.get("readiness_gate"):
+            gate = [c for c, m in zip(created, manifests, strict=True) if "Mutating" in m["kind"]]
+            self.gate_in_force = _gate_in_force(
+                self, resource_name, settings, kubeconfig, policy=gate
             )
         self.manifests = manifests
         self.children = created

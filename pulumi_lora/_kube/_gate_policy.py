@@ -12,6 +12,9 @@ GA and served by default from Kubernetes 1.36; CEL in the apiserver, no webhook 
   would replace): appended to the gates a pod already has, or the list made with map literals.
   A list of typed objects (``[Object.spec.readinessGates{...}]``) panics kube-apiserver 1.36.3's
   admission handler (cel-go cannot convert it), which would refuse every new SGLang pod;
+- **a drain on stop**: the ``sglang`` container gets a ``preStop`` sleep of
+  :data:`DRAIN_ON_STOP_SECONDS` unless it has a ``preStop`` already, so a deleted pod (a rolling
+  restart's old one) keeps answering while kube-proxy takes its endpoint out of rotation;
 - **never twice**: a ``matchCondition`` skips a pod that has the gate, also when reinvoked;
 - ``reinvocationPolicy: IfNeeded``: a mutating webhook that runs after the policy and rewrites
   the list gets the gate put back; ``failurePolicy: Fail``: no silently ungated pod.
@@ -40,6 +43,25 @@ _PATCH = (
     f"value: Object.spec.readinessGates{{conditionType: '{GATE_CONDITION}'}}}}] "
     ": [JSONPatch{op: 'add', path: '/spec/readinessGates', "
     f"value: [{{'conditionType': '{GATE_CONDITION}'}}]}}]"
+)
+
+
+#: Seconds a stopping SGLang container keeps serving (``preStop`` sleep) after its pod was
+#: deleted: the EndpointSlice controller marks a terminating pod's endpoint not ready at once,
+#: and kube-proxy and gateways follow within a second or two; without it, requests routed in
+#: that moment meet a closed port (a rolling restart's old pods). Within the default 30 s grace.
+DRAIN_ON_STOP_SECONDS = 5
+#: The index of the ``sglang`` container (-1 without one): a policy variable.
+_SGLANG = "object.spec.containers.map(c, c.name).indexOf('sglang')"
+_AT = "object.spec.containers[variables.sglang]"
+_DRAIN_ON_STOP = (
+    f"variables.sglang < 0 || (has({_AT}.lifecycle) && has({_AT}.lifecycle.preStop)) ? [] : "
+    f"has({_AT}.lifecycle) "
+    "? [JSONPatch{op: 'add', "
+    "path: '/spec/containers/' + string(variables.sglang) + '/lifecycle/preStop', "
+    f"value: {{'sleep': {{'seconds': {DRAIN_ON_STOP_SECONDS}}}}}}}] "
+    ": [JSONPatch{op: 'add', path: '/spec/containers/' + string(variables.sglang) + '/lifecycle', "
+    f"value: {{'preStop': {{'sleep': {{'seconds': {DRAIN_ON_STOP_SECONDS}}}}}}}}}]"
 )
 
 
@@ -73,7 +95,11 @@ def readiness_gate_policy(
                 },
             },
             "matchConditions": [{"name": "gate-missing", "expression": _MISSING}],
-            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": _PATCH}}],
+            "variables": [{"name": "sglang", "expression": _SGLANG}],
+            "mutations": [
+                {"patchType": "JSONPatch", "jsonPatch": {"expression": _PATCH}},
+                {"patchType": "JSONPatch", "jsonPatch": {"expression": _DRAIN_ON_STOP}},
+            ],
         },
     }
     binding: dict[str, Any] = {

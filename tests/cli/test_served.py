@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pulumi_lora._core._gate import GATE_CONDITION
+from pulumi_lora._kube._gate_policy import DRAIN_ON_STOP_SECONDS
 from pulumi_lora.testing.fixtures import missing_real_part
 from pulumi_lora.testing.testbed import (
     Testbed,
@@ -50,12 +51,20 @@ def kubectl_json(testbed: Testbed, *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-def quiet(report: TrafficReport, start: float, end: float, what: str) -> None:
-    """No request in [start, end) failed, and some were sent."""
+def quiet(report: TrafficReport, start: float, end: float, what: str, crashed: str = "") -> None:
+    """No request in [start, end) failed, and some were sent; with ``crashed`` (a pod's IP), a
+    connection refused by that pod's stopped container is no failure of ours: kube-proxy sends
+    requests to it until the EndpointSlice controller sees the container stop (no gate can
+    prevent that), but none may meet a pod without the adapter."""
     counts = report.counts(start, end)
     print(f"served: {what}: {dict(counts)}")
     assert counts.total() >= 20, (what, dict(counts))
-    assert counts == {"ok": counts.total()}, (what, report.failed(start, end))
+    failed = [
+        o
+        for o in report.failed(start, end)
+        if not (crashed and o.kind == "refused" and o.endpoint.startswith(f"{crashed}:"))
+    ]
+    assert not failed, (what, failed)
 
 
 @pytest.mark.timeout(900)
@@ -86,6 +95,8 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
     for pod in pods:  # the policy was in force before the first pod: every one is gated
         spec = kubectl_json(testbed, "get", "pod", pod.name, "-n", models)["spec"]
         assert {"conditionType": GATE_CONDITION} in spec["readinessGates"]
+        (sglang,) = [c for c in spec["containers"] if c["name"] == "sglang"]
+        assert sglang["lifecycle"]["preStop"] == {"sleep": {"seconds": DRAIN_ON_STOP_SECONDS}}
     wait_until(lambda: all(a == paths for a in served(service).values()), 60, "every adapter")
 
     def everywhere(expected: dict[str, str], replicas: int) -> bool:
@@ -103,6 +114,7 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
 
         # A pod restarts: it is out of rotation until its adapters are back.
         restart = traffic.mark("restart")
+        crashed = str(pods[0].ip)
         testbed.restart_pod(models, pods[0].name)
         wait_until(lambda: everywhere(paths, 3), 60, "the restarted pod serves everything")
         scale = settle("restart", 3)
@@ -115,7 +127,7 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
 
         # A flag change rolls every pod through the Deployment: each new one joins served.
         before = {p.name for p in service.pods()}
-        runner.pulumi("config", "set", "--json", "moreFlags", '["--max-loras-per-batch", "8"]')
+        runner.pulumi("config", "set", "loraBatch", "6")  # --max-loras-per-batch=6
         runner.pulumi("up", "--yes", "--skip-preview")
         wait_until(
             lambda: not before & {p.name for p in service.pods()} and everywhere(paths, 4),
@@ -125,7 +137,7 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
         swap = settle("rolling restart", 4)
 
         # A revision swap: pod by pod, each out of rotation first.
-        runner.pulumi("config", "set", "--json", "adapterPaths", json.dumps({"sql-lora": v2}))
+        runner.pulumi("config", "set", "sqlLoraPath", v2)
         up = runner.pulumi("up", "--yes", "--skip-preview")
         assert "sql-lora: swapping to " in up.stdout + up.stderr  # progress, pod by pod
         swapped = {**paths, "sql-lora": v2}
@@ -133,7 +145,7 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
         rollback = settle("swap", 4)
 
         # A bad revision: the up fails in SGLang's words; the old revision still serves.
-        runner.pulumi("config", "set", "--json", "adapterPaths", json.dumps({"sql-lora": bad}))
+        runner.pulumi("config", "set", "sqlLoraPath", bad)
         failed = runner.pulumi("up", "--yes", "--skip-preview", check=False)
         text = failed.stdout + failed.stderr
         assert failed.returncode != 0, text
@@ -146,14 +158,14 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
         done = settle("bad revision", 4)
 
     report = traffic.report()
-    quiet(report, restart, scale, "a pod restart")
+    quiet(report, restart, scale, "a pod restart", crashed=crashed)
     quiet(report, scale, roll, "scale 3 -> 4")
     quiet(report, roll, swap, "a rolling restart (flag change)")
     quiet(report, swap, rollback, "a revision swap")
     quiet(report, rollback, done, "a bad revision")
 
     # The stack kept the good revision: with the program back on it, nothing changes.
-    runner.pulumi("config", "set", "--json", "adapterPaths", json.dumps({"sql-lora": v2}))
+    runner.pulumi("config", "set", "sqlLoraPath", v2)
     assert runner.outputs()["loadedPaths"]["sql-lora"] == v2
     runner.pulumi("preview", "--expect-no-changes")
 

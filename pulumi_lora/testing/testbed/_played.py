@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +63,21 @@ def _terminating(obj: dict[str, Any]) -> bool:
     return bool(obj.get("metadata", {}).get("deletionTimestamp"))
 
 
+def pre_stop_seconds(pod: dict[str, Any]) -> float:
+    """Pure: how long the kubelet sleeps before stopping a deleted pod's containers: the longest
+    ``lifecycle.preStop.sleep.seconds`` of its containers, within the deletion's grace period
+    (``metadata.deletionGracePeriodSeconds``, else ``spec.terminationGracePeriodSeconds``, 30)."""
+    spec = pod.get("spec") or {}
+    sleeps = [
+        float(((c.get("lifecycle") or {}).get("preStop") or {}).get("sleep", {}).get("seconds", 0))
+        for c in spec.get("containers") or ()
+    ]
+    grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+    if grace is None:
+        grace = spec.get("terminationGracePeriodSeconds", 30)
+    return max(0.0, min(max(sleeps, default=0.0), float(grace)))
+
+
 class Caches:
     """The informers the controllers read: InferenceServices, Deployments, ReplicaSets, Pods and
     Services."""
@@ -101,6 +117,7 @@ class ClusterPlay:
         self.caches = caches
         self.kubelet = kubelet
         self.runtimes: dict[str, PodRuntime] = {}  # by pod UID; replaced, never mutated
+        self._stopping: dict[str, float] = {}  # pod UID → when its preStop sleep ends
         self.writes = 0
 
     # --- one pass --------------------------------------------------------------------------
@@ -199,7 +216,7 @@ class ClusterPlay:
         }
         for uid, runtime in list(self.runtimes.items()):
             pod = bound.get(uid)
-            if pod is None or _terminating(pod):
+            if pod is None or (_terminating(pod) and self._pre_stop_done(uid, pod)):
                 self._stop(runtime)
         for uid, pod in bound.items():
             if uid in self.runtimes:
@@ -234,7 +251,17 @@ class ClusterPlay:
             runtime.uid,
         )
 
+    def _pre_stop_done(self, uid: str, pod: dict[str, Any]) -> bool:
+        """Whether a terminating pod's ``preStop`` sleep is over: the kubelet runs it, the
+        containers still serving, before it stops them (at most the deletion's grace period)."""
+        due = self._stopping.get(uid)
+        if due is None:
+            due = time.monotonic() + pre_stop_seconds(pod)
+            self._stopping = {**self._stopping, uid: due}
+        return time.monotonic() >= due
+
     def _stop(self, runtime: PodRuntime) -> None:
+        self._stopping = {k: v for k, v in self._stopping.items() if k != runtime.uid}
         runtime.stop_prober()
         runtime.stop_container()
         runtime.publish()

@@ -21,7 +21,7 @@ FLAGS = ["--enable-lora", "--max-lora-rank", "64", "--lora-target-modules", "all
 
 config = pulumi.Config()
 namespace = config.require("namespace")
-paths = config.get_object("adapterPaths") or {}
+paths = {"sql-lora": config.get("sqlLoraPath") or "/adapters/sql-lora"}
 
 loop = ResyncDeployment(
     "resync",
@@ -48,7 +48,8 @@ service = kubernetes.apiextensions.CustomResource(
         "replicas": config.require_int("replicas"),
         "containerPort": 30000,
         "endpoint": {"port": 30000},
-        "extraArgs": FLAGS + (config.get_object("moreFlags") or []),
+        "extraArgs": FLAGS
+        + ([f"--max-loras-per-batch={batch}"] if (batch := config.get("loraBatch")) else []),
     },
     opts=pulumi.ResourceOptions(depends_on=[loop]),
 )
