@@ -39,7 +39,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -60,7 +59,13 @@ from pulumi_lora._provider import LoRAAdapterProvider
 from pulumi_lora.deploy import coexistence_policy, resync_manifests
 from pulumi_lora.testing.loop import LoopProcess, wait_until
 from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from pulumi_lora.testing.traffic import SERVICE_NAME_LABEL, EndpointSlice, Traffic, ready_endpoints
+from pulumi_lora.testing.traffic import (
+    SERVICE_NAME_LABEL,
+    EndpointSlice,
+    Traffic,
+    ready_endpoints,
+    sampled,
+)
 
 PORT = 30000  # the Service's port and the container's
 LOAD_LATENCY = 0.4
@@ -313,20 +318,9 @@ class Sampler:
 
     @contextlib.contextmanager
     def running(self, every: float = 0.05) -> Iterator[None]:
-        stop, client = threading.Event(), self.side.tb.client()
-
-        def run() -> None:
-            while not stop.wait(every):
-                with contextlib.suppress(Exception):  # a missed sample
-                    self.sample(client)
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        try:
+        client = self.side.tb.client()
+        with sampled(lambda: self.sample(client), every):
             yield
-        finally:
-            stop.set()
-            thread.join()
 
     def per_pod(self) -> dict[str, tuple[float, float, float]]:
         """Pod → (gate False → endpoint out of the slices, gate False → True, True → back in)."""

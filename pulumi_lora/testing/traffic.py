@@ -15,11 +15,12 @@ cluster network, or on the testbed).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ import httpx2
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 
-__all__ = ["Outcome", "Traffic", "TrafficReport", "classify", "ready_endpoints"]
+__all__ = ["Outcome", "Traffic", "TrafficReport", "classify", "ready_endpoints", "sampled"]
 
 EndpointSlice = create_namespaced_resource(
     "discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"
@@ -210,3 +211,24 @@ class Traffic:
     def _record(self, outcome: Outcome) -> None:
         with self._lock:
             self._outcomes.append(outcome)
+
+
+@contextlib.contextmanager
+def sampled(sample: Callable[[], object], every: float = 0.05) -> Iterator[None]:
+    """Call ``sample`` every ``every`` seconds on a thread while the block runs (a sample that
+    raises is skipped): e.g. how many endpoints are in rotation during a swap,
+    ``with sampled(lambda: seen.append(len(traffic.endpoints))): ...``."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every):
+            with contextlib.suppress(Exception):  # a missed sample
+                sample()
+
+    thread = threading.Thread(target=run, name="sampled", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

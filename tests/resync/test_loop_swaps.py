@@ -13,14 +13,14 @@ import time
 import pytest
 from _resync_harness import Cluster, everywhere, wait_until
 from conftest import Identity, LoopFactory
-from test_readiness_gate import PORT, condition, gate_identity, pod_json, sampled
+from test_readiness_gate import PORT, condition, gate_identity, pod_json
 
 from pulumi_lora._core._gate import GATE_CONDITION
 from pulumi_lora._errors import SwapRolledBack
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora.testing.audit import audited
-from pulumi_lora.testing.traffic import Traffic
+from pulumi_lora.testing.traffic import Traffic, sampled
 from tests.e2e.conftest import adapter_props, provider_for
 
 __all__ = ["gate_identity"]  # the fixture, shared with test_readiness_gate

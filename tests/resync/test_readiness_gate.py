@@ -10,11 +10,9 @@ kubectl, as a user would.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora.testing.audit import audited
 from pulumi_lora.testing.testbed import Testbed
-from pulumi_lora.testing.traffic import Traffic
+from pulumi_lora.testing.traffic import Traffic, sampled
 from tests.e2e.conftest import adapter_props, provider_for
 
 PORT = 30000  # the Service's port and targetPort: the container's port (slice traffic)
@@ -244,24 +242,6 @@ def test_a_swap_rolls_pod_by_pod_and_a_bad_revision_rolls_back_under_traffic(
     assert swapped == {"ok": swapped.total()}, report.failed(swap, rollback)
     assert rolled_back == {"ok": rolled_back.total()}, report.failed(rollback)
     provider.delete(created.id, updated)
-
-
-@contextlib.contextmanager
-def sampled(sample: Callable[[], object], every: float = 0.05) -> Iterator[None]:
-    """Call ``sample`` every ``every`` seconds on a thread while the block runs."""
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.wait(every):
-            sample()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def test_a_rolling_restart_from_a_flag_change_loses_no_request(

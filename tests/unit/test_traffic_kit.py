@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from pulumi_lora.testing.traffic import Outcome, TrafficReport, classify, ready_endpoints
+import time
+
+from pulumi_lora.testing.traffic import (
+    Outcome,
+    TrafficReport,
+    classify,
+    ready_endpoints,
+    sampled,
+)
 
 
 def test_ready_endpoints_and_classify_read_as_kube_proxy_does() -> None:
@@ -34,3 +42,20 @@ def test_a_report_cuts_by_event() -> None:
     assert report.counts(*report.window("restart")) == {"not_loaded": 1}
     assert [o.endpoint for o in report.failed()] == ["b:1"]
     assert report.window("steady") == (3.0, float("inf"))
+
+
+def test_sampled_samples_while_the_block_runs_and_skips_a_sample_that_raises() -> None:
+    seen: list[int] = []
+
+    def sample() -> None:
+        seen.append(len(seen))
+        if len(seen) == 2:
+            raise RuntimeError("a missed look")
+
+    with sampled(sample, every=0.01):
+        deadline = time.monotonic() + 5
+        while len(seen) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    stopped = len(seen)
+    time.sleep(0.05)
+    assert stopped >= 5 and len(seen) == stopped  # on through the error, and stopped with it
