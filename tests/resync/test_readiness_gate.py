@@ -22,6 +22,7 @@ from conftest import Identity, LoopFactory, make_identity
 
 from pulumi_lora._core._gate import GATE_CONDITION
 from pulumi_lora._errors import SwapRolledBack
+from pulumi_lora._kube._gate_probe import gated_at_admission
 from pulumi_lora._kube._source import KubeSource
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora.testing.audit import audited
@@ -49,19 +50,8 @@ def container_id(pod: dict[str, Any]) -> str:
 
 
 def gates_new_pods(testbed: Testbed, namespace: str) -> bool:
-    """Whether a new SGLang pod in ``namespace`` gets the gate (a server-side dry run)."""
-    labels = {"inference.llmkube.dev/service": "probe", "inference.llmkube.dev/runtime": "sglang"}
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "probe", "namespace": namespace, "labels": labels},
-        "spec": {"containers": [{"name": "sglang", "image": "none"}], "nodeName": "x"},
-    }
-    done = testbed.kubectl(
-        "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod)
-    )
-    assert done.returncode == 0, done.stderr
-    return bool(json.loads(done.stdout)["spec"].get("readinessGates"))
+    """Whether a new SGLang pod in ``namespace`` gets the gate (the product's dry run)."""
+    return gated_at_admission(testbed.client(), namespace)
 
 
 @pytest.fixture

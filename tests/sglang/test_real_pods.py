@@ -10,171 +10,54 @@ The pods are probed as a default ``Testbed()`` probes them (periods ten times fa
 declared 5 s timeout kept), and a watch on the namespace's pods records every change of their
 Ready condition: once Ready, a pod stays Ready through up, refresh, heal, swap and destroy, but
 for the restarts the tests make.
+
+Behind pulumi-lora's readiness gate (issue 54), on two real pods in network namespaces of their
+own, requests for a declared adapter sent as kube-proxy sends them (to the ready endpoints of the
+Service's EndpointSlices) never meet a pod without it: through a restart (the pod turns Ready
+only once the re-sync loop has loaded it again), a revision swap (pod by pod, each out of
+rotation first) and a bad revision (a rank above ``--max-lora-rank``: rolled back, in SGLang's
+words).
 """
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pulumi
 import pytest
+from _real_pods_kit import (
+    PodVersion,
+    ReadyWatch,
+    apply_gate_policy,
+    gate_of,
+    remove_gate_policy,
+)
 from pulumi import automation as auto
 
 from pulumi_lora import LoRAAdapter, LoRAAdapterArgs
+from pulumi_lora._errors import SwapRolledBack
 from pulumi_lora._kube._objects import get_adapter
+from pulumi_lora._kube._source import KubeSource
+from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora.testing.engine import LocalEngine
-from pulumi_lora.testing.fixtures import require_real_sglang_pods
-from pulumi_lora.testing.loop import LoopProcess
+from pulumi_lora.testing.fixtures import missing_real_part, require_real_sglang_pods
+from pulumi_lora.testing.loop import LoopProcess, wait_until
 from pulumi_lora.testing.peft import write_adapter
 from pulumi_lora.testing.sglang import generate
-from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed
-from pulumi_lora.testing.testbed._rest import KubeRest
-from tests.e2e.conftest import drift_report
+from pulumi_lora.testing.testbed import InferenceServiceHandle, Testbed, netns_unavailable_reason
+from pulumi_lora.testing.traffic import Traffic, sampled
+from tests.e2e.conftest import adapter_props, drift_report, provider_for
 
 REAL_LORA_FLAGS = ("--enable-lora", "--max-lora-rank", "16", "--lora-target-modules", "all")
 """The InferenceService's ``extraArgs``, as a platform team writes them for runtime LoRA."""
 START_TIMEOUT = 240.0
 """Two real servers starting side by side on two cores (about 30 s each alone)."""
-
-
-@dataclass(frozen=True)
-class Seen:
-    """One change of a pod's Ready condition, as the apiserver's watch delivered it."""
-
-    pod: str
-    ready: bool
-    running: bool
-    """Whether the container ran (a restart's stop is published with it terminated)."""
-    restarts: int
-
-
-class ReadyWatch:
-    """Every change of the Ready condition of the pods of one namespace, from the first LIST
-    on, through a chain of watches (each resumed from the last resourceVersion).
-
-    A change the watch could not deliver (a watch the apiserver cannot resume, 410 Gone, is
-    noted in ``gaps`` and followed by a LIST; or two changes between two versions of the pod)
-    still moves the condition's ``lastTransitionTime``: it is recorded as the two changes it
-    hides.
-    """
-
-    def __init__(self, rest: KubeRest, namespace: str) -> None:
-        self.rest = rest
-        self.namespace = namespace
-        self.path = f"/api/v1/namespaces/{namespace}/pods"
-        self.seen: list[Seen] = []
-        self.gaps: list[str] = []
-        self._last: dict[str, tuple[Seen, str]] = {}  # each pod's last state and its Ready since
-        self._versions: dict[str, int] = {}  # the newest resourceVersion noted of each pod
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ready-watch", daemon=True)
-
-    def start(self) -> None:
-        listing = self.rest.get(self.path)
-        for pod in listing["items"]:
-            self._note(pod)
-        self._version = str(listing["metadata"]["resourceVersion"])
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30.0)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            params = {"watch": "1", "resourceVersion": self._version,
-                      "allowWatchBookmarks": "true", "timeoutSeconds": "5"}  # fmt: skip
-            try:
-                with self.rest.stream("GET", self.path, params=params, timeout=WATCH_WAIT) as got:
-                    if got.status_code != 200:
-                        self._gap(f"watch answered {got.status_code}")
-                        continue
-                    for line in got.iter_lines():
-                        if line:
-                            self._event(json.loads(line))
-            except httpx2.HTTPError as exc:  # the watch broke: resume from the same version
-                self._stop.wait(0.2)
-                if self._stop.is_set():
-                    return
-                print(f"ready watch resumed after {exc!r}")
-
-    def _gap(self, why: str) -> None:
-        self.gaps.append(why)
-        listing = self.rest.get(self.path)
-        for pod in listing["items"]:
-            self._note(pod)
-        self._version = str(listing["metadata"]["resourceVersion"])
-
-    def _event(self, event: dict[str, Any]) -> None:
-        obj = event.get("object", {})
-        if event.get("type") == "ERROR":
-            self._gap(str(obj.get("message", "watch error")))
-            return
-        self._version = str(obj.get("metadata", {}).get("resourceVersion", self._version))
-        if event.get("type") in ("ADDED", "MODIFIED"):
-            self._note(obj)
-
-    def _note(self, pod: dict[str, Any]) -> None:
-        status, name = pod.get("status", {}), str(pod["metadata"]["name"])
-        conditions: list[dict[str, Any]] = status.get("conditions", []) or []
-        condition = next((c for c in conditions if c.get("type") == "Ready"), {})
-        containers = status.get("containerStatuses") or [{}]
-        now = Seen(name, condition.get("status") == "True",
-                   "running" in (containers[0].get("state") or {}),
-                   int(containers[0].get("restartCount", 0)))  # fmt: skip
-        since = str(condition.get("lastTransitionTime", ""))
-        before = self._last.get(name)
-        self._last[name] = (now, since)
-        if before is not None and before[0].ready == now.ready and "" != before[1] != since:
-            # Out and back (or in and out) between two versions the watch delivered.
-            kept = before[0].restarts == now.restarts
-            self.seen.append(Seen(name, not now.ready, kept, before[0].restarts))
-            self.seen.append(now)
-        elif before is None or before[0].ready != now.ready:
-            self.seen.append(now)
-        self._versions[name] = int(pod["metadata"]["resourceVersion"])
-
-    def caught_up(self, timeout: float = 30.0) -> list[Seen]:
-        """Every change so far, once the watch has delivered each pod as a LIST now shows it."""
-        listed = {
-            str(pod["metadata"]["name"]): int(pod["metadata"]["resourceVersion"])
-            for pod in self.rest.get(self.path)["items"]
-        }
-        deadline = time.monotonic() + timeout
-        while any(self._versions.get(name, 0) < version for name, version in listed.items()):
-            assert time.monotonic() < deadline, f"the watch is behind the LIST: {listed}"
-            time.sleep(0.1)
-        return list(self.seen)
-
-    def transitions(self) -> dict[str, list[str]]:
-        """Each pod's Ready changes in order: ``True``/``False``, with the restart count."""
-        changes: dict[str, list[str]] = {}
-        for seen in list(self.seen):
-            changes.setdefault(seen.pod, []).append(f"{seen.ready}#{seen.restarts}")
-        return changes
-
-    def drops(self) -> list[Seen]:
-        """Every change to not Ready of a running container that had been Ready since its
-        (re)start (a readiness probe that failed, not a restart), the watch caught up first."""
-        ready_runs = set()
-        dropped = []
-        for seen in self.caught_up():
-            if seen.ready:
-                ready_runs.add((seen.pod, seen.restarts))
-            elif seen.running and (seen.pod, seen.restarts) in ready_runs:
-                dropped.append(seen)
-        return dropped
-
-
-WATCH_WAIT = httpx2.Timeout(30.0, connect=5.0)
-"""Beyond the watch's own 5 s: the apiserver ends it, the recorder resumes it."""
 
 
 @pytest.fixture(scope="module")
@@ -287,43 +170,6 @@ def test_up_drift_heal_swap_and_destroy_on_real_pods(
     )
 
 
-def test_the_loop_reloads_a_restarted_real_pod(
-    engine: LocalEngine,
-    testbed: Testbed,
-    real_pods: tuple[str, InferenceServiceHandle],
-    tmp_path: Path,
-) -> None:
-    """The re-sync loop (``pulumi-lora resync``, as its image runs it) sees a real server come
-    back empty after a restart and loads the declared adapter on it again, with no ``up``."""
-    namespace, handle = real_pods
-    path = testbed.make_adapter("real-loop")
-    declared = {"kept": {"adapter_name": "kept", "path": path, "inference_service": "llama",
-                         "namespace": namespace}}  # fmt: skip
-    stack = engine.inline_stack("real-sglang", "loop", program_of(declared))
-    stack.set_config("pulumi-lora:kubeconfig", auto.ConfigValue(str(testbed.kubeconfig_path)))
-    stack.up()
-    loop = LoopProcess(
-        ["--kubeconfig", str(testbed.kubeconfig_path), "--namespace", namespace,
-         "--lease-namespace", namespace, "--lease-name", "real-sglang-loop",
-         "--verify-interval", "2", "--metrics-host", "127.0.0.1", "--metrics-port", "0"],
-        tmp_path / "loop.log",
-    )  # fmt: skip
-    try:
-        loop.wait_event("caches_synced", timeout=60)
-        victim = handle.ready_pods()[0].name
-        testbed.restart_pod(namespace, victim)
-        handle.wait_ready(timeout=START_TIMEOUT)
-        deadline = time.monotonic() + 60
-        while handle.served().get(victim) != {"kept": path}:
-            assert time.monotonic() < deadline, f"not reloaded: {handle.served()}\n{loop.tail()}"
-            time.sleep(0.5)
-        serves(handle, "kept", path)
-        assert loop.wait_event("pod_synced", pod=f"{namespace}/{victim}", timeout=10)
-    finally:
-        loop.stop()
-        stack.destroy()
-
-
 @pytest.mark.parametrize(
     ("broken", "words"),
     [
@@ -361,3 +207,203 @@ def test_a_bad_adapter_fails_with_sglangs_words_and_loads_nowhere(
     print(f"\n--- {name}: what the up said ---\n{failed.value}")
     assert words in str(failed.value)
     assert all(name not in adapters for adapters in handle.served().values())
+
+
+# --- behind the readiness gate, under traffic ---------------------------------------------------
+
+SERVICE_PORT = 30000
+"""The Service's port and targetPort: the container's, so the slices' endpoints are routable."""
+RATE = 5.0
+"""Requests a second: enough to meet every window, little enough for two cores serving them
+while a real server restarts beside them."""
+
+
+@dataclass(frozen=True)
+class Gated:
+    namespace: str
+    handle: InferenceServiceHandle
+    loop: LoopProcess
+    watch: ReadyWatch
+
+
+@pytest.fixture
+def gated_real_pods(testbed: Testbed, tmp_path: Path) -> Iterator[Gated]:
+    """Two Ready real-SGLang pods on the ``netns`` network (their IPs in the Service's
+    EndpointSlices), gated by the policy ``pulumi-lora readiness-gate`` prints, with the re-sync
+    loop writing their gate; every version of the pods recorded from before they exist."""
+    require_real_sglang_pods()
+    reason = netns_unavailable_reason()
+    if reason is not None:
+        missing_real_part(f"netns pods unavailable: {reason}")
+    namespace = testbed.create_namespace("real-gate")
+    policy = f"gate-{namespace}"
+    watch = ReadyWatch(testbed.rest, namespace)
+    loop: LoopProcess | None = None
+    try:
+        apply_gate_policy(testbed, namespace, policy)
+        watch.start()
+        handle = testbed.deploy_inference_service(
+            namespace, "llama", replicas=2, server="sglang", extra_args=REAL_LORA_FLAGS,
+            network="netns", endpoint_port=SERVICE_PORT,
+        )  # fmt: skip
+        loop = LoopProcess(  # started while the servers start: its gate lets them turn Ready
+            ["--kubeconfig", str(testbed.kubeconfig_path), "--namespace", namespace,
+             "--lease-namespace", namespace, "--lease-name", "real-gate-loop",
+             "--verify-interval", "2", "--metrics-host", "127.0.0.1", "--metrics-port", "0"],
+            tmp_path / "loop.log",
+        )  # fmt: skip
+        loop.wait_event("caches_synced", timeout=60)
+        handle.wait_ready(timeout=START_TIMEOUT)
+        yield Gated(namespace, handle, loop, watch)
+    finally:
+        if loop is not None:
+            loop.stop()
+        watch.stop()
+        testbed.release_namespace(namespace)
+        remove_gate_policy(testbed, policy)
+
+
+def test_no_request_fails_on_gated_real_pods_through_restart_swap_and_bad_revision(
+    testbed: Testbed, gated_real_pods: Gated
+) -> None:
+    """Issue 54 on the real server: requests for a declared adapter, sent to the ready endpoints
+    of the Service's EndpointSlices, see no failure through (a) a restart (the loop reloads the
+    adapter before the pod turns Ready), (b) a swap (pod by pod) and (c) a revision whose rank
+    is above ``--max-lora-rank`` (rolled back: the old revision serves, the CR names it)."""
+    namespace, handle, loop, watch = (
+        gated_real_pods.namespace, gated_real_pods.handle, gated_real_pods.loop,
+        gated_real_pods.watch,
+    )  # fmt: skip
+    names = sorted(p.name for p in handle.pods())
+    for name in names:
+        assert gate_of(testbed, namespace, name).gate == "True"  # nothing declared: at once
+    v1, v2 = testbed.make_adapter("served-v1"), testbed.make_adapter("served-v2")
+    write_adapter(testbed.adapter_root / "adapters" / "served-r64", base_model="llama-8b", rank=64)
+    bad = "/adapters/served-r64"  # rank 64 > the pods' --max-lora-rank 16
+    provider = provider_for(ProviderConfig(kube=KubeSource(str(testbed.kubeconfig_path))))
+    props = adapter_props(namespace, v1, name="served")
+    created = provider.create(props)
+    wait_until(
+        lambda: all(
+            gate_of(testbed, namespace, n).gate_message.startswith("1 adapter loaded")
+            for n in names
+        ),
+        30,
+        what="the adapter required on every pod (its CR recorded the load)",
+    )
+    ips = {p.name: f"{p.ip}:{SERVICE_PORT}" for p in handle.pods()}
+
+    def sent_to(pod: str, since: float) -> int:
+        return sum(1 for o in traffic.report().outcomes if o.at >= since and o.endpoint == ips[pod])
+
+    client = testbed.client()
+    with Traffic(client, namespace, "llama", ["served"], rate=RATE, seed=54) as traffic:
+        wait_until(lambda: len(traffic.endpoints) == 2, 30, what="both pods in the slices")
+        steady = traffic.mark("steady")
+        wait_until(lambda: all(sent_to(n, steady) >= 3 for n in names), 30, what="both serve")
+
+        # (a) A restart: the server comes back empty; the loop loads the adapter on it, and
+        # only then does the gate (and so Ready) turn True, on the new container.
+        victim = names[0]
+        restarts = handle.pod(victim).restart_count
+        out: list[float] = []  # when the victim first left the endpoints Traffic sends to
+
+        def note_out() -> None:
+            if not out and ips[victim] not in traffic.endpoints:
+                out.append(time.monotonic())
+
+        gate_writes = {"name": "gate_written", "pod": f"{namespace}/{victim}", "status": False}
+        unready_writes = len(loop.events(**gate_writes))
+        restart = traffic.mark("restart")
+        with sampled(note_out, every=0.02):
+            testbed.restart_pod(namespace, victim)  # returns once the server stopped and rose
+            took_stop = time.monotonic() - restart
+            wait_until(lambda: out, 30, what=f"{victim} out of the slices")
+        wait_until(lambda: len(loop.events(**gate_writes)) > unready_writes, 20, what="gate False")
+        stopped = loop.events(**gate_writes)[unready_writes]
+        assert stopped["reason"] == "ContainerStopped", stopped
+        wait_until(lambda: handle.pod(victim).ready, START_TIMEOUT, what=f"{victim} Ready again")
+        took_restart = time.monotonic() - restart
+        wait_until(lambda: len(traffic.endpoints) == 2, 30, what=f"{victim} back in the slices")
+        serves(handle, "served", v1)  # listed and generating, on the restarted pod too
+        reloaded = loop.events("pod_synced", pod=f"{namespace}/{victim}", reason="restart")
+        assert reloaded and reloaded[-1]["loads"] == 1, loop.tail()  # the loop put it back
+        back = traffic.mark("back")
+        wait_until(lambda: sent_to(victim, back) >= 3, 30, what=f"requests to {victim} again")
+
+        # (b) A swap: pod by pod, each out of the slices first.
+        swap = traffic.mark("swap")
+        in_rotation: list[int] = []
+        with sampled(lambda: in_rotation.append(len(traffic.endpoints))):
+            updated = provider.update(created.id, created.outs, {**props, "path": v2}).outs
+        took_swap = time.monotonic() - swap
+        assert updated["loaded"] and updated["loaded_path"] == v2
+        serves(handle, "served", v2)
+        assert min(in_rotation) == 1, in_rotation  # one pod out at a time, never both
+        wait_until(lambda: len(traffic.endpoints) == 2, 30, what="both pods back in the slices")
+
+        # (c) A bad revision: SGLang refuses it on the first pod; v2 goes back, the CR keeps it.
+        rollback = traffic.mark("bad revision")
+        in_rotation.clear()
+        with (
+            sampled(lambda: in_rotation.append(len(traffic.endpoints))),
+            pytest.raises(SwapRolledBack) as caught,
+        ):
+            provider.update(created.id, updated, {**props, "path": bad})
+        took_rollback = time.monotonic() - rollback
+        message = str(caught.value)
+        print(f"\n--- the bad revision's error ---\n{message}")
+        assert f"swapping served to {bad!r} failed (pod " in message
+        assert "incompatible with the current LoRA memory pool" in message  # SGLang's words
+        assert f"rolled back to {v2!r}: it serves again on " in message
+        assert min(in_rotation) == 1, in_rotation
+        serves(handle, "served", v2)
+        stored = get_adapter(client, namespace, "served")
+        assert stored is not None and stored["spec"]["path"] == v2, stored
+        wait_until(lambda: len(traffic.endpoints) == 2, 30, what="both pods back in the slices")
+        done = traffic.mark("done")
+        wait_until(lambda: all(sent_to(n, done) >= 3 for n in names), 30, what="both serve")
+
+    report = traffic.report()
+    # A restart in place stops the server before its pod leaves the slices (SGLang closes its
+    # socket at SIGTERM; the kubelet publishes the stop once the process exited), so requests
+    # sent to it in between are refused, gate or not: the one kind of failure allowed, and
+    # only then. None met a pod without the adapter.
+    stopping = report.failed(restart, out[0])
+    assert all(o.endpoint == ips[victim] and o.kind == "refused" for o in stopping), stopping
+    bounds = {"steady": (steady, restart), "restart": (out[0], swap), "swap": (swap, rollback),
+              "bad revision": (rollback, float("inf"))}  # fmt: skip
+    counted = {window: report.counts(*within) for window, within in bounds.items()}
+    shown = {window: dict(counts) for window, counts in counted.items()}
+    print(f"\n--- requests for the adapter, by window ---\n{shown}")
+    print(f"refused by the stopping server before its pod left the slices: {len(stopping)}")
+    print(f"restart {took_restart:.1f}s (its stop {took_stop:.1f}s), swap {took_swap:.1f}s, "
+          f"bad revision {took_rollback:.1f}s")  # fmt: skip
+    for window, counts in counted.items():
+        assert counts == {"ok": counts.total()}, (window, report.failed(*bounds[window]))
+
+    # The restarted pod's new container: held out of Ready (its server up, its gate not True)
+    # until the loop had loaded the adapter on it; it turned Ready with the gate True for that
+    # container, and each later return to Ready (after the swap's hold) with the gate True too.
+    watch.caught_up()
+    new = [v for v in watch.versions if v.pod == victim and v.restarts == restarts + 1]
+    first = next(i for i, v in enumerate(new) if v.ready)
+    held = [v for v in new[:first] if v.containers_ready]
+    assert held and all(v.ready_reason == "ReadinessGatesNotReady" for v in held), new[: first + 1]
+    loaded = f"1 adapter loaded (container {new[first].container})"
+    assert (new[first].gate, new[first].gate_message) == ("True", loaded), new[: first + 1]
+    turned = [b for a, b in pairwise(new) if b.ready and not a.ready]
+    assert all(v.gate == "True" for v in turned), turned
+    # The swap and the rollback went pod by pod: never both gates False at once.
+    assert not both_out(watch.versions, names), watch.transitions()
+    provider.delete(created.id, updated)
+
+
+def both_out(versions: list[PodVersion], names: list[str]) -> bool:
+    """Whether, at some version, every pod of ``names`` had its gate False at once."""
+    gates: dict[str, str] = {}
+    for version in versions:
+        gates[version.pod] = version.gate
+        if all(gates.get(n) == "False" for n in names):
+            return True
+    return False
