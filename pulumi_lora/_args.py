@@ -19,7 +19,9 @@ from msgspec import Meta, Struct, ValidationError
 from pulumi_lora._explain import CREDENTIAL_INPUTS, explain, quoted
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
+    ANNOTATION_DRAIN_SECONDS,
     ANNOTATION_MANAGED_BY,
+    ANNOTATION_MAX_UNAVAILABLE,
     ANNOTATION_PINNED,
     ANNOTATION_POLICY,
     ANNOTATION_SMOKE_TEST,
@@ -181,6 +183,10 @@ class AdapterArgs(Model, kw_only=True, frozen=True):
             notes[ANNOTATION_SOURCE] = self.source
         if not self.smoke_test:  # absent is the default, so CRs made before it stay unchanged
             notes[ANNOTATION_SMOKE_TEST] = "false"
+        if self.max_unavailable != 1:  # the loop's swaps (delegated) read these two
+            notes[ANNOTATION_MAX_UNAVAILABLE] = str(self.max_unavailable)
+        if self.drain_seconds != 2.0:
+            notes[ANNOTATION_DRAIN_SECONDS] = f"{self.drain_seconds:.3f}".rstrip("0").rstrip(".")
         return notes
 
 

@@ -282,6 +282,11 @@ ANNOTATION_MANAGED_BY = ANNOTATION_PREFIX + "managed-by"
 #: ``"false"``: loads are not followed by a smoke generation (``smoke_test=False``); absent, or
 #: any other value, they are. A loop older than this annotation ignores it and smokes nothing.
 ANNOTATION_SMOKE_TEST = ANNOTATION_PREFIX + "smoke-test"
+#: A swap's pace on gated pods (``max_unavailable``, ``drain_seconds``), for the loop's swaps of
+#: ``delegated`` adapters: written only when not the default (1 pod, 2 s), which a loop older
+#: than these annotations uses whatever they say.
+ANNOTATION_MAX_UNAVAILABLE = ANNOTATION_PREFIX + "max-unavailable"
+ANNOTATION_DRAIN_SECONDS = ANNOTATION_PREFIX + "drain-seconds"
 #: Where a staged adapter's weights came from (its ``source``: a URI that carries no credential).
 ANNOTATION_SOURCE = ANNOTATION_PREFIX + "source"
 #: Set by the provider while it swaps or deletes, so the loop does not re-apply meanwhile.

@@ -9,7 +9,9 @@ from typing import Any
 from pulumi_lora._args import default_resource_name
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
+    ANNOTATION_DRAIN_SECONDS,
     ANNOTATION_MANAGED_BY,
+    ANNOTATION_MAX_UNAVAILABLE,
     ANNOTATION_OPERATION,
     ANNOTATION_PINNED,
     ANNOTATION_POLICY,
@@ -39,6 +41,8 @@ class AdapterNotes:
     api_key_secret: tuple[str, str] | None = None  # (Secret name, key), in the target's namespace
     operation: str | None = None  # ``update@<time>`` / ``delete@<time>``, see docs/protocol.md
     smoke_test: bool = True  # a smoke generation after each load
+    max_unavailable: int = 1  # a swap's pods out of rotation at once (gated pods)
+    drain_seconds: float = 2.0  # a gated pod's drain before it swaps
 
 
 def read_annotations(annotations: Mapping[str, str] | None) -> AdapterNotes:
@@ -58,7 +62,19 @@ def read_annotations(annotations: Mapping[str, str] | None) -> AdapterNotes:
         api_key_secret=(name, key) if name and key else None,
         operation=notes.get(ANNOTATION_OPERATION) or None,
         smoke_test=notes.get(ANNOTATION_SMOKE_TEST, "true").lower() != "false",
+        max_unavailable=_number(notes.get(ANNOTATION_MAX_UNAVAILABLE), 1, int, 1, 1000),
+        drain_seconds=_number(notes.get(ANNOTATION_DRAIN_SECONDS), 2.0, float, 0.0, 600.0),
     )
+
+
+def _number(text: str | None, default: Any, kind: type, low: float, high: float) -> Any:
+    """Pure: ``text`` as a ``kind`` within [low, high], else ``default`` (what a reader does
+    not understand reads as its default)."""
+    try:
+        value = kind(text) if text is not None else default
+    except ValueError:
+        return default
+    return value if low <= value <= high else default
 
 
 def declared_by_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,6 +108,10 @@ def declared_by_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
         declared["readiness_policy"] = notes.readiness_policy.value
     if not notes.smoke_test:
         declared["smoke_test"] = False
+    if notes.max_unavailable != 1:
+        declared["max_unavailable"] = notes.max_unavailable
+    if notes.drain_seconds != 2.0:
+        declared["drain_seconds"] = notes.drain_seconds
     if notes.api_key_secret is not None:
         declared["api_key_secret_name"], key = notes.api_key_secret
         if key != "api-key":

@@ -12,7 +12,9 @@ from typing import Any
 from pulumi_lora._core._llmkube import SERVICE_LABEL
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
+    ANNOTATION_DRAIN_SECONDS,
     ANNOTATION_MANAGED_BY,
+    ANNOTATION_MAX_UNAVAILABLE,
     ANNOTATION_OPERATION,
     ANNOTATION_PINNED,
     ANNOTATION_POLICY,
@@ -51,6 +53,9 @@ _ADAPTER_RULE = {
 _SECRET_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[-._a-zA-Z0-9]+$"  # noqa: S105
 #: ``update@`` or ``delete@`` and a ``metav1.Time`` (second precision, UTC), as the provider writes.
 _OPERATION = r"^(update|delete)@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
+#: A swap's pace (``max-unavailable``, ``drain-seconds``), as ``AdapterArgs.annotations`` writes it.
+_PODS = r"^[1-9][0-9]{0,2}$"
+_SECONDS = r"^[0-9]{1,3}(\\.[0-9]+)?$"
 
 
 def _cel(values: Sequence[str]) -> str:
@@ -74,6 +79,8 @@ def _annotation_rules() -> list[dict[str, Any]]:
         ANNOTATION_OPERATION,
         ANNOTATION_SMOKE_TEST,
         ANNOTATION_SOURCE,  # a staged adapter's source URI (no credential: check refuses one)
+        ANNOTATION_MAX_UNAVAILABLE,
+        ANNOTATION_DRAIN_SECONDS,
     ]
     allowed = {
         ANNOTATION_MANAGED_BY: ["pulumi"],
@@ -106,6 +113,8 @@ def _annotation_rules() -> list[dict[str, Any]]:
     for key, pattern, limit, what in (
         (ANNOTATION_API_KEY_SECRET, _SECRET_REF, 507, "SECRET-NAME/KEY"),
         (ANNOTATION_OPERATION, _OPERATION, 40, "update@<RFC3339 UTC> or delete@<RFC3339 UTC>"),
+        (ANNOTATION_MAX_UNAVAILABLE, _PODS, 4, "a whole number of pods, 1 to 999"),
+        (ANNOTATION_DRAIN_SECONDS, _SECONDS, 20, "seconds, 0 to 600"),
     ):
         rules.append(
             {

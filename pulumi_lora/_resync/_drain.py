@@ -1,13 +1,14 @@
 """The loop's rolling swap (issue 54, item 3): a swap on a gated pod in rotation happens only out
-of rotation, at most ``MAX_UNAVAILABLE`` pods of one CR's generation at a time.
+of rotation, at most ``max_unavailable`` pods of one CR's generation at a time.
 
 As the provider's (``_lifecycle._rolling``), for the swaps the loop makes (``delegated``
 adapters, kubectl edits, a rollback's swap back): the gate False (``Swapping``), a wait until
-the pod's endpoint is not ready in any EndpointSlice of its Service, ``DRAIN_SECONDS``, the swap,
-then, if it served the adapter after it and the container is the one it ran on, the gate True
-again with the condition it had, and a wait until the endpoint is ready again. A swap that
-waited for its turn while the declaration moved on (a rollback began) is not made. The loop
-uses the defaults of the provider's ``max_unavailable`` and ``drain_seconds``.
+the pod's endpoint is not ready in any EndpointSlice of its Service, ``drain_seconds``, the
+swap, then, if it served the adapter after it and the container is the one it ran on, the gate
+True again with the condition it had, and a wait until the endpoint is ready again. A swap that
+waited for its turn while the declaration moved on (a rollback began) is not made. The pace is
+the CR's (``pulumi-lora.dev/max-unavailable`` and ``drain-seconds``, from the resource's
+``max_unavailable`` and ``drain_seconds``; 1 pod and 2 s when absent).
 """
 
 from __future__ import annotations
@@ -25,11 +26,8 @@ from pulumi_lora._core._reconcile import PodOutcome
 from pulumi_lora._core._rollout import Rotation, rotation
 from pulumi_lora._resync import _logs as logs
 from pulumi_lora._resync._views import Key
+from pulumi_lora._resync._world import AdapterTask
 
-#: Pods of one CR's generation swapped at once (the provider's ``max_unavailable`` default).
-MAX_UNAVAILABLE = 1
-#: Seconds a pod out of rotation waits before it swaps (the provider's ``drain_seconds``).
-DRAIN_SECONDS = 2.0
 #: How long an endpoint may take to leave (or rejoin) the EndpointSlices before the swap goes
 #: on without it (logged): a loop never waits forever on another controller.
 ENDPOINT_PATIENCE = 60.0
@@ -51,28 +49,26 @@ class Drainer:
         slices: Slices,
         write_status: WriteStatus,
         current: Callable[[Key], PodEndpoint | None],
-        *,
-        drain_seconds: float = DRAIN_SECONDS,
-        max_unavailable: int = MAX_UNAVAILABLE,
     ) -> None:
         self._slices = slices
         self._write = write_status
         self._current = current
-        self.drain_seconds = drain_seconds
-        self.max_unavailable = max_unavailable
         self._turns: dict[tuple[Key, int], asyncio.Semaphore] = {}
 
     async def swap(
         self,
         facts: PodEndpoint,
-        turn: tuple[Key, int],
-        name: str,
+        task: AdapterTask,
         run: Callable[[], Awaitable[PodOutcome]],
         still_wanted: Callable[[], bool],
     ) -> PodOutcome:
-        """Run the swap ``run`` on ``facts``' pod out of rotation, in ``turn`` (the CR and its
-        generation); a swap no longer ``still_wanted`` once its turn comes is not made."""
-        slot = self._turns.setdefault(turn, asyncio.Semaphore(self.max_unavailable))
+        """Run the swap ``run`` of ``task`` on ``facts``' pod out of rotation, in its turn (its
+        CR's generation: ``task.max_unavailable`` pods at a time, each drained
+        ``task.drain_seconds``); a swap no longer ``still_wanted`` once its turn comes is not
+        made."""
+        name = task.name
+        turn = (task.cr, task.generation)
+        slot = self._turns.setdefault(turn, asyncio.Semaphore(max(1, task.max_unavailable)))
         async with slot:
             if not still_wanted():
                 return PodOutcome(facts.name, loaded=False, waiting=True)
@@ -83,7 +79,7 @@ class Drainer:
             started = time.monotonic()
             listed = await self._await(pod, leaving=True)
             out = time.monotonic() - started
-            await asyncio.sleep(self.drain_seconds)
+            await asyncio.sleep(task.drain_seconds)
             outcome = await run()
             back = outcome.loaded and await self._release(pod, prior)
             if back and listed:

@@ -225,8 +225,7 @@ async def _apply(
         return await run_async(pod_program(action, desired, task.name), lora)
 
     if drain is not None and action.kind is ActionKind.SWAP and in_rotation(facts):
-        turn = (task.cr, task.generation)
-        return await drain.swap(facts, turn, task.name, program, lambda: still_permitted(task))
+        return await drain.swap(facts, task, program, lambda: still_permitted(task))
     return await program()
 
 

@@ -45,6 +45,8 @@ class AdapterCR:
     api_key: SecretRef | None = None
     operation: str | None = None
     smoke: bool = True
+    max_unavailable: int = 1  # a swap's pods out of rotation at once (gated pods)
+    drain_seconds: float = 2.0
     status: Mapping[str, Any] = field(default_factory=dict, compare=False)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -99,6 +101,8 @@ def adapter_from_object(obj: Mapping[str, Any]) -> AdapterCR | None:
         api_key=SecretRef(target[0], *secret) if secret else None,
         operation=notes.operation,
         smoke=notes.smoke_test,
+        max_unavailable=notes.max_unavailable,
+        drain_seconds=notes.drain_seconds,
         status=dict(obj.get("status") or {}),
         raw=_reference(obj),
     )

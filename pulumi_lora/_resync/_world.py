@@ -106,6 +106,9 @@ class AdapterTask:
     pinned: bool
     api_key: SecretRef | None
     smoke: bool = True  # a smoke generation after each load (``pulumi-lora.dev/smoke-test``)
+    #: A swap's pace on a gated pod in rotation (``_resync._drain``).
+    max_unavailable: int = 1
+    drain_seconds: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -405,6 +408,8 @@ class World:
                 cr.pinned,
                 cr.api_key,
                 cr.smoke,
+                cr.max_unavailable,
+                cr.drain_seconds,
             )
             for cr in owned
             if usable

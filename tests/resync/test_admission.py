@@ -247,6 +247,14 @@ def test_only_replicaset_controlled_pods_may_carry_the_service_label(
             {"pulumi-lora.dev/smoke-test": "no"},
             "pulumi-lora.dev/smoke-test must be one of true, false",
         ),
+        (
+            {"pulumi-lora.dev/max-unavailable": "0"},
+            "pulumi-lora.dev/max-unavailable must be a whole number of pods, 1 to 999",
+        ),
+        (
+            {"pulumi-lora.dev/drain-seconds": "2s"},
+            "pulumi-lora.dev/drain-seconds must be seconds, 0 to 600",
+        ),
     ],
     ids=[
         "pinned",
@@ -258,6 +266,8 @@ def test_only_replicaset_controlled_pods_may_carry_the_service_label(
         "huge",
         "unknown",
         "smoke-test",
+        "max-unavailable",
+        "drain-seconds",
     ],
 )
 def test_protocol_annotations_hold_only_defined_values(
@@ -281,6 +291,8 @@ def test_the_providers_own_annotations_are_admitted(testbed: Testbed, guarded: s
         )
         if index == 0:  # a staged adapter's CR also carries its source (issue 54's review)
             args = args.replace(source="hf://acme/sql@" + "0" * 40)
+        if index == 1:  # and a swap's pace, when not the default
+            args = args.replace(max_unavailable=25, drain_seconds=7.5)
         notes = {
             **args.annotations(),
             "pulumi-lora.dev/operation": f"update@{format_time(datetime.now(UTC))}",

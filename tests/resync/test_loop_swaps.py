@@ -40,6 +40,7 @@ def test_the_loop_swaps_a_delegated_adapter_pod_by_pod_and_rolls_back_a_bad_revi
         **adapter_props(cluster.namespace, v1, name="dl"),
         "transport": "delegated",
         "ready_timeout_seconds": 60,
+        "drain_seconds": 1.5,  # the CR's pulumi-lora.dev/drain-seconds: the loop's pace
     }
     created = provider.create(props)
     wait_until(
@@ -66,10 +67,10 @@ def test_the_loop_swaps_a_delegated_adapter_pod_by_pod_and_rolls_back_a_bad_revi
         assert updated["loaded"] and updated["loaded_path"] == v2
         assert everywhere(handle, {"dl": v2})
         assert min(in_rotation) == 2, in_rotation  # one pod out at a time, each once
-        assert took >= 3 * 2.0  # each pod drained 2 s before it swapped
+        assert took >= 3 * 1.5  # each pod drained 1.5 s (the CR's annotation) before it swapped
         drained = loop.events("swapped_out_of_rotation", adapter="dl")
         assert sorted(e["pod"] for e in drained) == [f"{cluster.namespace}/{n}" for n in names]
-        assert all(e["loaded"] and e["in_slices"] for e in drained)
+        assert all(e["loaded"] and e["in_slices"] and e["seconds"] >= 1.5 for e in drained)
 
         rollback = traffic.mark("bad revision")
         with pytest.raises(SwapRolledBack) as caught:

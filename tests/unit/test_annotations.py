@@ -70,3 +70,29 @@ def test_an_import_declares_smoke_test_only_when_off() -> None:
     assert "smoke_test" not in declared_by_cr(cr)
     cr["metadata"]["annotations"] = {ANNOTATION_SMOKE_TEST: "false"}
     assert declared_by_cr(cr)["smoke_test"] is False
+
+
+def test_a_swaps_pace_is_written_only_when_not_the_default_and_read_back() -> None:
+    base = {"adapter_name": "sql", "path": "/a", "inference_service": "llama"}
+    assert "pulumi-lora.dev/max-unavailable" not in AdapterArgs(**base).annotations()
+    assert "pulumi-lora.dev/drain-seconds" not in AdapterArgs(**base).annotations()
+    notes = AdapterArgs(**base, max_unavailable=3, drain_seconds=0.5).annotations()
+    assert notes["pulumi-lora.dev/max-unavailable"] == "3"
+    assert notes["pulumi-lora.dev/drain-seconds"] == "0.5"
+    read = read_annotations(notes)
+    assert (read.max_unavailable, read.drain_seconds) == (3, 0.5)
+    spec = {"name": "sql", "path": "/a", "inferenceServiceRef": {"name": "llama"}}
+    cr = {"metadata": {"name": "sql", "namespace": "default", "annotations": notes}, "spec": spec}
+    declared = declared_by_cr(cr)
+    assert (declared["max_unavailable"], declared["drain_seconds"]) == (3, 0.5)
+    assert (
+        AdapterArgs(**base, drain_seconds=10).annotations()["pulumi-lora.dev/drain-seconds"] == "10"
+    )
+
+
+def test_a_pace_a_reader_does_not_understand_reads_as_the_default() -> None:
+    for pods, seconds in (("0", "-1"), ("many", "soon"), ("5000", "601")):
+        read = read_annotations(
+            {"pulumi-lora.dev/max-unavailable": pods, "pulumi-lora.dev/drain-seconds": seconds}
+        )
+        assert (read.max_unavailable, read.drain_seconds) == (1, 2.0), (pods, seconds)
