@@ -7,7 +7,8 @@ says whether requests for the declared adapters may reach the pod:
 - **False as soon as the container stops** (``ContainersReady`` False) **or is a new one** (its
   id differs from the one the True was written for): a restarted SGLang has lost every adapter,
   and must never turn Ready on a stale True;
-- **False while the pod swaps** an adapter's revision (the rolling swap drains it first);
+- **False while the pod swaps** an adapter's revision (the rolling swap drains it first); while
+  a swap holds it (``Swapping``), no other False replaces the swapper's words;
 - **True once every required adapter is served at its declared path** on the pod; the message
   names the container the loads were made on;
 - **no True → False for a merely missing adapter** on a pod that serves: a newly declared
@@ -114,6 +115,8 @@ def verdict(
     said = (current.get("status"), current.get("reason"), current.get("message"))
     if said == ("True" if found.status else "False", found.reason, found.message):
         return None
+    if not found.status and said[:2] == ("False", SWAPPING) and swapping is None:
+        return None  # a swap (the provider's, or the loop's) holds it out: its words stay
     return found
 
 

@@ -117,6 +117,19 @@ def test_false_while_swapping_and_no_write_when_nothing_changes() -> None:
     assert verdict(pod, REQUIRED, None) is None  # unread: nothing to say
 
 
+def test_a_swap_keeps_its_words_until_the_pod_is_back() -> None:
+    """A swap (the provider's or the loop's rolling swap) holds the pod out with ``Swapping``;
+    another writer's False (waiting for the new revision) does not replace those words, and
+    only a True (every adapter served) or the swap itself moves it."""
+    said = {"status": "False", "reason": "Swapping", "message": "swapping sql"}
+    held = endpoint(gated=True, containers_ready=True, ready=False, gate=said)
+    assert verdict(held, {"sql": "/adapters/sql-v2"}, {"sql": "/adapters/sql"}) is None
+    stopped = endpoint(gated=True, containers_ready=False, ready=False, gate=said)
+    assert verdict(stopped, REQUIRED, None) is None  # out of rotation either way
+    back = verdict(held, REQUIRED, dict(REQUIRED))
+    assert back is not None and back.status and back.reason == "AdaptersLoaded"
+
+
 def test_only_adapters_loaded_once_are_required() -> None:
     crs = [
         {"spec": {"name": "sql", "path": "/a/sql"}, "status": {"loadedPath": "/a/sql"}},
