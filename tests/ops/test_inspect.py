@@ -467,8 +467,8 @@ def test_status_report_exit_code_and_json_shape() -> None:
     mixed = StatusReport((good, bad))
     assert mixed.exit_code == 1
     data = mixed.to_json()
-    assert set(data) == {"ok", "summary", "adapters"}
-    assert data["ok"] is False
+    assert set(data) == {"ok", "summary", "adapters", "held"}
+    assert data["ok"] is False and data["held"] == []  # no pod held unready by the gate
     assert data["summary"] == {"adapters": 2, "ok": 1, "drift": 1, "error": 0, "deleting": 0}
     line = data["adapters"][1]
     assert set(line) == {
@@ -495,6 +495,7 @@ def test_status_report_exit_code_and_json_shape() -> None:
             "loaded": False,
             "path": None,
             "error": "not loaded",
+            "gated": False,
         }
     ]
 
