@@ -165,6 +165,7 @@ class PodOutcome:
     error: str = ""  # on failure
     retryable: bool = False
     maybe_loaded: bool = False  # a load got no answer: SGLang may have loaded it (or still may)
+    unsettled: bool = False  # a call got no answer: the server may still act on it
 
 
 PodProgram = Generator[Call, Reply, PodOutcome]
@@ -287,6 +288,7 @@ def _failed(
         error=message,
         retryable=reply.retryable,
         maybe_loaded=maybe_loaded,
+        unsettled=reply.unknown,
     )
 
 

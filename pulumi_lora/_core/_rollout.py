@@ -97,10 +97,17 @@ def said(failed: Sequence[PodOutcome]) -> str:
 
 
 def rollback_message(
-    name: str, new_path: str, old_path: str, failure: str, restored: Sequence[PodOutcome]
+    name: str,
+    new_path: str,
+    old_path: str,
+    failure: str,
+    restored: Sequence[PodOutcome],
+    *,
+    unsettled: Sequence[str] = (),
 ) -> str:
     """Pure: what a user reads when a swap was rolled back: where it failed (``failure``, see
-    :func:`said`); where the old revision serves again; where it could not be put back."""
+    :func:`said`); where the old revision serves again; where it could not be put back; and
+    the pods where a call that got no answer may still land (``unsettled``)."""
     back = sorted(o.pod for o in restored if o.loaded and o.path in (old_path, None))
     lost = sorted(
         f"{o.pod} ({o.error or o.reason})" for o in restored if not o.loaded and not o.waiting
@@ -110,6 +117,11 @@ def rollback_message(
         text += f": it serves again on {', '.join(back)}"
     if lost:
         text += f"; NOT restored on {', '.join(lost)} (the re-sync loop retries it)"
+    if unsettled:
+        text += (
+            f"; on {', '.join(sorted(unsettled))} a call got no answer and may still land: if it "
+            "does, the re-sync loop (or the next `pulumi up`) puts the old revision back"
+        )
     return text
 
 

@@ -19,7 +19,7 @@ rotation at once, pods in rotation (already switched) drained, one wave at a tim
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pulumi_lora._args import AdapterArgs
@@ -40,6 +40,8 @@ Say = Callable[[str], None]
 #: EndpointSlice controller follows a pod's Ready within a second or two.
 ENDPOINT_PATIENCE_SECONDS = 60.0
 ENDPOINT_POLL_SECONDS = 0.1
+#: The path a pod counts as serving while a call that failed on it may still land.
+UNSETTLED = "(unsettled)"
 #: Attempts at the gate's True when the pod moves between the read and the write (409).
 TRUE_ATTEMPTS = 5
 
@@ -82,7 +84,10 @@ def load_everywhere(
     if old is None or old.path == desired.path or not failures(outcomes):
         return outcomes, listing, None
     say(f"{desired.name}: the swap failed; putting {old.path} back")
-    return outcomes, listing, roller.run(old, roller.views(True), final=True)
+    # A pod whose failure may still land (a timed-out unload or load: SGLang goes on with it) is
+    # swapped back whatever it lists now: its unload and load queue behind the late call.
+    unsure = {o.pod for o in failures(outcomes) if o.unsettled}
+    return outcomes, listing, roller.run(old, roller.views(True, unsure), final=True)
 
 
 @dataclass
@@ -97,12 +102,21 @@ class Roller:
     #: Pods whose gate this run turned False, with the condition they had before (a True).
     held: dict[str, Mapping[str, object]] = field(default_factory=dict)
 
-    def views(self, observe: bool) -> list[PodView]:
-        """What each pod serves now (``observe``), or only whether it can be asked."""
+    def views(self, observe: bool, unsure: Collection[str] = ()) -> list[PodView]:
+        """What each pod serves now (``observe``), or only whether it can be asked; on the
+        ``unsure`` pods the adapter counts as served at an unknown path (swapped, not kept)."""
         pods = list(self.pods.values())
-        if observe:
-            return self.session.views(pods, self.clients)[0]
-        return [PodView(p.name, p.ready and p.name in self.clients, p.state, p.uid) for p in pods]
+        if not observe:
+            return [
+                PodView(p.name, p.ready and p.name in self.clients, p.state, p.uid) for p in pods
+            ]
+        name = self.session.args.adapter_name
+        return [
+            replace(v, adapters={**v.adapters, name: UNSETTLED})
+            if v.name in unsure and v.adapters is not None
+            else v
+            for v in self.session.views(pods, self.clients)[0]
+        ]
 
     def run(
         self, desired: Desired, views: Sequence[PodView], *, final: bool = False

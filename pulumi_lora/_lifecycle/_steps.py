@@ -184,7 +184,10 @@ def swap_rolled_back(
     args = session.args
     failed = failures(outcomes)
     record_outcomes(session, cr, failed, "Updated")
-    detail = rollback_message(args.adapter_name, args.load_path, old_path, said(failed), restored)
+    unsettled = [o.pod for o in failed if o.unsettled]
+    detail = rollback_message(
+        args.adapter_name, args.load_path, old_path, said(failed), restored, unsettled=unsettled
+    )
     k8s.emit_event(session.kube, cr, reason="SwapRolledBack", message=detail, warning=True)
     return SwapRolledBack(
         args.adapter_name,

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pulumi_lora import AdapterNotLoaded
+from pulumi_lora._errors import SwapRolledBack
 from pulumi_lora._kube._objects import get_adapter
 from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora._provider import LoRAAdapterProvider
@@ -159,33 +160,38 @@ def test_a_dropped_load_that_lands_late_is_rolled_back(
     assert all("late" not in adapters for adapters in served(isvc).values())
 
 
-def test_a_swap_whose_unload_times_out_is_not_reported_loaded(
+def test_a_swap_whose_unload_times_out_is_rolled_back_and_said_so(
     testbed: Testbed, namespace: str, isvc: InferenceServiceHandle, config: ProviderConfig
 ) -> None:
+    """A swap whose unload times out on one pod is rolled back: the CR names the old path again,
+    and the error says the truth about that pod: the rollback swaps it back rather than trusting
+    what it lists meanwhile (SGLang queues that behind the late unload), and says the late call
+    may still land (a request held before SGLang got it does); the next ``up`` heals it then."""
     provider = short(config)
     v1, v2 = testbed.make_adapter("swap-v1"), testbed.make_adapter("swap-v2")
     provider.create(adapter_props(namespace, "swap", v1))
     slow = isvc.ready_pods()[0]
     arm(slow.url, "/unload_lora_adapter:stall=4")
     start = time.monotonic()
-    with pytest.raises(AdapterNotLoaded) as caught:
+    with pytest.raises(SwapRolledBack) as caught:
         provider.update(
             f"{namespace}/swap",
             adapter_props(namespace, "swap", v1),
             adapter_props(namespace, "swap", v2),
         )
     took = time.monotonic() - start
-    print(f"swap with a stalled unload failed after {took:.2f} s: {caught.value}")
-    assert took < 10
+    print(f"swap with a stalled unload rolled back after {took:.2f} s: {caught.value}")
+    assert took < 15
     message = str(caught.value)
-    assert f"pod {slow.name}" in message and "timed out" in message
-    assert "loaded on 2/3 Ready pods" in message
+    assert f"failed (pod {slow.name}: unloading the old path {v1!r}" in message
+    assert "timed out" in message and f"rolled back to {v1!r}" in message
+    names = ", ".join(sorted(p.name for p in isvc.ready_pods()))
+    assert f"it serves again on {names}; on {slow.name} a call got no answer and may" in message
     stored = get_adapter(testbed.client(), namespace, "swap")
-    assert stored is not None and stored["spec"]["path"] == v2
-    loaded = {c["type"]: c for c in stored["status"]["conditions"]}["Loaded"]
-    assert loaded["status"] == "False" and slow.name in loaded["message"]
-    # The stalled unload lands: the slow pod serves nothing, the others v2.
-    expected = {pod.name: (None if pod.name == slow.name else v2) for pod in isvc.ready_pods()}
+    assert stored is not None and stored["spec"]["path"] == v1
+    # The stalled unload lands after the rollback's (this emulator does not queue a stalled
+    # request behind the others): the slow pod serves nothing, the others v1 (never v2).
+    expected = {pod.name: (None if pod.name == slow.name else v1) for pod in isvc.ready_pods()}
     wait_until(
         lambda: {pod: adapters.get("swap") for pod, adapters in served(isvc).items()} == expected,
         timeout=15,
@@ -194,11 +200,11 @@ def test_a_swap_whose_unload_times_out_is_not_reported_loaded(
     # The next update (the next `pulumi up`) heals it.
     healed = provider.update(
         f"{namespace}/swap",
-        adapter_props(namespace, "swap", v2),
-        adapter_props(namespace, "swap", v2),
+        adapter_props(namespace, "swap", v1),
+        adapter_props(namespace, "swap", v1),
     )
     assert healed.outs["loaded"]
-    assert all(adapters.get("swap") == v2 for adapters in served(isvc).values())
+    assert all(adapters.get("swap") == v1 for adapters in served(isvc).values())
 
 
 def test_a_delete_whose_unload_times_out_keeps_the_cr_for_a_retry(
