@@ -205,3 +205,22 @@ def test_status_and_doctor_through_the_apiserver_pod_proxy(
     doctor = run(doctor_command, testbed, "netted", "-n", namespace, "--transport", "proxy")
     assert doctor.exit_code == 0, doctor.output
     assert sum(1 for line in doctor.output.splitlines() if "SGLang 0.5.15" in line) == 2
+
+
+def test_doctor_on_the_testbed_says_the_gate_can_be_installed(
+    testbed: Testbed, namespace: str
+) -> None:
+    """The testbed's kube-apiserver (1.36.3) serves MutatingAdmissionPolicy v1; its pods are
+    not gated: doctor's line says the gate can be installed, as printed."""
+    testbed.deploy_inference_service(namespace, "llama", replicas=1).wait_ready(timeout=30)
+    kubeconfig = ["--kubeconfig", str(testbed.kubeconfig_path)]
+    result = CliRunner().invoke(doctor_command, ["llama", "-n", namespace, *kubeconfig])
+    (line,) = [line for line in result.output.splitlines() if " readiness-gate " in line]
+    assert line.split(maxsplit=2) == [
+        "ok",
+        "readiness-gate",
+        "the cluster serves MutatingAdmissionPolicy in admissionregistration.k8s.io/v1: the "
+        "readiness gate can be installed (ResyncDeployment(readiness_gate=True), or pulumi-lora "
+        "readiness-gate); no pod here carries it",
+    ]
+    assert "gate-held" not in result.output  # no pod carries the gate
