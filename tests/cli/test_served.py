@@ -28,7 +28,7 @@ from pulumi_lora.testing.testbed import (
     loop_image,
     netns_unavailable_reason,
 )
-from pulumi_lora.testing.traffic import Traffic, TrafficReport
+from pulumi_lora.testing.traffic import Traffic, TrafficReport, sampled
 
 from .conftest import Project, require_program, served
 
@@ -134,12 +134,20 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
             180,
             "every pod replaced and serving everything",
         )
+        for pod in service.pods():  # new pods, through the Deployment: the flag, the gate
+            spec = kubectl_json(testbed, "get", "pod", pod.name, "-n", models)["spec"]
+            (sglang,) = [c for c in spec["containers"] if c["name"] == "sglang"]
+            assert "--max-loras-per-batch=6" in sglang["args"]
+            assert {"conditionType": GATE_CONDITION} in spec["readinessGates"]
         swap = settle("rolling restart", 4)
 
         # A revision swap: pod by pod, each out of rotation first.
         runner.pulumi("config", "set", "sqlLoraPath", v2)
-        up = runner.pulumi("up", "--yes", "--skip-preview")
+        in_rotation: list[int] = []
+        with sampled(lambda: in_rotation.append(len(traffic.endpoints))):
+            up = runner.pulumi("up", "--yes", "--skip-preview")
         assert "sql-lora: swapping to " in up.stdout + up.stderr  # progress, pod by pod
+        assert min(in_rotation) == 3, in_rotation  # one pod out of rotation at a time
         swapped = {**paths, "sql-lora": v2}
         assert everywhere(swapped, 4)
         rollback = settle("swap", 4)

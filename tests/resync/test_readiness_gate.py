@@ -11,7 +11,6 @@ kubectl, as a user would.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,10 @@ from _resync_harness import Cluster, everywhere, wait_until
 from conftest import Identity, LoopFactory, make_identity
 
 from pulumi_lora._core._gate import GATE_CONDITION
-from pulumi_lora._errors import SwapRolledBack
 from pulumi_lora._kube._gate_probe import gated_at_admission
-from pulumi_lora._kube._source import KubeSource
-from pulumi_lora._lifecycle import ProviderConfig
 from pulumi_lora.testing.audit import audited
 from pulumi_lora.testing.testbed import Testbed
-from pulumi_lora.testing.traffic import Traffic, sampled
-from tests.e2e.conftest import adapter_props, provider_for
+from pulumi_lora.testing.traffic import Traffic
 
 PORT = 30000  # the Service's port and targetPort: the container's port (slice traffic)
 
@@ -164,163 +159,3 @@ def test_the_gate_keeps_requests_off_pods_whose_adapters_are_not_back(
         used, denied = audited(cluster.tb.audit_log_path, gate_identity.user)
         assert ("", "pods/status", "patch") in used
         assert not denied, [(e["verb"], e["requestURI"]) for e in denied]
-
-
-def test_a_swap_rolls_pod_by_pod_and_a_bad_revision_rolls_back_under_traffic(
-    cluster: Cluster, loops: LoopFactory, gate_identity: Identity
-) -> None:
-    """The provider (``direct``, from outside the cluster) swaps a declared adapter's revision on
-    gated pods one at a time, each out of rotation first, and puts a bad revision's failure back
-    everywhere: requests sent as kube-proxy sends them see no failure through either."""
-    loops(cluster.namespace, identity=gate_identity)
-    handle = cluster.deploy(replicas=3, network="netns", endpoint_port=PORT)
-    names = sorted(p.name for p in handle.pods())
-    tb = cluster.tb
-    v1, v2 = tb.make_adapter("roll-v1"), tb.make_adapter("roll-v2")
-    bad = tb.make_adapter("roll-bad", rank=512)  # above the pods' --max-lora-rank 64
-    config = ProviderConfig(kube=KubeSource(str(tb.kubeconfig_path)))
-    provider = provider_for(config)
-    props = adapter_props(cluster.namespace, v1, name="roll")
-    created = provider.create(props)
-    wait_until(
-        lambda: all(
-            condition(pod_json(cluster, n), GATE_CONDITION)
-            .get("message", "")
-            .startswith("1 adapter loaded")
-            for n in names
-        ),
-        30,
-        what="the adapter required on every pod (its CR recorded the load)",
-    )
-
-    client = tb.client()
-    with Traffic(client, cluster.namespace, "llama", ["roll"], rate=40, seed=3) as traffic:
-        wait_until(lambda: len(traffic.endpoints) == 3, 30, what="three pods in the slices")
-        wait_until(lambda: len(traffic.report().outcomes) >= 40, 30, what="40 requests")
-
-        swap = traffic.mark("swap")
-        seen_endpoints: list[int] = []
-        started = time.monotonic()
-        with sampled(lambda: seen_endpoints.append(len(traffic.endpoints))):
-            updated = provider.update(created.id, created.outs, {**props, "path": v2}).outs
-        took = time.monotonic() - started
-        assert updated["loaded"] and updated["loaded_path"] == v2
-        assert everywhere(handle, {"roll": v2})
-        # Pod by pod: never fewer than two of the three in the slices, and each left once.
-        assert min(seen_endpoints) == 2, seen_endpoints
-        assert took >= 3 * 2.0  # each pod drained drain_seconds (default 2) before it swapped
-
-        rollback = traffic.mark("bad revision")
-        with pytest.raises(SwapRolledBack) as caught:
-            provider.update(created.id, updated, {**props, "path": bad})
-        message = str(caught.value)
-        assert f"swapping roll to {bad!r} failed (pod {names[0]}: " in message
-        assert "with rank 512 is incompatible" in message  # SGLang's words
-        assert f"rolled back to {v2!r}: it serves again on {names[0]}" in message
-        assert everywhere(handle, {"roll": v2})
-        stored = cluster.cr("roll")
-        assert stored is not None and stored["spec"]["path"] == v2
-        for name in names:  # every gate back True, on the same container
-            assert condition(pod_json(cluster, name), GATE_CONDITION)["status"] == "True"
-        wait_until(lambda: len(traffic.endpoints) == 3, 30, what="every pod back in the slices")
-        done = traffic.mark("done")
-        wait_until(lambda: traffic.report().counts(done).total() >= 20, 30, what="20 more")
-
-    report = traffic.report()
-    swapped, rolled_back = report.counts(swap, rollback), report.counts(rollback, float("inf"))
-    print(f"swap in {took:.1f}s: {dict(swapped)}; bad revision: {dict(rolled_back)}")
-    assert swapped == {"ok": swapped.total()}, report.failed(swap, rollback)
-    assert rolled_back == {"ok": rolled_back.total()}, report.failed(rollback)
-    provider.delete(created.id, updated)
-
-
-def test_a_rolling_restart_from_a_flag_change_loses_no_request(
-    cluster: Cluster, loops: LoopFactory, gate_identity: Identity
-) -> None:
-    """A flag added to the InferenceService's ``spec.extraArgs`` (``kubectl patch``, as a user
-    would) makes LLMKube's operator write a new pod template, and the real deployment controller
-    rolls it (a CPU InferenceService: RollingUpdate, 25 % surge, none unavailable). Each new
-    gated pod joins the Service only once it serves both adapters, each old one leaves only
-    then: requests sent as kube-proxy sends them see no failure of any kind."""
-    loops(cluster.namespace, identity=gate_identity)
-    handle = cluster.deploy(replicas=3, network="netns", endpoint_port=PORT)
-    old = {p.name for p in handle.pods()}
-    old_endpoints = {f"{p.ip}:{PORT}" for p in handle.pods()}
-    want = {n: cluster.tb.make_adapter(n) for n in ("flag-a", "flag-b")}
-    for name, path in want.items():
-        cluster.apply_cr(name, path)
-    wait_until(lambda: everywhere(handle, want, 3), 30, what="both adapters on the three pods")
-    for name in old:  # both CRs recorded their loads: both required by every pod's gate
-        wait_until(
-            lambda n=name: (
-                condition(pod_json(cluster, n), GATE_CONDITION)
-                .get("message", "")
-                .startswith("2 adapters loaded")
-            ),
-            20,
-            what=f"{name}: both adapters required",
-        )
-    before = json.loads(cluster.kubectl("get", "deployment", "llama", "-o", "json"))
-    assert before["spec"]["strategy"]["type"] == "RollingUpdate"
-    flag = ["--max-loras-per-batch", "8"]  # SGLang's default value: a harmless change
-    assert flag[0] not in before["spec"]["template"]["spec"]["containers"][0]["args"]
-
-    def replaced() -> bool:
-        pods = handle.pods()
-        return len(pods) == 3 and not old & {p.name for p in pods} and all(p.ready for p in pods)
-
-    client = cluster.tb.client()
-    with Traffic(client, cluster.namespace, "llama", sorted(want), rate=40, seed=8) as traffic:
-        wait_until(lambda: len(traffic.endpoints) == 3, 30, what="three pods in the slices")
-        wait_until(lambda: len(traffic.report().outcomes) >= 40, 30, what="40 requests")
-
-        rollout = traffic.mark("flag change")
-        patch = [{"op": "add", "path": "/spec/extraArgs/-", "value": value} for value in flag]
-        cluster.kubectl(
-            "patch", "inferenceservice", "llama", "--type=json", "-p", json.dumps(patch)
-        )
-        wait_until(replaced, 120, interval=0.2, what="three new pods, all Ready")
-        cluster.kubectl("rollout", "status", "deployment/llama", "--timeout=60s")
-        assert everywhere(handle, want, 3)
-        new = {p.name: f"{p.ip}:{PORT}" for p in handle.pods()}
-        wait_until(
-            lambda: sorted(traffic.endpoints) == sorted(new.values()), 30, what="the new slices"
-        )
-        rolled = traffic.mark("rolled")
-        wait_until(
-            lambda: traffic.report().counts(rolled).total() >= 40, 30, what="40 more requests"
-        )
-
-    report = traffic.report()
-    during, after = report.counts(rollout, rolled), report.counts(rolled, float("inf"))
-    print(f"rolling restart: {dict(during)}; after it: {dict(after)}")
-    failures = report.failed(rollout)
-    # No request met a pod without its adapters: each new pod joined the Service served.
-    assert during["not_loaded"] == after["not_loaded"] == 0, failures
-    assert not [o for o in failures if o.endpoint not in old_endpoints], failures
-    # And none failed for any other reason (refused, timeout, no endpoint, ...), not even on an
-    # old pod on its way out.
-    assert during == {"ok": during.total()}, failures
-    assert after == {"ok": after.total()}, failures
-    # Every request of the window went to a pod that served both adapters, old or new, and the
-    # new pods took their share.
-    assert {o.endpoint for o in report.outcomes if o.at >= rolled} == set(new.values())
-
-    # The rollout really replaced every pod: a new ReplicaSet (the next revision) runs the flag
-    # on three new, gated pods whose gates name both adapters; the old one is scaled to zero.
-    revision_of = "deployment.kubernetes.io/revision"  # the deployment controller's annotation
-    deployment = json.loads(cluster.kubectl("get", "deployment", "llama", "-o", "json"))
-    revision = int(deployment["metadata"]["annotations"][revision_of])
-    assert revision == int(before["metadata"]["annotations"][revision_of]) + 1
-    sets = json.loads(cluster.kubectl("get", "replicasets", "-o", "json"))["items"]
-    by_revision = {int(rs["metadata"]["annotations"][revision_of]): rs for rs in sets}
-    assert by_revision[revision]["status"].get("readyReplicas") == 3
-    assert by_revision[revision - 1]["spec"]["replicas"] == 0
-    template_hash = by_revision[revision]["metadata"]["labels"]["pod-template-hash"]
-    for name in new:
-        pod = pod_json(cluster, name)
-        assert pod["metadata"]["labels"]["pod-template-hash"] == template_hash
-        assert pod["spec"]["containers"][0]["args"][-2:] == flag
-        assert pod["spec"]["readinessGates"] == [{"conditionType": GATE_CONDITION}]
-        expected = f"2 adapters loaded (container {container_id(pod)})"
-        assert condition(pod, GATE_CONDITION)["message"] == expected
