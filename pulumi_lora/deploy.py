@@ -138,6 +138,23 @@ def _refuse_unserved_gate(source: KubeSource) -> None:
         raise pulumi.RunError(refusal)
 
 
+def _default_cluster(
+    component: pulumi.ComponentResource, unchecked: str
+) -> tuple[str | None, str | None] | None:
+    """The kubeconfig and context of the default kubernetes provider (``kubernetes:kubeconfig``,
+    ``kubernetes:context``; None each: ``KUBECONFIG``, ``~/.kube/config``), or None, warning
+    what goes ``unchecked``, when a ``kubernetes.Provider`` in ``opts`` (or a parent's) makes
+    the objects: a program cannot read a provider's kubeconfig."""
+    if component.get_provider("kubernetes:index:Provider") is not None:
+        pulumi.log.warn(
+            f"readiness_gate=True with a kubernetes.Provider in opts: {unchecked}",
+            resource=component,
+        )
+        return None
+    config = pulumi.Config("kubernetes")
+    return config.get("kubeconfig"), config.get("context")
+
+
 def _gate_checked(
     component: pulumi.ComponentResource, kubeconfig: pulumi.Input[str] | None
 ) -> pulumi.Output[None] | None:
@@ -162,16 +179,13 @@ def _gate_checked(
     """
     given: pulumi.Input[str] | None = kubeconfig  # as given: an Output is asked once it resolves
     if kubeconfig is None:
-        if component.get_provider("kubernetes:index:Provider") is not None:
-            pulumi.log.warn(
-                "readiness_gate=True with a kubernetes.Provider in opts: whether its cluster "
-                "serves MutatingAdmissionPolicy v1 (Kubernetes 1.36 or later) is not checked "
-                "before the loop is applied; pass kubeconfig= instead to have it checked",
-                resource=component,
-            )
-            return None
-        config = pulumi.Config("kubernetes")
-        _refuse_unserved_gate(KubeSource(config.get("kubeconfig"), config.get("context")))
+        default = _default_cluster(
+            component,
+            "whether its cluster serves MutatingAdmissionPolicy v1 (Kubernetes 1.36 or later) is "
+            "not checked before the loop is applied; pass kubeconfig= instead to have it checked",
+        )
+        if default is not None:
+            _refuse_unserved_gate(KubeSource(*default))
         return None
     if isinstance(kubeconfig, str):
         _refuse_unserved_gate(KubeSource(kubeconfig))
@@ -203,16 +217,14 @@ def _gate_in_force(
         return None
     context = None
     if kubeconfig is None:
-        if component.get_provider("kubernetes:index:Provider") is not None:
-            pulumi.log.warn(
-                "readiness_gate=True with a kubernetes.Provider in opts: nothing waits until the "
-                "gate's policy is in force, so SGLang pods made in the same `pulumi up` may come "
-                "ungated; pass kubeconfig= instead",
-                resource=component,
-            )
+        default = _default_cluster(
+            component,
+            "nothing waits until the gate's policy is in force, so SGLang pods made in the same "
+            "`pulumi up` may come ungated; pass kubeconfig= instead",
+        )
+        if default is None:
             return None
-        config = pulumi.Config("kubernetes")
-        kubeconfig, context = config.get("kubeconfig"), config.get("context")
+        kubeconfig, context = default
     return GateInForce(
         f"{resource_name}-gate-in-force",
         policy=str(settings.get("name", DEFAULT_NAME)),
