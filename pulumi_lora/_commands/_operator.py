@@ -182,7 +182,17 @@ def policy_command(llmkube_user: str, all_adapters: bool, name: str) -> None:
     show_default=True,
     help="name of the policy and its binding",
 )
-def gate_command(namespaces: tuple[str, ...], name: str) -> None:
+@click.option(
+    "--drain-on-stop",
+    "drain",
+    type=click.IntRange(0, 300),
+    default=5,
+    show_default=True,
+    metavar="SECONDS",
+    help="preStop sleep given to the sglang container, so a deleted pod keeps answering while "
+    "kube-proxy and gateways take it out of rotation (0: none; a container's own preStop is kept)",
+)
+def gate_command(namespaces: tuple[str, ...], name: str, drain: int) -> None:
     """Print the admission policy that gives SGLang pods pulumi-lora's readiness gate.
 
     A MutatingAdmissionPolicy and its binding (admissionregistration.k8s.io/v1, Kubernetes 1.36
@@ -196,7 +206,7 @@ def gate_command(namespaces: tuple[str, ...], name: str) -> None:
     """
     from pulumi_lora._kube._gate_policy import readiness_gate_policy  # noqa: PLC0415
 
-    manifests = readiness_gate_policy(name, list(namespaces))
+    manifests = readiness_gate_policy(name, list(namespaces), drain_on_stop_seconds=drain)
     click.echo(GATE_REQUIRES)
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 

@@ -272,7 +272,13 @@ class Kube:
     async def endpoint_slices(self, namespace: str, service: str) -> Objects:
         """The EndpointSlices of Service ``namespace/service`` (the rolling swap's waits)."""
         return await self._blocking(
-            partial(rotation.list_endpoint_slices, self._sync, namespace, service)
+            partial(
+                rotation.list_endpoint_slices,
+                self._sync,
+                namespace,
+                service,
+                grant=rotation.LOOP_GRANT,
+            )
         )
 
     async def emit_event(

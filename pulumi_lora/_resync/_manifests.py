@@ -14,7 +14,7 @@ from typing import Any
 
 from pulumi_lora import _monitoring
 from pulumi_lora._kube import _admission
-from pulumi_lora._kube._gate_policy import readiness_gate_policy
+from pulumi_lora._kube._gate_policy import DRAIN_ON_STOP_SECONDS, readiness_gate_policy
 from pulumi_lora._models import (
     DNS_LABEL_PATTERN,
     GROUP,
@@ -255,6 +255,7 @@ def resync_manifests(
     monitoring: bool = False,
     monitoring_labels: Mapping[str, str] | None = None,
     readiness_gate: bool = False,
+    drain_on_stop_seconds: int | None = None,
 ) -> list[dict[str, Any]]:
     """Pure: the loop's manifests, in apply order.
 
@@ -286,7 +287,16 @@ def resync_manifests(
     ``MutatingAdmissionPolicy`` and binding (named after ``name``) that give new SGLang pods of
     InferenceServices in ``watch_namespace`` (every namespace, unscoped) the readiness gate
     ``pulumi-lora.dev/adapters-loaded``, and grants the loop :data:`GATE_RULE` to write it.
+    The policy also gives their ``sglang`` container a ``preStop`` sleep of
+    ``drain_on_stop_seconds`` (5 unless given; 0: none), so a deleted pod keeps answering while
+    kube-proxy and gateways take it out of rotation: raise it behind a slower gateway. Given
+    without ``readiness_gate=True``, or outside 0 to 300, it is a ``ValueError``.
     """
+    if drain_on_stop_seconds is not None and not readiness_gate:
+        raise ValueError(
+            "drain_on_stop_seconds is the readiness gate's: it needs readiness_gate=True"
+        )
+    drain = DRAIN_ON_STOP_SECONDS if drain_on_stop_seconds is None else drain_on_stop_seconds
     meta_labels = {
         "app.kubernetes.io/name": "pulumi-lora-resync",
         "app.kubernetes.io/instance": name,
@@ -470,7 +480,9 @@ def resync_manifests(
         lease_binding,
         deployment,
         *(
-            readiness_gate_policy(name, [watch_namespace] if watch_namespace else [])
+            readiness_gate_policy(
+                name, [watch_namespace] if watch_namespace else [], drain_on_stop_seconds=drain
+            )
             if readiness_gate
             else []
         ),

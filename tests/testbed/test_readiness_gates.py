@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -43,28 +44,45 @@ def set_gate(testbed: Testbed, namespace: str, name: str, status: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def sglang_pod(name: str, namespace: str, gates: list[dict[str, str]]) -> dict[str, Any]:
+def sglang_pod(
+    name: str,
+    namespace: str,
+    gates: list[dict[str, str]],
+    containers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A bare pod labelled as an SGLang InferenceService's, on a node nobody plays (never run)."""
     labels = {
         "inference.llmkube.dev/service": "hand-made",
         "inference.llmkube.dev/runtime": "sglang",
     }
-    spec: dict[str, Any] = {"containers": [{"name": "sglang", "image": "none"}], "nodeName": "x"}
+    spec: dict[str, Any] = {
+        "containers": containers or [{"name": "sglang", "image": "none"}],
+        "nodeName": "x",
+    }
     if gates:
         spec["readinessGates"] = gates
     meta = {"name": name, "namespace": namespace, "labels": labels}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
+def admitted(testbed: Testbed, pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod``'s spec once admitted (a server-side dry run: admission runs, nothing is stored;
+    a stored pod on a node nobody plays would never finish terminating)."""
+    done = testbed.kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod)
+    )
+    assert done.returncode == 0, done.stderr
+    spec: dict[str, Any] = json.loads(done.stdout)["spec"]
+    return spec
+
+
 def admitted_gates(
     testbed: Testbed, namespace: str, gates: list[dict[str, str]]
 ) -> list[dict[str, str]]:
-    """The readiness gates a new SGLang pod made with ``gates`` has once admitted (a server-side
-    dry run: admission runs, nothing is stored)."""
-    probe = json.dumps(sglang_pod("probe", namespace, gates))
-    done = testbed.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=probe)
-    assert done.returncode == 0, done.stderr
-    found: list[dict[str, str]] = json.loads(done.stdout)["spec"].get("readinessGates") or []
+    """The readiness gates a new SGLang pod made with ``gates`` has once admitted."""
+    found: list[dict[str, str]] = (
+        admitted(testbed, sglang_pod("probe", namespace, gates)).get("readinessGates") or []
+    )
     return found
 
 
@@ -73,18 +91,28 @@ def gates_on_admission(testbed: Testbed, namespace: str) -> bool:
     return bool(admitted_gates(testbed, namespace, []))
 
 
-@pytest.fixture
-def gated(testbed: Testbed, namespace: str) -> Iterator[str]:
-    """The policy, bound to ``namespace`` only (the testbed is shared)."""
+@contextmanager
+def policy_in_force(testbed: Testbed, namespace: str, **options: Any) -> Iterator[str]:
+    """The policy (``readiness_gate_policy``'s ``options``), bound to ``namespace`` only (the
+    testbed is shared), until the block ends."""
     name = f"gate-{namespace}"[:63]
-    manifests = yaml.safe_dump_all(readiness_gate_policy(name, [namespace]))
+    manifests = yaml.safe_dump_all(readiness_gate_policy(name, [namespace], **options))
     done = testbed.kubectl("apply", "-f", "-", input=manifests)
     assert done.returncode == 0, done.stderr
-    # The apiserver takes a policy up through its informers, a moment after the apply: probe
-    # with a server-side dry run (admission runs, nothing is stored) until it gates.
-    wait_until(lambda: gates_on_admission(testbed, namespace), 30, what="the policy in force")
-    yield namespace
-    testbed.kubectl("delete", "-f", "-", input=manifests)
+    try:
+        # The apiserver takes a policy up through its informers, a moment after the apply:
+        # probe with a server-side dry run (admission runs, nothing is stored) until it gates.
+        wait_until(lambda: gates_on_admission(testbed, namespace), 30, what="the policy in force")
+        yield namespace
+    finally:
+        testbed.kubectl("delete", "-f", "-", input=manifests)
+
+
+@pytest.fixture
+def gated(testbed: Testbed, namespace: str) -> Iterator[str]:
+    """The policy as it comes (every option at its default), bound to ``namespace``."""
+    with policy_in_force(testbed, namespace) as bound:
+        yield bound
 
 
 def test_the_policy_gates_sglang_pods_and_the_kubelet_computes_ready_from_the_gate(
@@ -146,8 +174,7 @@ def test_pods_outside_the_bound_namespaces_are_not_gated(
 
 def test_the_gate_is_appended_to_gates_a_pod_already_has(testbed: Testbed, gated: str) -> None:
     """A pod made with a gate of its own keeps it and gets ours once (no duplicate, even for a
-    pod that already has ours). Server-side dry runs: admission runs, nothing is stored (a
-    stored pod on a node nobody plays would never finish terminating)."""
+    pod that already has ours). Server-side dry runs, as everything below."""
     assert admitted_gates(testbed, gated, [{"conditionType": "example.com/x"}]) == [
         {"conditionType": "example.com/x"},
         {"conditionType": GATE_CONDITION},
@@ -155,3 +182,27 @@ def test_the_gate_is_appended_to_gates_a_pod_already_has(testbed: Testbed, gated
     assert admitted_gates(testbed, gated, [{"conditionType": GATE_CONDITION}]) == [
         {"conditionType": GATE_CONDITION}
     ]
+
+
+def test_the_sglang_container_drains_on_stop_as_long_as_asked_and_keeps_its_own_pre_stop(
+    testbed: Testbed, namespace: str
+) -> None:
+    """``drain_on_stop_seconds=15`` (``pulumi-lora readiness-gate --drain-on-stop 15``): the
+    ``sglang`` container gets a 15 s ``preStop`` sleep beside the hooks it has, wherever it
+    sits among the containers; a ``preStop`` of its own is kept as it is, and other containers
+    are left alone. At the default (5 s) the CLI test checks the same through a stack."""
+    drain = {"preStop": {"sleep": {"seconds": 15}}}
+    own = {"preStop": {"exec": {"command": ["sleep", "30"]}}}
+    start = {"postStart": {"exec": {"command": ["true"]}}}
+
+    def lifecycles(namespace: str, *containers: dict[str, Any]) -> list[Any]:
+        pod = sglang_pod("probe", namespace, [], [{"image": "none", **c} for c in containers])
+        return [c.get("lifecycle") for c in admitted(testbed, pod)["containers"]]
+
+    with policy_in_force(
+        testbed, testbed.create_namespace("drain"), drain_on_stop_seconds=15
+    ) as ns:
+        assert lifecycles(ns, {"name": "sglang"}) == [drain]
+        assert lifecycles(ns, {"name": "sglang", "lifecycle": start}) == [{**start, **drain}]
+        assert lifecycles(ns, {"name": "sglang", "lifecycle": own}) == [own]
+        assert lifecycles(ns, {"name": "proxy"}, {"name": "sglang"}) == [None, drain]

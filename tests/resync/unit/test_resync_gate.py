@@ -179,6 +179,52 @@ def test_the_command_prints_the_policy_for_the_namespaces_named() -> None:
     assert printed == readiness_gate_policy("pulumi-lora-resync-readiness-gate", ["models", "chat"])
 
 
+def drains(manifests: list[dict[str, Any]]) -> list[str]:
+    """The policy's mutations that add a preStop sleep (their CEL)."""
+    (policy,) = [m for m in manifests if m["kind"] == "MutatingAdmissionPolicy"]
+    expressions = [m["jsonPatch"]["expression"] for m in policy["spec"]["mutations"]]
+    return [e for e in expressions if "preStop" in e]
+
+
+def test_the_drain_on_stop_is_five_seconds_unless_given_and_none_at_zero() -> None:
+    (default,) = drains(resync_manifests("ops", "img", readiness_gate=True))
+    assert "{'sleep': {'seconds': 5}}" in default
+    (slow,) = drains(resync_manifests("ops", "img", readiness_gate=True, drain_on_stop_seconds=15))
+    assert "{'sleep': {'seconds': 15}}" in slow and "seconds': 5}" not in slow
+    assert (
+        drains(resync_manifests("ops", "img", readiness_gate=True, drain_on_stop_seconds=0)) == []
+    )
+
+
+@pytest.mark.parametrize("seconds", [-1, 301, 2.5, True, "5"])
+def test_a_drain_on_stop_out_of_range_is_refused_with_what_is_accepted(seconds: Any) -> None:
+    with pytest.raises(ValueError) as refused:
+        resync_manifests("ops", "img", readiness_gate=True, drain_on_stop_seconds=seconds)
+    assert str(refused.value).startswith(
+        "drain_on_stop_seconds must be a whole number of seconds from 0 (no preStop sleep) to "
+        f"300, got {seconds!r}"
+    )
+
+
+def test_a_drain_on_stop_without_the_gate_is_refused() -> None:
+    with pytest.raises(ValueError, match="it needs readiness_gate=True"):
+        resync_manifests("ops", "img", drain_on_stop_seconds=15)
+
+
+def test_the_command_takes_the_drain_on_stop_and_refuses_what_the_policy_would() -> None:
+    done = CliRunner().invoke(cli, ["readiness-gate", "--drain-on-stop", "0"])
+    assert done.exit_code == 0, done.output
+    printed = list(yaml.safe_load_all(done.output))
+    assert printed == readiness_gate_policy(
+        "pulumi-lora-resync-readiness-gate", [], drain_on_stop_seconds=0
+    )
+    refused = CliRunner().invoke(cli, ["readiness-gate", "--drain-on-stop", "301"])
+    assert refused.exit_code == 2
+    assert "Invalid value for '--drain-on-stop': 301 is not in the range 0<=x<=300." in (
+        refused.output
+    )
+
+
 @pytest.fixture
 def recorder() -> Recorder:
     return recording()
