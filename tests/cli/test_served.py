@@ -2,8 +2,9 @@
 gate (``tests/cli/served_stack``: ``ResyncDeployment(readiness_gate=True)`` running the loop's
 image, an InferenceService, three adapters), and requests for the declared adapters sent as
 kube-proxy sends them (``pulumi_lora.testing.traffic``: to the ready endpoints of the Service's
-EndpointSlices, which the real kube-controller-manager keeps). Through a pod restart, a scale-up,
-a rolling restart from a flag change, a revision swap and a bad revision, no request fails; the
+EndpointSlices, which the real kube-controller-manager keeps). Through a pod restart, a pod
+deleted and replaced, a scale-up, a rolling restart from a flag change, a revision swap and a bad
+revision, no request fails (a crashed container's refusals aside: below); the
 bad revision's ``pulumi up`` fails naming the pod and SGLang's words, and the old revision still
 serves on every pod, the CR naming it. ``destroy`` removes the policy and its binding.
 """
@@ -117,7 +118,19 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
         crashed = str(pods[0].ip)
         testbed.restart_pod(models, pods[0].name)
         wait_until(lambda: everywhere(paths, 3), 60, "the restarted pod serves everything")
-        scale = settle("restart", 3)
+        deletion = settle("restart", 3)
+
+        # A pod deleted, as `kubectl delete pod` does: it drains on stop (the policy's preStop)
+        # while its replacement loads, and the replacement joins once it serves everything.
+        deleted = pods[1].name
+        gone = testbed.kubectl("delete", "pod", deleted, "-n", models, "--wait=false")
+        assert gone.returncode == 0, gone.stderr
+        wait_until(
+            lambda: deleted not in {p.name for p in service.pods()} and everywhere(paths, 3),
+            90,
+            "the deleted pod gone, its replacement serving everything",
+        )
+        scale = settle("replacement", 3)
 
         # Scale 3 -> 4: the new pod joins once it serves every adapter.
         runner.pulumi("config", "set", "replicas", "4")
@@ -166,7 +179,8 @@ def test_no_request_fails_through_restarts_scale_rollouts_swaps_and_bad_revision
         done = settle("bad revision", 4)
 
     report = traffic.report()
-    quiet(report, restart, scale, "a pod restart", crashed=crashed)
+    quiet(report, restart, deletion, "a pod restart", crashed=crashed)
+    quiet(report, deletion, scale, "a pod deleted and replaced")
     quiet(report, scale, roll, "scale 3 -> 4")
     quiet(report, roll, swap, "a rolling restart (flag change)")
     quiet(report, swap, rollback, "a revision swap")
