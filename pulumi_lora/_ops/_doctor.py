@@ -197,7 +197,15 @@ def diagnose(facts: DoctorFacts) -> DoctorReport:
         *([check_llmkube(facts.adapters)] if facts.adapters else []),
         *([check_transport(facts.trials)] if facts.trials else []),
         *(
-            [check_permissions(facts.denied, facts.namespace, facts.transport, keyed=facts.keyed)]
+            [
+                check_permissions(
+                    facts.denied,
+                    facts.namespace,
+                    facts.transport,
+                    keyed=facts.keyed,
+                    gated=any(p.gated for p in facts.pods),
+                )
+            ]
             if facts.denied is not None
             else []
         ),

@@ -143,7 +143,15 @@ def gather_doctor(
         untrusted=listing.untrusted,
         adapters=tuple(_targeting(_adapters_near(kube, namespace), namespace, name)),
         trials=tuple(trials) if transport is None else (),
-        denied=_denied(kube, namespace, asks(candidate, keyed=api_key_secret is not None)),
+        denied=_denied(
+            kube,
+            namespace,
+            asks(
+                candidate,
+                keyed=api_key_secret is not None,
+                gated=any(p.gated for p in pods),
+            ),
+        ),
         keyed=api_key_secret is not None,
         gate_api=_gate_api(kube),
         now=read_at,

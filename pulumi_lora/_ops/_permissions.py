@@ -16,12 +16,13 @@ Ask = tuple[str, str, str]
 """(verb, API group, resource[/subresource]) of one permission."""
 
 
-def asks(transport: Transport, *, keyed: bool) -> list[Ask]:
+def asks(transport: Transport, *, keyed: bool, gated: bool = False) -> list[Ask]:
     """Pure: every permission the provider needs on an InferenceService's namespace for
-    ``transport`` (staging left out: doctor checks a target, not a declaration)."""
+    ``transport`` (staging left out: doctor checks a target, not a declaration; ``gated``: its
+    pods carry the readiness gate, which a swap writes pod by pod)."""
     return [
         (verb, group, resource)
-        for rule in provider_rules(transport, keyed=keyed, staging=False)
+        for rule in provider_rules(transport, keyed=keyed, staging=False, gated=gated)
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
@@ -35,7 +36,7 @@ def named(ask: Ask) -> str:
 
 
 def check_permissions(
-    denied: Sequence[Ask], namespace: str, transport: Transport, *, keyed: bool
+    denied: Sequence[Ask], namespace: str, transport: Transport, *, keyed: bool, gated: bool = False
 ) -> Check:
     """Pure: pass when nothing the provider needs was denied, else name each by verb and
     resource with the command that prints the Role."""
@@ -43,9 +44,12 @@ def check_permissions(
         return Check(
             "permissions",
             CheckStatus.OK,
-            f"this identity may do all the provider does ({transport}) in {namespace}",
+            f"this identity may do all the provider does ({transport}) in {namespace}"
+            + (", the rolling swap on gated pods included" if gated else ""),
         )
     flags = " --api-key-secrets" if keyed else ""
+    if gated and transport != Transport.DELEGATED:  # delegated: the loop writes the gate
+        flags += " --readiness-gate"
     if transport == Transport.DELEGATED:  # and the loop's Lease where the loop runs
         flags += " --loop-namespace LOOP_NAMESPACE"
     return Check(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from pulumi_lora._errors import ClusterError
 from pulumi_lora._kube._discovery import gate_refusal, policy_versions
 from pulumi_lora._kube._gate_policy import readiness_gate_policy
 from pulumi_lora._kube._source import KubeSource
+from pulumi_lora._models import Transport
 from pulumi_lora._ops._doctor import (
     CheckStatus,
     DoctorFacts,
@@ -31,6 +33,7 @@ from pulumi_lora._ops._doctor import (
     check_gate_held,
     diagnose,
 )
+from pulumi_lora._ops._permissions import asks
 from tests._mocks import Recorder, recording
 
 NOW = datetime(2026, 12, 2, 10, 47, 30, tzinfo=UTC)
@@ -212,6 +215,35 @@ def test_doctor_adds_the_gate_checks_after_the_pods_only_when_it_asked() -> None
     assert names[names.index("pods") + 1 :][:2] == ["readiness-gate", "gate-held"]
     unasked = DoctorFacts("models", "llama", {"spec": spec}, pods=pods)
     assert not {"readiness-gate", "gate-held"} & {c.name for c in diagnose(unasked).checks}
+
+
+def test_on_gated_pods_doctor_asks_for_the_swaps_grant_and_names_the_flag_that_gives_it() -> None:
+    """A deployer role made without ``--readiness-gate`` passes every load but 403s on the first
+    rolling swap: doctor asks for what the swap needs where the pods carry the gate."""
+    swap = [("patch", "", "pods/status"), ("list", "discovery.k8s.io", "endpointslices")]
+    assert not set(swap) & set(asks(Transport.DIRECT, keyed=False))
+    assert set(swap) <= set(asks(Transport.DIRECT, keyed=False, gated=True))
+    assert not set(swap) & set(asks(Transport.DELEGATED, keyed=False, gated=True))  # the loop's
+
+    spec = {"runtime": "sglang", "replicas": 1}
+    facts = DoctorFacts(
+        "models", "llama", {"spec": spec}, pods=(pod("llama-0", gate=LOADED),), denied=tuple(swap)
+    )
+    (check,) = [c for c in diagnose(facts).checks if c.name == "permissions"]
+    assert check.status is CheckStatus.FAIL
+    assert check.message == (
+        "this identity may not, in models: patch pods/status, list endpointslices.discovery.k8s.io"
+    )
+    assert check.fix == (
+        "pulumi-lora rbac --transport direct --readiness-gate -n models --subject ... "
+        "| kubectl apply -f - (as a cluster admin)"
+    )
+    allowed = replace(facts, denied=())
+    (ok,) = [c for c in diagnose(allowed).checks if c.name == "permissions"]
+    assert ok.message == (
+        "this identity may do all the provider does (direct) in models, the rolling swap on "
+        "gated pods included"
+    )
 
 
 # --- API discovery --------------------------------------------------------------------------------
