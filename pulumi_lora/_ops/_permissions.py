@@ -39,16 +39,18 @@ def check_permissions(
     denied: Sequence[Ask], namespace: str, transport: Transport, *, keyed: bool, gated: bool = False
 ) -> Check:
     """Pure: pass when nothing the provider needs was denied, else name each by verb and
-    resource with the command that prints the Role."""
+    resource with the command that prints the Role (``gated``: the pods carry the readiness
+    gate, which the provider writes in a swap unless the transport is delegated)."""
+    swaps = gated and transport != Transport.DELEGATED  # delegated: the loop writes the gate
     if not denied:
         return Check(
             "permissions",
             CheckStatus.OK,
             f"this identity may do all the provider does ({transport}) in {namespace}"
-            + (", the rolling swap on gated pods included" if gated else ""),
+            + (", the rolling swap on gated pods included" if swaps else ""),
         )
     flags = " --api-key-secrets" if keyed else ""
-    if gated and transport != Transport.DELEGATED:  # delegated: the loop writes the gate
+    if swaps:
         flags += " --readiness-gate"
     if transport == Transport.DELEGATED:  # and the loop's Lease where the loop runs
         flags += " --loop-namespace LOOP_NAMESPACE"

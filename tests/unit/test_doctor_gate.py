@@ -244,6 +244,9 @@ def test_on_gated_pods_doctor_asks_for_the_swaps_grant_and_names_the_flag_that_g
         "this identity may do all the provider does (direct) in models, the rolling swap on "
         "gated pods included"
     )
+    delegated = replace(allowed, transport=Transport.DELEGATED)
+    (loop,) = [c for c in diagnose(delegated).checks if c.name == "permissions"]
+    assert loop.message == "this identity may do all the provider does (delegated) in models"
 
 
 # --- API discovery --------------------------------------------------------------------------------
