@@ -29,6 +29,9 @@ from pulumi_lora.testing.testbed._workloads import (
     DEFAULT_PORT,
     HASH_LABEL,
     SERVICE_LABEL,
+    controller_uid,
+    deployment_is_current,
+    render_deployment,
 )
 
 if TYPE_CHECKING:
@@ -299,8 +302,15 @@ class InferenceServiceHandle:
                     found[pod.name] = {m["id"]: m["root"] for m in models if m.get("parent")}
         return found
 
-    def _settled(self) -> bool:
-        """``replicas`` pods, all of the current template, all Ready."""
+    def _settled(self, wanted: dict[str, Any] | None = None) -> bool:
+        """``replicas`` pods, all of the current template, all Ready; with ``wanted`` (the
+        Deployment the operator renders from the InferenceService as last read), only once the
+        operator has written it (a Deployment it owns)."""
+        if wanted is not None:
+            live = self.player.caches.deployments.get(self.namespace, self.name)
+            owned = live is not None and controller_uid(live) == controller_uid(wanted)
+            if owned and not deployment_is_current(live or {}, wanted):
+                return False
         runtimes = self._runtimes()
         current = self.player.current_hash(self.namespace, self.name)
         return len(runtimes) == self.replicas and all(
@@ -308,12 +318,17 @@ class InferenceServiceHandle:
         )
 
     def wait_ready(self, timeout: float = 30.0) -> list[PodInfo]:
-        """Wait until ``replicas`` pods of the current template exist and all are Ready.
+        """Wait until ``replicas`` pods of the current template exist and all are Ready, for the
+        InferenceService as the apiserver has it now (read afresh: a change made elsewhere, with
+        kubectl, counts at once, not only once the testbed's watch brings it).
 
         Raises :class:`TimeoutError` listing each pod's state and its emulator log's tail.
         """
         deadline = time.monotonic() + timeout
-        while not self._settled():
+        found = self.player.user.get(self.path, allow=(404,))
+        self.player.caches.isvcs.note(found)
+        wanted = render_deployment(found) if found and found.get("kind") != "Status" else None
+        while not self._settled(wanted):
             if time.monotonic() > deadline:
                 runtimes = self._runtimes()
                 details = "\n".join(
