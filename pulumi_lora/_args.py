@@ -27,6 +27,10 @@ from pulumi_lora._models import (
     ANNOTATION_SMOKE_TEST,
     ANNOTATION_SOURCE,
     ANNOTATION_TRANSPORT,
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_MAX_UNAVAILABLE,
+    MOST_DRAIN_SECONDS,
+    MOST_UNAVAILABLE,
     AdapterName,
     AdapterPath,
     InferenceServiceRef,
@@ -81,8 +85,8 @@ class AdapterArgs(Model, kw_only=True, frozen=True):
     # A swap (path or source change) on pods behind the readiness gate goes pod by pod: this
     # many pods out of rotation at once, each drained this long after it left the Service's
     # EndpointSlices (kube-proxy's and gateways' propagation) before it unloads.
-    max_unavailable: Annotated[int, Meta(ge=1, le=1000)] = 1
-    drain_seconds: Annotated[float, Meta(ge=0, le=600)] = 2.0
+    max_unavailable: Annotated[int, Meta(ge=1, le=MOST_UNAVAILABLE)] = DEFAULT_MAX_UNAVAILABLE
+    drain_seconds: Annotated[float, Meta(ge=0, le=MOST_DRAIN_SECONDS)] = DEFAULT_DRAIN_SECONDS
     # Where the weights come from, when pulumi-lora stages them (docs/staging.md); the provider
     # checks the source itself (``_staging``) and sets ``path`` to the staged directory.
     source: Annotated[str, bounded_text(1, 2048)] | None = None
@@ -183,9 +187,9 @@ class AdapterArgs(Model, kw_only=True, frozen=True):
             notes[ANNOTATION_SOURCE] = self.source
         if not self.smoke_test:  # absent is the default, so CRs made before it stay unchanged
             notes[ANNOTATION_SMOKE_TEST] = "false"
-        if self.max_unavailable != 1:  # the loop's swaps (delegated) read these two
+        if self.max_unavailable != DEFAULT_MAX_UNAVAILABLE:  # the loop's swaps read these two
             notes[ANNOTATION_MAX_UNAVAILABLE] = str(self.max_unavailable)
-        if self.drain_seconds != 2.0:
+        if self.drain_seconds != DEFAULT_DRAIN_SECONDS:
             notes[ANNOTATION_DRAIN_SECONDS] = f"{self.drain_seconds:.3f}".rstrip("0").rstrip(".")
         return notes
 

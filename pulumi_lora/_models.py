@@ -287,6 +287,11 @@ ANNOTATION_SMOKE_TEST = ANNOTATION_PREFIX + "smoke-test"
 #: than these annotations uses whatever they say.
 ANNOTATION_MAX_UNAVAILABLE = ANNOTATION_PREFIX + "max-unavailable"
 ANNOTATION_DRAIN_SECONDS = ANNOTATION_PREFIX + "drain-seconds"
+#: Those two settings' defaults and largest values (the inputs, the annotations' readers).
+DEFAULT_MAX_UNAVAILABLE = 1
+MOST_UNAVAILABLE = 1000
+DEFAULT_DRAIN_SECONDS = 2.0
+MOST_DRAIN_SECONDS = 600.0
 #: Where a staged adapter's weights came from (its ``source``: a URI that carries no credential).
 ANNOTATION_SOURCE = ANNOTATION_PREFIX + "source"
 #: Set by the provider while it swaps or deletes, so the loop does not re-apply meanwhile.

@@ -17,6 +17,10 @@ from pulumi_lora._models import (
     ANNOTATION_POLICY,
     ANNOTATION_SMOKE_TEST,
     ANNOTATION_TRANSPORT,
+    DEFAULT_DRAIN_SECONDS,
+    DEFAULT_MAX_UNAVAILABLE,
+    MOST_DRAIN_SECONDS,
+    MOST_UNAVAILABLE,
     Policy,
     Transport,
 )
@@ -41,8 +45,8 @@ class AdapterNotes:
     api_key_secret: tuple[str, str] | None = None  # (Secret name, key), in the target's namespace
     operation: str | None = None  # ``update@<time>`` / ``delete@<time>``, see docs/protocol.md
     smoke_test: bool = True  # a smoke generation after each load
-    max_unavailable: int = 1  # a swap's pods out of rotation at once (gated pods)
-    drain_seconds: float = 2.0  # a gated pod's drain before it swaps
+    max_unavailable: int = DEFAULT_MAX_UNAVAILABLE  # a swap's pods out of rotation at once
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS  # a gated pod's drain before it swaps
 
 
 def read_annotations(annotations: Mapping[str, str] | None) -> AdapterNotes:
@@ -62,8 +66,12 @@ def read_annotations(annotations: Mapping[str, str] | None) -> AdapterNotes:
         api_key_secret=(name, key) if name and key else None,
         operation=notes.get(ANNOTATION_OPERATION) or None,
         smoke_test=notes.get(ANNOTATION_SMOKE_TEST, "true").lower() != "false",
-        max_unavailable=_number(notes.get(ANNOTATION_MAX_UNAVAILABLE), 1, int, 1, 1000),
-        drain_seconds=_number(notes.get(ANNOTATION_DRAIN_SECONDS), 2.0, float, 0.0, 600.0),
+        max_unavailable=_number(
+            notes.get(ANNOTATION_MAX_UNAVAILABLE), DEFAULT_MAX_UNAVAILABLE, int, 1, MOST_UNAVAILABLE
+        ),
+        drain_seconds=_number(
+            notes.get(ANNOTATION_DRAIN_SECONDS), DEFAULT_DRAIN_SECONDS, float, 0, MOST_DRAIN_SECONDS
+        ),
     )
 
 
@@ -108,9 +116,9 @@ def declared_by_cr(cr: Mapping[str, Any]) -> dict[str, Any]:
         declared["readiness_policy"] = notes.readiness_policy.value
     if not notes.smoke_test:
         declared["smoke_test"] = False
-    if notes.max_unavailable != 1:
+    if notes.max_unavailable != DEFAULT_MAX_UNAVAILABLE:
         declared["max_unavailable"] = notes.max_unavailable
-    if notes.drain_seconds != 2.0:
+    if notes.drain_seconds != DEFAULT_DRAIN_SECONDS:
         declared["drain_seconds"] = notes.drain_seconds
     if notes.api_key_secret is not None:
         declared["api_key_secret_name"], key = notes.api_key_secret

@@ -11,7 +11,7 @@ from typing import Any
 
 from pulumi_lora._core._readback import read_annotations
 from pulumi_lora._core._reconcile import Desired
-from pulumi_lora._models import Policy
+from pulumi_lora._models import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_UNAVAILABLE, Policy
 
 #: ``(namespace, name)`` of a namespaced object.
 Key = tuple[str, str]
@@ -45,8 +45,8 @@ class AdapterCR:
     api_key: SecretRef | None = None
     operation: str | None = None
     smoke: bool = True
-    max_unavailable: int = 1  # a swap's pods out of rotation at once (gated pods)
-    drain_seconds: float = 2.0
+    max_unavailable: int = DEFAULT_MAX_UNAVAILABLE  # a swap's pods out of rotation at once
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
     status: Mapping[str, Any] = field(default_factory=dict, compare=False)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

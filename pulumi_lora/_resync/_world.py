@@ -19,6 +19,7 @@ from pulumi_lora._core._ownership import Owned, controller_chain, untrusted_mess
 from pulumi_lora._core._reconcile import PodOutcome, extra_arg_value, startup_adapters
 from pulumi_lora._core._topology import refusal
 from pulumi_lora._errors import NameCollision
+from pulumi_lora._models import DEFAULT_DRAIN_SECONDS, DEFAULT_MAX_UNAVAILABLE
 from pulumi_lora._resync._decide import (
     RECOVERY_REASONS,
     CapacityNote,
@@ -107,8 +108,8 @@ class AdapterTask:
     api_key: SecretRef | None
     smoke: bool = True  # a smoke generation after each load (``pulumi-lora.dev/smoke-test``)
     #: A swap's pace on a gated pod in rotation (``_resync._drain``).
-    max_unavailable: int = 1
-    drain_seconds: float = 2.0
+    max_unavailable: int = DEFAULT_MAX_UNAVAILABLE
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
 
 
 @dataclass(frozen=True)

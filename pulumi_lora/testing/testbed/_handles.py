@@ -308,8 +308,11 @@ class InferenceServiceHandle:
         operator has written it (a Deployment it owns)."""
         if wanted is not None:
             live = self.player.caches.deployments.get(self.namespace, self.name)
-            owned = live is not None and controller_uid(live) == controller_uid(wanted)
-            if owned and not deployment_is_current(live or {}, wanted):
+            if (
+                live is not None
+                and controller_uid(live) == controller_uid(wanted)
+                and not deployment_is_current(live, wanted)
+            ):
                 return False
         runtimes = self._runtimes()
         current = self.player.current_hash(self.namespace, self.name)
