@@ -54,7 +54,7 @@ _SECRET_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)
 #: ``update@`` or ``delete@`` and a ``metav1.Time`` (second precision, UTC), as the provider writes.
 _OPERATION = r"^(update|delete)@[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
 #: A swap's pace (``max-unavailable``, ``drain-seconds``), as ``AdapterArgs.annotations`` writes it.
-_PODS = r"^[1-9][0-9]{0,2}$"
+_PODS = r"^([1-9][0-9]{0,2}|1000)$"  # 1 to MOST_UNAVAILABLE
 _SECONDS = r"^[0-9]{1,3}(\\.[0-9]+)?$"
 
 
@@ -113,7 +113,7 @@ def _annotation_rules() -> list[dict[str, Any]]:
     for key, pattern, limit, what in (
         (ANNOTATION_API_KEY_SECRET, _SECRET_REF, 507, "SECRET-NAME/KEY"),
         (ANNOTATION_OPERATION, _OPERATION, 40, "update@<RFC3339 UTC> or delete@<RFC3339 UTC>"),
-        (ANNOTATION_MAX_UNAVAILABLE, _PODS, 4, "a whole number of pods, 1 to 999"),
+        (ANNOTATION_MAX_UNAVAILABLE, _PODS, 4, "a whole number of pods, 1 to 1000"),
         (ANNOTATION_DRAIN_SECONDS, _SECONDS, 20, "seconds, 0 to 600"),
     ):
         rules.append(

@@ -23,7 +23,7 @@ from _resync_harness import Cluster, everywhere, wait_until
 from conftest import LoopFactory, apply_manifests
 
 from pulumi_lora._args import AdapterArgs
-from pulumi_lora._models import Transport, format_time
+from pulumi_lora._models import MOST_DRAIN_SECONDS, MOST_UNAVAILABLE, Transport, format_time
 from pulumi_lora.deploy import (
     ACCEPT_FOREIGN_ADAPTERS_LABEL,
     DEFAULT_NAME,
@@ -249,7 +249,7 @@ def test_only_replicaset_controlled_pods_may_carry_the_service_label(
         ),
         (
             {"pulumi-lora.dev/max-unavailable": "0"},
-            "pulumi-lora.dev/max-unavailable must be a whole number of pods, 1 to 999",
+            "pulumi-lora.dev/max-unavailable must be a whole number of pods, 1 to 1000",
         ),
         (
             {"pulumi-lora.dev/drain-seconds": "2s"},
@@ -293,6 +293,8 @@ def test_the_providers_own_annotations_are_admitted(testbed: Testbed, guarded: s
             args = args.replace(source="hf://acme/sql@" + "0" * 40)
         if index == 1:  # and a swap's pace, when not the default
             args = args.replace(max_unavailable=25, drain_seconds=7.5)
+        if index == 2:  # at the largest values the inputs take (1000 was refused)
+            args = args.replace(max_unavailable=MOST_UNAVAILABLE, drain_seconds=MOST_DRAIN_SECONDS)
         notes = {
             **args.annotations(),
             "pulumi-lora.dev/operation": f"update@{format_time(datetime.now(UTC))}",

@@ -3,14 +3,18 @@ one reader ``read_annotations`` (the loop and ``pulumi-lora status`` both use it
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pulumi_lora._args import AdapterArgs
 from pulumi_lora._core._readback import AdapterNotes, declared_by_cr, read_annotations
+from pulumi_lora._kube._admission import _PODS
 from pulumi_lora._models import (
     ANNOTATION_API_KEY_SECRET,
     ANNOTATION_POLICY,
     ANNOTATION_SMOKE_TEST,
+    MOST_UNAVAILABLE,
     Policy,
     Transport,
 )
@@ -96,3 +100,16 @@ def test_a_pace_a_reader_does_not_understand_reads_as_the_default() -> None:
             {"pulumi-lora.dev/max-unavailable": pods, "pulumi-lora.dev/drain-seconds": seconds}
         )
         assert (read.max_unavailable, read.drain_seconds) == (1, 2.0), (pods, seconds)
+
+
+def test_the_admission_policy_admits_every_pace_the_inputs_take() -> None:
+    """The ``adapter-annotations`` policy's pattern for ``max-unavailable`` spans the input's
+    range (it stopped at 999, refusing a CR declared with ``max_unavailable=1000``)."""
+    most = AdapterArgs(
+        adapter_name="sql",
+        path="/adapters/sql",
+        inference_service="llama",
+        max_unavailable=MOST_UNAVAILABLE,
+    ).annotations()["pulumi-lora.dev/max-unavailable"]
+    assert re.fullmatch(_PODS, most) and re.fullmatch(_PODS, "1")
+    assert not re.fullmatch(_PODS, str(MOST_UNAVAILABLE + 1)) and not re.fullmatch(_PODS, "0")
